@@ -1,0 +1,1 @@
+//! MessagePack codec for every wire type.

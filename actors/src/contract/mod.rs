@@ -1,0 +1,1 @@
+//! The book's contract types: the vocabulary every layer speaks.

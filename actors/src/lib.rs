@@ -1,0 +1,22 @@
+//! The Awaken engine: contract types, the typed state engine, the plugin and phase
+//! engine, and (in later layers) thread and tool-call actors.
+//!
+//! This crate knows nothing about NATS or HTTP. It defines the traits the cluster and
+//! gateway crates implement and ships in-process implementations of them.
+
+pub mod codec;
+pub mod contract;
+pub mod error;
+pub mod ids;
+pub mod phase;
+pub mod state;
+
+pub use error::{
+    BuildError, InferenceExecutionError, ResolveError, RuntimeError, StateError, StorageError,
+    ToolError,
+};
+pub use ids::{AgentId, DecisionId, DispatchId, IdError, MessageId, RunId, ThreadId, ToolCallId};
+pub use phase::Phase;
+
+/// JSON values as used in tool arguments, state encoding and config sections.
+pub type JsonValue = serde_json::Value;

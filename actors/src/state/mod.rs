@@ -1,0 +1,5 @@
+//! The typed state engine.
+
+mod persisted;
+
+pub use persisted::{PersistedState, UnknownKeyPolicy};
