@@ -26,6 +26,7 @@ pub enum UnknownKeyPolicy {
     /// Refuse the whole restore (nothing is changed).
     #[default]
     Error,
-    /// Drop the unknown key and restore the rest.
+    /// Restore the rest; the unknown key is kept aside untouched, re-exported with
+    /// the next checkpoint and handed back if a plugin registers it later.
     Skip,
 }

@@ -1,0 +1,149 @@
+//! Key registrations: the erased operations the store needs for each key.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::BuildHasherDefault;
+
+use super::key::{KeyScope, MergeStrategy, StateKey, StateKeyOptions};
+use super::map::{StateMap, TypeIdHasher};
+use crate::JsonValue;
+use crate::error::StateError;
+
+/// Everything the runtime knows about one registered key.
+///
+/// The function pointers are instantiated per key type at registration, so the store
+/// can encode, decode and reset keys it only knows by string.
+#[derive(Clone, Copy)]
+pub struct KeyRegistration {
+    /// The key string.
+    pub key: &'static str,
+    /// The key type's name, for diagnostics.
+    pub type_name: &'static str,
+    /// Effective lifetime scope.
+    pub scope: KeyScope,
+    /// Merge strategy.
+    pub merge: MergeStrategy,
+    /// Whether checkpoints include the key.
+    pub persistent: bool,
+    /// Whether the value survives uninstalling the owning plugin.
+    pub retain_on_uninstall: bool,
+    type_id: TypeId,
+    encode: fn(&StateMap) -> Result<Option<JsonValue>, StateError>,
+    decode_into: fn(&mut StateMap, JsonValue) -> Result<(), StateError>,
+    reset: fn(&mut StateMap),
+    remove: fn(&mut StateMap),
+}
+
+impl KeyRegistration {
+    /// The registration of `K` with `options`.
+    pub fn of<K: StateKey>(options: StateKeyOptions) -> Self {
+        Self {
+            key: K::KEY,
+            type_name: std::any::type_name::<K>(),
+            scope: options.scope.unwrap_or(K::SCOPE),
+            merge: K::MERGE,
+            persistent: options.persistent,
+            retain_on_uninstall: options.retain_on_uninstall,
+            type_id: TypeId::of::<K>(),
+            encode: |map| map.get::<K>().map(K::encode).transpose(),
+            decode_into: |map, json| {
+                map.insert::<K>(K::decode(json)?);
+                Ok(())
+            },
+            reset: |map| map.insert::<K>(K::Value::default()),
+            remove: |map| {
+                map.remove::<K>();
+            },
+        }
+    }
+
+    pub(crate) fn encode(&self, map: &StateMap) -> Result<Option<JsonValue>, StateError> {
+        (self.encode)(map)
+    }
+
+    pub(crate) fn decode_into(
+        &self,
+        map: &mut StateMap,
+        json: JsonValue,
+    ) -> Result<(), StateError> {
+        (self.decode_into)(map, json)
+    }
+
+    pub(crate) fn reset(&self, map: &mut StateMap) {
+        (self.reset)(map)
+    }
+
+    pub(crate) fn remove_from(&self, map: &mut StateMap) {
+        (self.remove)(map)
+    }
+}
+
+impl fmt::Debug for KeyRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyRegistration")
+            .field("key", &self.key)
+            .field("type_name", &self.type_name)
+            .field("scope", &self.scope)
+            .field("merge", &self.merge)
+            .field("persistent", &self.persistent)
+            .field("retain_on_uninstall", &self.retain_on_uninstall)
+            .finish()
+    }
+}
+
+/// The set of registered keys, addressable by string and by key type.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyRegistry {
+    by_name: HashMap<&'static str, KeyRegistration>,
+    by_type: HashMap<TypeId, &'static str, BuildHasherDefault<TypeIdHasher>>,
+}
+
+impl KeyRegistry {
+    pub(crate) fn insert(&mut self, registration: KeyRegistration) -> Result<(), StateError> {
+        if self.by_name.contains_key(registration.key)
+            || self.by_type.contains_key(&registration.type_id)
+        {
+            return Err(StateError::KeyAlreadyRegistered {
+                key: registration.key.to_owned(),
+            });
+        }
+        self.by_type.insert(registration.type_id, registration.key);
+        self.by_name.insert(registration.key, registration);
+        Ok(())
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) -> Option<KeyRegistration> {
+        let registration = self.by_name.remove(key)?;
+        self.by_type.remove(&registration.type_id);
+        Some(registration)
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&KeyRegistration> {
+        self.by_name.get(key)
+    }
+
+    /// Checks that `key` is registered for exactly the type `type_id`.
+    pub(crate) fn check(&self, key: &'static str, type_id: TypeId) -> Result<(), StateError> {
+        match self.by_type.get(&type_id) {
+            Some(registered) if *registered == key => Ok(()),
+            Some(_) => Err(StateError::KeyTypeMismatch {
+                key: key.to_owned(),
+            }),
+            None if self.by_name.contains_key(key) => Err(StateError::KeyTypeMismatch {
+                key: key.to_owned(),
+            }),
+            None => Err(StateError::UnknownKey {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &KeyRegistration> {
+        self.by_name.values()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.by_name.len()
+    }
+}
