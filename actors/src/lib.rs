@@ -4,12 +4,20 @@
 //! This crate knows nothing about NATS or HTTP. It defines the traits the cluster and
 //! gateway crates implement and ships in-process implementations of them.
 
+pub mod actions;
+pub mod cancellation;
 pub mod codec;
 pub mod contract;
 pub mod error;
+pub mod event_sink;
 pub mod ids;
+pub mod llm;
 pub mod phase;
+pub mod plugin;
+pub mod policies;
+pub mod runtime;
 pub mod state;
+pub mod tool;
 
 pub use error::{
     BuildError, InferenceExecutionError, ResolveError, RuntimeError, StateError, StorageError,

@@ -58,6 +58,11 @@ impl KeyRegistration {
         }
     }
 
+    /// Whether both registrations are for the same key type.
+    pub fn same_key_type(&self, other: &KeyRegistration) -> bool {
+        self.type_id == other.type_id
+    }
+
     pub(crate) fn encode(&self, map: &StateMap) -> Result<Option<JsonValue>, StateError> {
         (self.encode)(map)
     }

@@ -186,6 +186,11 @@ impl StateStore {
         self.registry.get(key).is_some()
     }
 
+    /// Every registered key string.
+    pub fn registered_keys(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.registry.iter().map(|r| r.key)
+    }
+
     /// The registration of a key string.
     pub fn registration(&self, key: &str) -> Option<&KeyRegistration> {
         self.registry.get(key)

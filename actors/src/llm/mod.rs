@@ -1,0 +1,152 @@
+//! The model execution layer: requests, responses and the `LlmExecutor` trait.
+
+mod retry;
+
+pub use retry::{LlmRetryPolicy, RetryConfigKey, RetryingExecutor};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{
+    ContentBlock, InferenceOverride, Message, ReasoningEffort, TokenUsage, ToolCall,
+    ToolDescriptor,
+};
+use crate::error::InferenceExecutionError;
+
+/// One call to a model: the conversation, the offered tools and the parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InferenceRequest {
+    /// Upstream model name.
+    pub model: String,
+    /// Models to try, in order, after `model` exhausts its retries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallback_models: Vec<String>,
+    /// The conversation, system messages first.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDescriptor>,
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Output token limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Nucleus sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Reasoning effort for models that support it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+}
+
+impl InferenceRequest {
+    /// A request for `model` over `messages`, with no tools and default parameters.
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self {
+            model: model.into(),
+            fallback_models: Vec::new(),
+            messages,
+            tools: Vec::new(),
+            temperature: None,
+            max_tokens: None,
+            top_p: None,
+            reasoning_effort: None,
+        }
+    }
+
+    /// Offers these tools.
+    pub fn with_tools(mut self, tools: Vec<ToolDescriptor>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Applies the fields an override sets; unset fields keep their values.
+    pub fn apply_override(&mut self, overrides: &InferenceOverride) {
+        if let Some(model) = &overrides.model {
+            self.model = model.clone();
+        }
+        if let Some(fallbacks) = &overrides.fallback_models {
+            self.fallback_models = fallbacks.clone();
+        }
+        if overrides.temperature.is_some() {
+            self.temperature = overrides.temperature;
+        }
+        if overrides.max_tokens.is_some() {
+            self.max_tokens = overrides.max_tokens;
+        }
+        if overrides.top_p.is_some() {
+            self.top_p = overrides.top_p;
+        }
+        if overrides.reasoning_effort.is_some() {
+            self.reasoning_effort = overrides.reasoning_effort.clone();
+        }
+    }
+}
+
+/// Why the model stopped generating.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished its turn.
+    EndTurn,
+    /// The model wants tool results.
+    ToolUse,
+    /// The output token limit was hit.
+    MaxTokens,
+    /// A stop sequence matched.
+    StopSequence,
+    /// The provider filtered the output.
+    ContentFilter,
+}
+
+/// A complete model response.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamResult {
+    /// Text and reasoning blocks.
+    #[serde(default)]
+    pub content: Vec<ContentBlock>,
+    /// Tool calls requested.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// Token usage, when the provider reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+    /// Why generation stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+    /// Whether a tool call's arguments were cut off (MaxTokens mid-call).
+    #[serde(default)]
+    pub has_incomplete_tool_calls: bool,
+}
+
+impl StreamResult {
+    /// The concatenated text blocks.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Runs inference against one provider.
+#[async_trait]
+pub trait LlmExecutor: Send + Sync {
+    /// Sends the request and returns the complete response.
+    async fn execute(&self, request: InferenceRequest) -> Result<StreamResult, InferenceExecutionError>;
+
+    /// A short name for logs.
+    fn name(&self) -> &str;
+}
+
+impl std::fmt::Debug for dyn LlmExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmExecutor")
+            .field("name", &self.name())
+            .finish()
+    }
+}

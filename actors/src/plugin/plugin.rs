@@ -1,0 +1,58 @@
+//! The `Plugin` trait and its descriptor.
+
+use crate::contract::PluginConfigKey;
+use crate::error::StateError;
+
+use super::registrar::PluginRegistrar;
+
+/// Identifies a plugin in diagnostics and capability listings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginDescriptor {
+    /// Short name.
+    pub name: String,
+    /// What the plugin does, one line.
+    pub description: String,
+}
+
+impl PluginDescriptor {
+    /// A descriptor with a name and a description.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+        }
+    }
+}
+
+/// A JSON Schema for one `AgentSpec.sections` entry, validated at resolve time.
+#[derive(Debug, Clone)]
+pub struct ConfigSchema {
+    /// The section key.
+    pub key: String,
+    /// The schema the section must satisfy.
+    pub json_schema: schemars::Schema,
+}
+
+impl ConfigSchema {
+    /// The schema generated from `K::Config`.
+    pub fn of<K: PluginConfigKey>() -> Self {
+        Self {
+            key: K::KEY.to_owned(),
+            json_schema: schemars::schema_for!(K::Config),
+        }
+    }
+}
+
+/// A system-level extension: invisible to the model, active at phase boundaries.
+pub trait Plugin: Send + Sync + 'static {
+    /// Name and description.
+    fn descriptor(&self) -> PluginDescriptor;
+
+    /// Declares the plugin's keys, hooks, tools, handlers and transforms.
+    fn register(&self, registrar: &mut PluginRegistrar) -> Result<(), StateError>;
+
+    /// Schemas for the config sections this plugin reads.
+    fn config_schemas(&self) -> Vec<ConfigSchema> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,236 @@
+//! Agent resolution: `(RegistrySet, agent_id) → ResolvedAgent`, in three stages.
+//!
+//! 1. Lookup: spec, model, provider; wrap the executor in retries when the spec's
+//!    `retry` section asks for it.
+//! 2. Plugins: the spec's plugins plus the runtime's required ones, config sections
+//!    validated against every plugin's JSON Schema, then the `ExecutionEnv`.
+//! 3. Tools: global tools, plugin tools (a clash is an error), then the spec's
+//!    allowed / excluded filters.
+//!
+//! Every failure aborts with a [`ResolveError`]; nothing partial is returned.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use super::registry::RegistrySet;
+use crate::actions::LoopActionHandlersPlugin;
+use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey};
+use crate::error::ResolveError;
+use crate::llm::{LlmExecutor, RetryConfigKey, RetryingExecutor};
+use crate::plugin::{ConfigSchema, ExecutionEnv, PluginEntry};
+use crate::policies::MaxRoundsPlugin;
+use crate::tool::Tool;
+
+/// The owner name used for config sections the runtime itself claims.
+const RUNTIME_OWNER: &str = "runtime";
+
+/// An agent with live references to everything a run needs.
+#[derive(Clone)]
+pub struct ResolvedAgent {
+    /// The agent definition.
+    pub spec: Arc<AgentSpec>,
+    /// The resolved model entry (provider and upstream model name).
+    pub model: ModelSpec,
+    /// The executor, decorated with retries when configured.
+    pub executor: Arc<dyn LlmExecutor>,
+    /// Tools offered to the model, by id, after filtering.
+    pub tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Hooks, handlers, transforms and keys of the agent's plugins.
+    pub env: Arc<ExecutionEnv>,
+    /// Non-fatal findings, such as config sections no plugin claims.
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Debug for ResolvedAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResolvedAgent")
+            .field("agent", &self.spec.id)
+            .field("model", &self.model)
+            .field("executor", &self.executor.name())
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("env", &self.env)
+            .field("warnings", &self.warnings)
+            .finish()
+    }
+}
+
+/// Resolves agent ids into runnable agents.
+pub trait AgentResolver: Send + Sync {
+    /// Resolves one agent; nothing is cached between calls.
+    fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError>;
+}
+
+/// The standard resolver over a [`RegistrySet`].
+#[derive(Debug, Clone)]
+pub struct RegistryResolver {
+    registries: Arc<RegistrySet>,
+}
+
+impl RegistryResolver {
+    /// A resolver over these registries.
+    pub fn new(registries: Arc<RegistrySet>) -> Self {
+        Self { registries }
+    }
+}
+
+impl AgentResolver for RegistryResolver {
+    fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
+        resolve(&self.registries, agent_id)
+    }
+}
+
+/// Runs the three-stage pipeline for `agent_id`.
+pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
+    let mut warnings = Vec::new();
+
+    // Stage 1: lookup.
+    let spec = registries
+        .agents
+        .get(agent_id)
+        .cloned()
+        .ok_or_else(|| ResolveError::AgentNotFound(agent_id.to_owned()))?;
+    if spec.endpoint.is_some() {
+        return Err(ResolveError::RemoteAgentNotDirectlyRunnable(agent_id.to_owned()));
+    }
+    let model = registries
+        .models
+        .get(&spec.model)
+        .cloned()
+        .ok_or_else(|| ResolveError::ModelNotFound(spec.model.clone()))?;
+    let mut executor = registries
+        .providers
+        .get(&model.provider)
+        .cloned()
+        .ok_or_else(|| ResolveError::ProviderNotFound(model.provider.clone()))?;
+    let mut schemas = vec![(RUNTIME_OWNER.to_owned(), ConfigSchema::of::<RetryConfigKey>())];
+    validate_sections(&spec, &schemas)?;
+    if spec.sections.contains_key(RetryConfigKey::KEY) {
+        let policy = spec
+            .config::<RetryConfigKey>()
+            .map_err(|e| invalid_config(RUNTIME_OWNER, RetryConfigKey::KEY, e.to_string()))?;
+        if policy.is_active() {
+            executor = Arc::new(RetryingExecutor::new(executor, policy));
+        }
+    }
+
+    // Stage 2: plugins.
+    let mut entries = vec![
+        PluginEntry::required(LoopActionHandlersPlugin::ID, Arc::new(LoopActionHandlersPlugin)),
+        PluginEntry::required(MaxRoundsPlugin::ID, Arc::new(MaxRoundsPlugin::new(spec.max_rounds))),
+    ];
+    // Plugins come from `plugin_ids`; a plugin named only in `active_hook_filter` is
+    // installed too, since naming it there is how the book activates a plugin
+    // (see docs/decisions/0003-hook-filter-installs-plugins.md).
+    let mut wanted: Vec<&str> = Vec::new();
+    for id in spec.plugin_ids.iter().chain(spec.active_hook_filter.iter()) {
+        if !wanted.contains(&id.as_str()) {
+            wanted.push(id);
+        }
+    }
+    for id in wanted {
+        let plugin = registries
+            .plugins
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ResolveError::PluginNotFound(id.to_owned()))?;
+        entries.push(PluginEntry::new(id, plugin));
+    }
+    for entry in &entries {
+        schemas.extend(
+            entry
+                .plugin
+                .config_schemas()
+                .into_iter()
+                .map(|schema| (entry.id.clone(), schema)),
+        );
+    }
+    // The runtime's own sections were validated above.
+    validate_sections(&spec, &schemas[1..])?;
+    let claimed: BTreeSet<&str> = schemas.iter().map(|(_, s)| s.key.as_str()).collect();
+    for key in spec.sections.keys() {
+        if !claimed.contains(key.as_str()) {
+            tracing::warn!(agent = %spec.id, section = %key, "config section is not claimed by any plugin");
+            warnings.push(format!("config section `{key}` is not claimed by any plugin"));
+        }
+    }
+    let env = ExecutionEnv::from_plugins(entries, &spec.active_hook_filter)
+        .map_err(ResolveError::EnvBuild)?;
+
+    // Stage 3: tools.
+    let mut tools: BTreeMap<String, Arc<dyn Tool>> = registries
+        .tools
+        .iter()
+        .map(|(id, tool)| (id.to_owned(), Arc::clone(tool)))
+        .collect();
+    for delegate in &spec.delegates {
+        if !registries.agents.contains(delegate) {
+            return Err(ResolveError::AgentNotFound(delegate.clone()));
+        }
+        tracing::warn!(agent = %spec.id, %delegate, "no delegation backend is configured; delegate is not offered as a tool");
+        warnings.push(format!(
+            "delegate `{delegate}` is not offered: no delegation backend is configured"
+        ));
+    }
+    for (id, plugin_tool) in env.tools() {
+        if tools.contains_key(id) {
+            return Err(ResolveError::ToolIdConflict {
+                tool_id: id.clone(),
+                source_a: "global tools".to_owned(),
+                source_b: format!("plugin `{}`", plugin_tool.plugin_id),
+            });
+        }
+        tools.insert(id.clone(), Arc::clone(&plugin_tool.tool));
+    }
+    if let Some(allowed) = &spec.allowed_tools {
+        tools.retain(|id, _| allowed.contains(id));
+    }
+    if let Some(excluded) = &spec.excluded_tools {
+        tools.retain(|id, _| !excluded.contains(id));
+    }
+
+    Ok(ResolvedAgent {
+        spec,
+        model,
+        executor,
+        tools,
+        env: Arc::new(env),
+        warnings,
+    })
+}
+
+fn invalid_config(plugin: &str, key: &str, message: String) -> ResolveError {
+    ResolveError::InvalidPluginConfig {
+        plugin: plugin.to_owned(),
+        key: key.to_owned(),
+        message,
+    }
+}
+
+/// Validates every present section that one of `schemas` claims.
+fn validate_sections(spec: &AgentSpec, schemas: &[(String, ConfigSchema)]) -> Result<(), ResolveError> {
+    for (owner, schema) in schemas {
+        let Some(section) = spec.sections.get(&schema.key) else {
+            continue;
+        };
+        let schema_json = serde_json::to_value(&schema.json_schema)
+            .map_err(|e| invalid_config(owner, &schema.key, format!("unusable schema: {e}")))?;
+        let validator = jsonschema::validator_for(&schema_json)
+            .map_err(|e| invalid_config(owner, &schema.key, format!("unusable schema: {e}")))?;
+        let problems: Vec<String> = validator
+            .iter_errors(section)
+            .map(|error| {
+                let path = error.instance_path().to_string();
+                if path.is_empty() {
+                    error.to_string()
+                } else {
+                    format!("{path}: {error}")
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(invalid_config(owner, &schema.key, problems.join("; ")));
+        }
+    }
+    Ok(())
+}

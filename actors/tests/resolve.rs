@@ -1,0 +1,394 @@
+//! Agent resolution and the runtime builder: every stage, every error variant.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use awaken_actors::contract::{AgentSpec, ContentBlock, Message, ModelSpec, PluginConfigKey, RemoteEndpoint, ToolDescriptor, ToolResult};
+use awaken_actors::llm::{InferenceRequest, LlmExecutor, StreamResult};
+use awaken_actors::plugin::{ConfigSchema, Plugin, PluginDescriptor, PluginRegistrar};
+use awaken_actors::runtime::AgentRuntimeBuilder;
+use awaken_actors::state::{StateKey, StateKeyOptions};
+use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
+use awaken_actors::{AgentId, BuildError, InferenceExecutionError, JsonValue, ResolveError, StateError, ToolError};
+use serde::{Deserialize, Serialize};
+
+/// Fails the first `failures` calls, then answers "ok".
+struct Scripted {
+    failures: Mutex<u32>,
+}
+
+impl Scripted {
+    fn ok() -> Arc<dyn LlmExecutor> {
+        Self::failing(0)
+    }
+    fn failing(failures: u32) -> Arc<dyn LlmExecutor> {
+        Arc::new(Self {
+            failures: Mutex::new(failures),
+        })
+    }
+}
+
+#[async_trait]
+impl LlmExecutor for Scripted {
+    async fn execute(&self, _request: InferenceRequest) -> Result<StreamResult, InferenceExecutionError> {
+        let mut failures = self.failures.lock().unwrap();
+        if *failures > 0 {
+            *failures -= 1;
+            return Err(InferenceExecutionError::provider("503"));
+        }
+        Ok(StreamResult {
+            content: vec![ContentBlock::text("ok")],
+            ..StreamResult::default()
+        })
+    }
+    fn name(&self) -> &str {
+        "scripted"
+    }
+}
+
+struct NamedTool(&'static str);
+#[async_trait]
+impl Tool for NamedTool {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor::new(self.0, self.0, "test tool")
+    }
+    async fn execute(&self, _args: JsonValue, _ctx: &ToolCallContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolResult::success(self.0, JsonValue::Null).into())
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RateLimitConfig {
+    max_calls_per_step: u32,
+}
+
+struct RateLimitKey;
+impl PluginConfigKey for RateLimitKey {
+    const KEY: &'static str = "rate_limit";
+    type Config = RateLimitConfig;
+}
+
+struct Shared;
+impl StateKey for Shared {
+    const KEY: &'static str = "test.shared";
+    type Value = u32;
+    type Update = u32;
+    fn apply(value: &mut u32, update: u32) {
+        *value = update;
+    }
+}
+
+/// A plugin that may claim the `rate_limit` section, contribute a tool, or
+/// register the `Shared` key.
+#[derive(Default)]
+struct TestPlugin {
+    schema: bool,
+    tool: Option<&'static str>,
+    shared_key: bool,
+}
+
+impl Plugin for TestPlugin {
+    fn descriptor(&self) -> PluginDescriptor {
+        PluginDescriptor::new("test", "test")
+    }
+    fn register(&self, r: &mut PluginRegistrar) -> Result<(), StateError> {
+        if let Some(tool) = self.tool {
+            r.register_tool(tool, Arc::new(NamedTool(tool)))?;
+        }
+        if self.shared_key {
+            r.register_key::<Shared>(StateKeyOptions::default())?;
+        }
+        Ok(())
+    }
+    fn config_schemas(&self) -> Vec<ConfigSchema> {
+        if self.schema {
+            vec![ConfigSchema::of::<RateLimitKey>()]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+fn id(s: &str) -> AgentId {
+    AgentId::new(s).unwrap()
+}
+
+fn agent(name: &str) -> AgentSpec {
+    AgentSpec::new(id(name)).with_model("m")
+}
+
+fn model() -> ModelSpec {
+    ModelSpec {
+        id: "m".into(),
+        provider: "p".into(),
+        model: "upstream-m".into(),
+    }
+}
+
+fn base() -> AgentRuntimeBuilder {
+    AgentRuntimeBuilder::new()
+        .with_model("m", model())
+        .with_provider("p", Scripted::ok())
+}
+
+fn resolve_err(builder: AgentRuntimeBuilder, agent: &str) -> ResolveError {
+    builder.build_unchecked().unwrap().resolve(agent).unwrap_err()
+}
+
+#[test]
+fn resolves_model_provider_and_tools() {
+    let runtime = base()
+        .with_agent_spec(agent("a"))
+        .with_tool("search", Arc::new(NamedTool("search")))
+        .build()
+        .unwrap();
+    let resolved = runtime.resolve("a").unwrap();
+    assert_eq!(resolved.model.model, "upstream-m");
+    assert_eq!(resolved.executor.name(), "scripted");
+    assert_eq!(resolved.tools.keys().collect::<Vec<_>>(), ["search"]);
+    assert!(resolved.warnings.is_empty());
+    // The runtime's required plugins are always there.
+    let ids: Vec<&str> = resolved.env.plugins().iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(ids, ["__runtime.loop_actions", "stop-condition:max-rounds"]);
+}
+
+#[test]
+fn each_lookup_failure_has_its_error() {
+    assert_eq!(resolve_err(base(), "ghost"), ResolveError::AgentNotFound("ghost".into()));
+    assert_eq!(
+        resolve_err(base().with_agent_spec(agent("a").with_model("nope")), "a"),
+        ResolveError::ModelNotFound("nope".into())
+    );
+    assert_eq!(
+        resolve_err(
+            AgentRuntimeBuilder::new().with_model("m", model()).with_agent_spec(agent("a")),
+            "a"
+        ),
+        ResolveError::ProviderNotFound("p".into())
+    );
+    assert_eq!(
+        resolve_err(base().with_agent_spec(agent("a").with_plugin("missing")), "a"),
+        ResolveError::PluginNotFound("missing".into())
+    );
+    assert_eq!(
+        resolve_err(base().with_agent_spec(agent("a").with_hook_filter("unregistered")), "a"),
+        ResolveError::PluginNotFound("unregistered".into())
+    );
+}
+
+#[test]
+fn remote_agents_are_not_directly_runnable() {
+    let remote: RemoteEndpoint = serde_json::from_value(serde_json::json!({
+        "backend": "a2a",
+        "base_url": "https://analyst.example.com/v1/a2a"
+    }))
+    .unwrap();
+    let builder = base().with_agent_spec(agent("remote").with_endpoint(remote));
+    assert_eq!(
+        resolve_err(builder, "remote"),
+        ResolveError::RemoteAgentNotDirectlyRunnable("remote".into())
+    );
+}
+
+#[test]
+fn config_sections_are_validated_and_unclaimed_ones_warned() {
+    let plugin = Arc::new(TestPlugin {
+        schema: true,
+        ..TestPlugin::default()
+    });
+    let good = agent("good")
+        .with_plugin("rl")
+        .with_section("rate_limit", serde_json::json!({"max_calls_per_step": 3}))
+        .with_section("typo_section", serde_json::json!({}));
+    let bad = agent("bad")
+        .with_plugin("rl")
+        .with_section("rate_limit", serde_json::json!({"max_calls_per_step": "three"}));
+    let runtime = base()
+        .with_plugin("rl", plugin)
+        .with_agent_spec(good)
+        .with_agent_spec(bad)
+        .build_unchecked()
+        .unwrap();
+    let resolved = runtime.resolve("good").unwrap();
+    assert_eq!(
+        resolved.warnings,
+        ["config section `typo_section` is not claimed by any plugin"]
+    );
+    match runtime.resolve("bad").unwrap_err() {
+        ResolveError::InvalidPluginConfig { plugin, key, message } => {
+            assert_eq!((plugin.as_str(), key.as_str()), ("rl", "rate_limit"));
+            assert!(message.contains("max_calls_per_step"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn retry_section_wraps_the_executor() {
+    let retrying = agent("retrying").with_section(
+        "retry",
+        serde_json::json!({"max_retries": 2, "backoff_base_ms": 0}),
+    );
+    let runtime = AgentRuntimeBuilder::new()
+        .with_model("m", model())
+        .with_provider("p", Scripted::failing(2))
+        .with_agent_spec(retrying)
+        .build()
+        .unwrap();
+    let request = InferenceRequest::new("upstream-m", vec![Message::user("hi")]);
+    let result = runtime.resolve("retrying").unwrap().executor.execute(request).await;
+    assert_eq!(result.unwrap().text(), "ok");
+
+    let plain = AgentRuntimeBuilder::new()
+        .with_model("m", model())
+        .with_provider("p", Scripted::failing(1))
+        .with_agent_spec(agent("plain"))
+        .build()
+        .unwrap();
+    let request = InferenceRequest::new("upstream-m", vec![Message::user("hi")]);
+    assert!(plain.resolve("plain").unwrap().executor.execute(request).await.is_err());
+
+    let invalid = agent("bad").with_section("retry", serde_json::json!({"max_retries": -1}));
+    assert!(matches!(
+        resolve_err(base().with_agent_spec(invalid), "bad"),
+        ResolveError::InvalidPluginConfig { ref key, .. } if key == "retry"
+    ));
+}
+
+#[test]
+fn plugin_tools_merge_and_conflict_with_global_tools() {
+    let tooling = Arc::new(TestPlugin {
+        tool: Some("fetch"),
+        ..TestPlugin::default()
+    });
+    let runtime = base()
+        .with_plugin("web", tooling.clone())
+        .with_tool("search", Arc::new(NamedTool("search")))
+        .with_agent_spec(agent("a").with_plugin("web"))
+        .build()
+        .unwrap();
+    let tools: Vec<String> = runtime.resolve("a").unwrap().tools.into_keys().collect();
+    assert_eq!(tools, ["fetch", "search"]);
+
+    let clash = base()
+        .with_plugin("web", tooling)
+        .with_tool("fetch", Arc::new(NamedTool("fetch")))
+        .with_agent_spec(agent("a").with_plugin("web"));
+    assert_eq!(
+        resolve_err(clash, "a"),
+        ResolveError::ToolIdConflict {
+            tool_id: "fetch".into(),
+            source_a: "global tools".into(),
+            source_b: "plugin `web`".into(),
+        }
+    );
+}
+
+#[test]
+fn allowed_and_excluded_filters() {
+    let mut spec = agent("a");
+    spec.allowed_tools = Some(vec!["a".into(), "b".into()]);
+    spec.excluded_tools = Some(vec!["b".into()]);
+    let runtime = base()
+        .with_tool("a", Arc::new(NamedTool("a")))
+        .with_tool("b", Arc::new(NamedTool("b")))
+        .with_tool("c", Arc::new(NamedTool("c")))
+        .with_agent_spec(spec)
+        .build()
+        .unwrap();
+    let tools: Vec<String> = runtime.resolve("a").unwrap().tools.into_keys().collect();
+    assert_eq!(tools, ["a"], "excluded wins over allowed");
+}
+
+#[test]
+fn plugin_registration_clash_is_an_env_build_error() {
+    let keyed = || {
+        Arc::new(TestPlugin {
+            shared_key: true,
+            ..TestPlugin::default()
+        })
+    };
+    let builder = base()
+        .with_plugin("one", keyed())
+        .with_plugin("two", keyed())
+        .with_agent_spec(agent("a").with_plugin("one").with_plugin("two"));
+    assert_eq!(
+        resolve_err(builder, "a"),
+        ResolveError::EnvBuild(StateError::KeyAlreadyRegistered {
+            key: "test.shared".into()
+        })
+    );
+}
+
+#[test]
+fn delegates_must_exist() {
+    let builder = base().with_agent_spec(agent("boss").with_delegate("ghost"));
+    assert_eq!(resolve_err(builder, "boss"), ResolveError::AgentNotFound("ghost".into()));
+}
+
+#[test]
+fn builder_reports_every_conflict_kind() {
+    let dup = |b: AgentRuntimeBuilder| b.build().unwrap_err();
+    assert_eq!(
+        dup(base().with_agent_spec(agent("a")).with_agent_spec(agent("a"))),
+        BuildError::AgentRegistryConflict("a".into())
+    );
+    assert_eq!(
+        dup(base()
+            .with_tool("t", Arc::new(NamedTool("t")))
+            .with_tool("t", Arc::new(NamedTool("t")))),
+        BuildError::ToolRegistryConflict("t".into())
+    );
+    assert_eq!(
+        dup(base().with_model("m", model())),
+        BuildError::ModelRegistryConflict("m".into())
+    );
+    assert_eq!(
+        dup(base().with_provider("p", Scripted::ok())),
+        BuildError::ProviderRegistryConflict("p".into())
+    );
+    let empty = || Arc::new(TestPlugin::default());
+    assert_eq!(
+        dup(base().with_plugin("x", empty()).with_plugin("x", empty())),
+        BuildError::PluginRegistryConflict("x".into())
+    );
+    assert!(matches!(
+        dup(base().with_tool("alias", Arc::new(NamedTool("real")))),
+        BuildError::ValidationFailed(ref m) if m.contains("alias")
+    ));
+}
+
+#[test]
+fn build_dry_runs_every_local_agent() {
+    let err = base().with_agent_spec(agent("a").with_model("nope")).build().unwrap_err();
+    assert_eq!(
+        err,
+        BuildError::ValidationFailed("agent `a`: model `nope` not found".into())
+    );
+    // build_unchecked defers the failure to the first resolve.
+    let runtime = base()
+        .with_agent_spec(agent("a").with_model("nope"))
+        .build_unchecked()
+        .unwrap();
+    assert!(runtime.resolve("a").is_err());
+
+    let keyed = || {
+        Arc::new(TestPlugin {
+            shared_key: true,
+            ..TestPlugin::default()
+        })
+    };
+    let err = base()
+        .with_plugin("one", keyed())
+        .with_plugin("two", keyed())
+        .with_agent_spec(agent("a").with_plugin("one").with_plugin("two"))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        BuildError::State(StateError::KeyAlreadyRegistered {
+            key: "test.shared".into()
+        })
+    );
+}
