@@ -7,10 +7,10 @@ mod common;
 use std::collections::BTreeSet;
 use std::hint::black_box;
 
+use awaken_actors::Phase;
 use awaken_actors::phase::{PhaseContext, PhaseRuntime};
 use awaken_actors::plugin::{ExecutionEnv, PluginEntry};
 use awaken_actors::state::StateStore;
-use awaken_actors::Phase;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn bench(c: &mut Criterion) {
@@ -23,7 +23,9 @@ fn bench(c: &mut Criterion) {
     env.install(&mut store).unwrap();
     let runtime = PhaseRuntime::new();
     let ctx = PhaseContext::test_default().with_phase(Phase::StepStart);
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
 
     c.bench_function("phase_8_hooks_64_keys", |b| {
         b.iter(|| {

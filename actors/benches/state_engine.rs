@@ -18,7 +18,9 @@ fn store() -> StateStore {
 
 fn bench(c: &mut Criterion) {
     let store = store();
-    c.bench_function("snapshot_64_keys", |b| b.iter(|| black_box(store.snapshot())));
+    c.bench_function("snapshot_64_keys", |b| {
+        b.iter(|| black_box(store.snapshot()))
+    });
 
     let mut store = self::store();
     c.bench_function("commit_4_updates_64_keys", |b| {
@@ -46,7 +48,9 @@ fn bench(c: &mut Criterion) {
     });
 
     let store = self::store();
-    c.bench_function("export_64_keys", |b| b.iter(|| black_box(store.export().unwrap())));
+    c.bench_function("export_64_keys", |b| {
+        b.iter(|| black_box(store.export().unwrap()))
+    });
 }
 
 criterion_group!(benches, bench);

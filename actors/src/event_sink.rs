@@ -29,7 +29,9 @@ impl VecEventSink {
     fn events(&self) -> std::sync::MutexGuard<'_, Vec<AgentEvent>> {
         // Each critical section is a single push or take: a poisoned lock still
         // guards a consistent vector.
-        self.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Removes and returns everything collected so far.

@@ -1,15 +1,22 @@
 //! Agent resolution and the runtime builder: every stage, every error variant.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use awaken_actors::contract::{AgentSpec, ContentBlock, Message, ModelSpec, PluginConfigKey, RemoteEndpoint, ToolDescriptor, ToolResult};
+use awaken_actors::contract::{
+    AgentSpec, ContentBlock, Message, ModelSpec, PluginConfigKey, RemoteEndpoint, ToolDescriptor,
+    ToolResult,
+};
 use awaken_actors::llm::{InferenceRequest, LlmExecutor, StreamResult};
 use awaken_actors::plugin::{ConfigSchema, Plugin, PluginDescriptor, PluginRegistrar};
 use awaken_actors::runtime::AgentRuntimeBuilder;
 use awaken_actors::state::{StateKey, StateKeyOptions};
 use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
-use awaken_actors::{AgentId, BuildError, InferenceExecutionError, JsonValue, ResolveError, StateError, ToolError};
+use awaken_actors::{
+    AgentId, BuildError, InferenceExecutionError, JsonValue, ResolveError, StateError, ToolError,
+};
 use serde::{Deserialize, Serialize};
 
 /// Fails the first `failures` calls, then answers "ok".
@@ -30,7 +37,10 @@ impl Scripted {
 
 #[async_trait]
 impl LlmExecutor for Scripted {
-    async fn execute(&self, _request: InferenceRequest) -> Result<StreamResult, InferenceExecutionError> {
+    async fn execute(
+        &self,
+        _request: InferenceRequest,
+    ) -> Result<StreamResult, InferenceExecutionError> {
         let mut failures = self.failures.lock().unwrap();
         if *failures > 0 {
             *failures -= 1;
@@ -52,7 +62,11 @@ impl Tool for NamedTool {
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor::new(self.0, self.0, "test tool")
     }
-    async fn execute(&self, _args: JsonValue, _ctx: &ToolCallContext) -> Result<ToolOutput, ToolError> {
+    async fn execute(
+        &self,
+        _args: JsonValue,
+        _ctx: &ToolCallContext,
+    ) -> Result<ToolOutput, ToolError> {
         Ok(ToolResult::success(self.0, JsonValue::Null).into())
     }
 }
@@ -133,7 +147,11 @@ fn base() -> AgentRuntimeBuilder {
 }
 
 fn resolve_err(builder: AgentRuntimeBuilder, agent: &str) -> ResolveError {
-    builder.build_unchecked().unwrap().resolve(agent).unwrap_err()
+    builder
+        .build_unchecked()
+        .unwrap()
+        .resolve(agent)
+        .unwrap_err()
 }
 
 #[test]
@@ -149,30 +167,46 @@ fn resolves_model_provider_and_tools() {
     assert_eq!(resolved.tools.keys().collect::<Vec<_>>(), ["search"]);
     assert!(resolved.warnings.is_empty());
     // The runtime's required plugins are always there.
-    let ids: Vec<&str> = resolved.env.plugins().iter().map(|p| p.id.as_str()).collect();
+    let ids: Vec<&str> = resolved
+        .env
+        .plugins()
+        .iter()
+        .map(|p| p.id.as_str())
+        .collect();
     assert_eq!(ids, ["__runtime.loop_actions", "stop-condition:max-rounds"]);
 }
 
 #[test]
 fn each_lookup_failure_has_its_error() {
-    assert_eq!(resolve_err(base(), "ghost"), ResolveError::AgentNotFound("ghost".into()));
+    assert_eq!(
+        resolve_err(base(), "ghost"),
+        ResolveError::AgentNotFound("ghost".into())
+    );
     assert_eq!(
         resolve_err(base().with_agent_spec(agent("a").with_model("nope")), "a"),
         ResolveError::ModelNotFound("nope".into())
     );
     assert_eq!(
         resolve_err(
-            AgentRuntimeBuilder::new().with_model("m", model()).with_agent_spec(agent("a")),
+            AgentRuntimeBuilder::new()
+                .with_model("m", model())
+                .with_agent_spec(agent("a")),
             "a"
         ),
         ResolveError::ProviderNotFound("p".into())
     );
     assert_eq!(
-        resolve_err(base().with_agent_spec(agent("a").with_plugin("missing")), "a"),
+        resolve_err(
+            base().with_agent_spec(agent("a").with_plugin("missing")),
+            "a"
+        ),
         ResolveError::PluginNotFound("missing".into())
     );
     assert_eq!(
-        resolve_err(base().with_agent_spec(agent("a").with_hook_filter("unregistered")), "a"),
+        resolve_err(
+            base().with_agent_spec(agent("a").with_hook_filter("unregistered")),
+            "a"
+        ),
         ResolveError::PluginNotFound("unregistered".into())
     );
 }
@@ -201,9 +235,10 @@ fn config_sections_are_validated_and_unclaimed_ones_warned() {
         .with_plugin("rl")
         .with_section("rate_limit", serde_json::json!({"max_calls_per_step": 3}))
         .with_section("typo_section", serde_json::json!({}));
-    let bad = agent("bad")
-        .with_plugin("rl")
-        .with_section("rate_limit", serde_json::json!({"max_calls_per_step": "three"}));
+    let bad = agent("bad").with_plugin("rl").with_section(
+        "rate_limit",
+        serde_json::json!({"max_calls_per_step": "three"}),
+    );
     let runtime = base()
         .with_plugin("rl", plugin)
         .with_agent_spec(good)
@@ -216,7 +251,11 @@ fn config_sections_are_validated_and_unclaimed_ones_warned() {
         ["config section `typo_section` is not claimed by any plugin"]
     );
     match runtime.resolve("bad").unwrap_err() {
-        ResolveError::InvalidPluginConfig { plugin, key, message } => {
+        ResolveError::InvalidPluginConfig {
+            plugin,
+            key,
+            message,
+        } => {
             assert_eq!((plugin.as_str(), key.as_str()), ("rl", "rate_limit"));
             assert!(message.contains("max_calls_per_step"), "{message}");
         }
@@ -237,7 +276,12 @@ async fn retry_section_wraps_the_executor() {
         .build()
         .unwrap();
     let request = InferenceRequest::new("upstream-m", vec![Message::user("hi")]);
-    let result = runtime.resolve("retrying").unwrap().executor.execute(request).await;
+    let result = runtime
+        .resolve("retrying")
+        .unwrap()
+        .executor
+        .execute(request)
+        .await;
     assert_eq!(result.unwrap().text(), "ok");
 
     let plain = AgentRuntimeBuilder::new()
@@ -247,7 +291,15 @@ async fn retry_section_wraps_the_executor() {
         .build()
         .unwrap();
     let request = InferenceRequest::new("upstream-m", vec![Message::user("hi")]);
-    assert!(plain.resolve("plain").unwrap().executor.execute(request).await.is_err());
+    assert!(
+        plain
+            .resolve("plain")
+            .unwrap()
+            .executor
+            .execute(request)
+            .await
+            .is_err()
+    );
 
     let invalid = agent("bad").with_section("retry", serde_json::json!({"max_retries": -1}));
     assert!(matches!(
@@ -324,14 +376,19 @@ fn plugin_registration_clash_is_an_env_build_error() {
 #[test]
 fn delegates_must_exist() {
     let builder = base().with_agent_spec(agent("boss").with_delegate("ghost"));
-    assert_eq!(resolve_err(builder, "boss"), ResolveError::AgentNotFound("ghost".into()));
+    assert_eq!(
+        resolve_err(builder, "boss"),
+        ResolveError::AgentNotFound("ghost".into())
+    );
 }
 
 #[test]
 fn builder_reports_every_conflict_kind() {
     let dup = |b: AgentRuntimeBuilder| b.build().unwrap_err();
     assert_eq!(
-        dup(base().with_agent_spec(agent("a")).with_agent_spec(agent("a"))),
+        dup(base()
+            .with_agent_spec(agent("a"))
+            .with_agent_spec(agent("a"))),
         BuildError::AgentRegistryConflict("a".into())
     );
     assert_eq!(
@@ -361,7 +418,10 @@ fn builder_reports_every_conflict_kind() {
 
 #[test]
 fn build_dry_runs_every_local_agent() {
-    let err = base().with_agent_spec(agent("a").with_model("nope")).build().unwrap_err();
+    let err = base()
+        .with_agent_spec(agent("a").with_model("nope"))
+        .build()
+        .unwrap_err();
     assert_eq!(
         err,
         BuildError::ValidationFailed("agent `a`: model `nope` not found".into())

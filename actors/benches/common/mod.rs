@@ -1,6 +1,6 @@
 //! Shared fixtures for the benches: 64 distinct state keys.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::sync::Arc;
 
@@ -37,7 +37,12 @@ macro_rules! keys {
     };
 }
 
-keys!(K0, K1, K2, K3, K4, K5, K6, K7, K8, K9, K10, K11, K12, K13, K14, K15, K16, K17, K18, K19, K20, K21, K22, K23, K24, K25, K26, K27, K28, K29, K30, K31, K32, K33, K34, K35, K36, K37, K38, K39, K40, K41, K42, K43, K44, K45, K46, K47, K48, K49, K50, K51, K52, K53, K54, K55, K56, K57, K58, K59, K60, K61, K62, K63);
+keys!(
+    K0, K1, K2, K3, K4, K5, K6, K7, K8, K9, K10, K11, K12, K13, K14, K15, K16, K17, K18, K19, K20,
+    K21, K22, K23, K24, K25, K26, K27, K28, K29, K30, K31, K32, K33, K34, K35, K36, K37, K38, K39,
+    K40, K41, K42, K43, K44, K45, K46, K47, K48, K49, K50, K51, K52, K53, K54, K55, K56, K57, K58,
+    K59, K60, K61, K62, K63
+);
 
 /// Writes one key: `Writer::<N>` touches the N-th of the first eight keys.
 pub struct Writer(pub usize);

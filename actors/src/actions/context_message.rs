@@ -216,15 +216,28 @@ mod tests {
     }
 
     fn keys(value: &ContextMessages, step: u32) -> Vec<&str> {
-        value.for_step(step).iter().map(|m| m.key.as_str()).collect()
+        value
+            .for_step(step)
+            .iter()
+            .map(|m| m.key.as_str())
+            .collect()
     }
 
     #[test]
     fn lifetimes() {
         let mut v = ContextMessages::default();
-        apply(&mut v, ContextMessagesUpdate::Add(ContextMessage::system_persistent("p", "always")));
-        apply(&mut v, ContextMessagesUpdate::Add(ContextMessage::system("e", "once")));
-        apply(&mut v, ContextMessagesUpdate::Add(ContextMessage::system_throttled("t", "every 2", 2)));
+        apply(
+            &mut v,
+            ContextMessagesUpdate::Add(ContextMessage::system_persistent("p", "always")),
+        );
+        apply(
+            &mut v,
+            ContextMessagesUpdate::Add(ContextMessage::system("e", "once")),
+        );
+        apply(
+            &mut v,
+            ContextMessagesUpdate::Add(ContextMessage::system_throttled("t", "every 2", 2)),
+        );
         assert_eq!(keys(&v, 1), ["p", "t", "e"]);
         apply(&mut v, ContextMessagesUpdate::Injected { step: 1 });
         assert_eq!(keys(&v, 2), ["p"], "ephemeral gone, throttled cooling down");
@@ -235,8 +248,14 @@ mod tests {
     #[test]
     fn same_key_replaces_and_remove_clears() {
         let mut v = ContextMessages::default();
-        apply(&mut v, ContextMessagesUpdate::Add(ContextMessage::system("k", "old")));
-        apply(&mut v, ContextMessagesUpdate::Add(ContextMessage::system_persistent("k", "new")));
+        apply(
+            &mut v,
+            ContextMessagesUpdate::Add(ContextMessage::system("k", "old")),
+        );
+        apply(
+            &mut v,
+            ContextMessagesUpdate::Add(ContextMessage::system_persistent("k", "new")),
+        );
         let msgs = v.for_step(1);
         assert_eq!(msgs.len(), 1);
         assert_eq!(msgs[0].content, "new");
@@ -247,9 +266,15 @@ mod tests {
     #[test]
     fn readding_throttled_keeps_cooldown() {
         let mut v = ContextMessages::default();
-        apply(&mut v, ContextMessagesUpdate::Add(ContextMessage::system_throttled("t", "a", 3)));
+        apply(
+            &mut v,
+            ContextMessagesUpdate::Add(ContextMessage::system_throttled("t", "a", 3)),
+        );
         apply(&mut v, ContextMessagesUpdate::Injected { step: 1 });
-        apply(&mut v, ContextMessagesUpdate::Add(ContextMessage::system_throttled("t", "b", 3)));
+        apply(
+            &mut v,
+            ContextMessagesUpdate::Add(ContextMessage::system_throttled("t", "b", 3)),
+        );
         assert!(keys(&v, 2).is_empty());
         assert_eq!(v.for_step(4)[0].content, "b");
     }

@@ -62,7 +62,10 @@ impl StateKey for ToolFilterKey {
                 value.excluded.insert(id);
             }
             ToolFilterUpdate::IncludeOnly(ids) => {
-                value.include_only.get_or_insert_with(BTreeSet::new).extend(ids);
+                value
+                    .include_only
+                    .get_or_insert_with(BTreeSet::new)
+                    .extend(ids);
             }
             ToolFilterUpdate::Clear => *value = ToolFilter::default(),
         }
@@ -94,7 +97,11 @@ pub(super) struct ExcludeToolHandler;
 
 #[async_trait]
 impl TypedScheduledActionHandler<ExcludeTool> for ExcludeToolHandler {
-    async fn handle_typed(&self, _ctx: &PhaseContext, payload: String) -> Result<StateCommand, StateError> {
+    async fn handle_typed(
+        &self,
+        _ctx: &PhaseContext,
+        payload: String,
+    ) -> Result<StateCommand, StateError> {
         let mut command = StateCommand::new();
         command.update::<ToolFilterKey>(ToolFilterUpdate::Exclude(payload));
         Ok(command)
@@ -135,9 +142,16 @@ mod tests {
         ToolFilterKey::apply(&mut f, ToolFilterUpdate::Exclude("b".into()));
         ToolFilterKey::apply(&mut f, ToolFilterUpdate::Exclude("c".into()));
         assert_eq!(ids(&f), ["a", "d"], "exclusions are additive");
-        ToolFilterKey::apply(&mut f, ToolFilterUpdate::IncludeOnly(vec!["a".into(), "b".into()]));
+        ToolFilterKey::apply(
+            &mut f,
+            ToolFilterUpdate::IncludeOnly(vec!["a".into(), "b".into()]),
+        );
         ToolFilterKey::apply(&mut f, ToolFilterUpdate::IncludeOnly(vec!["d".into()]));
-        assert_eq!(ids(&f), ["a", "d"], "include-only sets union, exclusions applied after");
+        assert_eq!(
+            ids(&f),
+            ["a", "d"],
+            "include-only sets union, exclusions applied after"
+        );
         ToolFilterKey::apply(&mut f, ToolFilterUpdate::Clear);
         assert_eq!(ids(&f), ["a", "b", "c", "d"]);
     }

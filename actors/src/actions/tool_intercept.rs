@@ -55,7 +55,7 @@ pub enum ToolInterceptUpdate {
         /// The call.
         call_id: ToolCallId,
         /// The intercept.
-        payload: ToolInterceptPayload,
+        payload: Box<ToolInterceptPayload>,
     },
     /// Forgets the intercept of a call (once it has been acted on).
     Clear(ToolCallId),
@@ -82,7 +82,7 @@ impl StateKey for ToolInterceptKey {
                     );
                 }
                 _ => {
-                    value.insert(call_id, payload);
+                    value.insert(call_id, *payload);
                 }
             },
             ToolInterceptUpdate::Clear(call_id) => {
@@ -121,7 +121,7 @@ impl TypedScheduledActionHandler<ToolInterceptAction> for ToolInterceptHandler {
         let mut command = StateCommand::new();
         command.update::<ToolInterceptKey>(ToolInterceptUpdate::Offer {
             call_id: call.call_id.clone(),
-            payload,
+            payload: Box::new(payload),
         });
         Ok(command)
     }
@@ -150,12 +150,15 @@ mod tests {
         }
     }
 
-    fn offer(value: &mut BTreeMap<ToolCallId, ToolInterceptPayload>, payload: ToolInterceptPayload) {
+    fn offer(
+        value: &mut BTreeMap<ToolCallId, ToolInterceptPayload>,
+        payload: ToolInterceptPayload,
+    ) {
         ToolInterceptKey::apply(
             value,
             ToolInterceptUpdate::Offer {
                 call_id: ToolCallId::new("c1").unwrap(),
-                payload,
+                payload: Box::new(payload),
             },
         );
     }
@@ -164,7 +167,9 @@ mod tests {
     fn block_beats_suspend_beats_set_result() {
         let set = ToolInterceptPayload::SetResult(ToolResult::success("rm", serde_json::json!(1)));
         let suspend = ToolInterceptPayload::Suspend(ticket());
-        let block = ToolInterceptPayload::Block { reason: "no".into() };
+        let block = ToolInterceptPayload::Block {
+            reason: "no".into(),
+        };
 
         for order in [
             [set.clone(), suspend.clone(), block.clone()],
@@ -187,11 +192,23 @@ mod tests {
     #[test]
     fn equal_priority_keeps_the_first() {
         let mut value = BTreeMap::new();
-        offer(&mut value, ToolInterceptPayload::Block { reason: "first".into() });
-        offer(&mut value, ToolInterceptPayload::Block { reason: "second".into() });
+        offer(
+            &mut value,
+            ToolInterceptPayload::Block {
+                reason: "first".into(),
+            },
+        );
+        offer(
+            &mut value,
+            ToolInterceptPayload::Block {
+                reason: "second".into(),
+            },
+        );
         assert_eq!(
             value.values().next(),
-            Some(&ToolInterceptPayload::Block { reason: "first".into() })
+            Some(&ToolInterceptPayload::Block {
+                reason: "first".into()
+            })
         );
     }
 }

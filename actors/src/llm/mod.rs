@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{
-    ContentBlock, InferenceOverride, Message, ReasoningEffort, TokenUsage, ToolCall,
-    ToolDescriptor,
+    ContentBlock, InferenceOverride, Message, ReasoningEffort, TokenUsage, ToolCall, ToolDescriptor,
 };
 use crate::error::InferenceExecutionError;
 
@@ -79,7 +78,7 @@ impl InferenceRequest {
             self.top_p = overrides.top_p;
         }
         if overrides.reasoning_effort.is_some() {
-            self.reasoning_effort = overrides.reasoning_effort.clone();
+            self.reasoning_effort = overrides.reasoning_effort;
         }
     }
 }
@@ -137,7 +136,10 @@ impl StreamResult {
 #[async_trait]
 pub trait LlmExecutor: Send + Sync {
     /// Sends the request and returns the complete response.
-    async fn execute(&self, request: InferenceRequest) -> Result<StreamResult, InferenceExecutionError>;
+    async fn execute(
+        &self,
+        request: InferenceRequest,
+    ) -> Result<StreamResult, InferenceExecutionError>;
 
     /// A short name for logs.
     fn name(&self) -> &str;

@@ -97,7 +97,10 @@ impl RetryingExecutor {
 
 #[async_trait]
 impl LlmExecutor for RetryingExecutor {
-    async fn execute(&self, request: InferenceRequest) -> Result<StreamResult, InferenceExecutionError> {
+    async fn execute(
+        &self,
+        request: InferenceRequest,
+    ) -> Result<StreamResult, InferenceExecutionError> {
         // Fallbacks from the request (an inference override) win over the policy's.
         let fallbacks = if request.fallback_models.is_empty() {
             self.policy.fallback_models.clone()
@@ -160,7 +163,10 @@ mod tests {
 
     #[async_trait]
     impl LlmExecutor for Flaky {
-        async fn execute(&self, request: InferenceRequest) -> Result<StreamResult, InferenceExecutionError> {
+        async fn execute(
+            &self,
+            request: InferenceRequest,
+        ) -> Result<StreamResult, InferenceExecutionError> {
             self.calls.lock().unwrap().push(request.model.clone());
             if self.failing_models.contains(&request.model) {
                 return Err(InferenceExecutionError::provider("down"));

@@ -209,7 +209,8 @@ impl PhaseRuntime {
                     }),
                 };
                 ctx.snapshot = Snapshot::default();
-                let committed = outcome.and_then(|command| self.commit(store, command, base, report));
+                let committed =
+                    outcome.and_then(|command| self.commit(store, command, base, report));
                 if let Err(error) = committed {
                     tracing::warn!(action = %pending.action.key, ?phase, %error, "scheduled action failed");
                     report.failed_actions += 1;

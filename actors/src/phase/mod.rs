@@ -5,6 +5,14 @@
 //! [`PhaseRuntime`] runs the phase's hooks (GATHER) and then the phase's scheduled
 //! actions until they converge (EXECUTE).
 
+mod context;
+mod engine;
+
+pub use context::{PhaseContext, ToolCallView};
+pub use engine::{
+    DEFAULT_MAX_PHASE_ROUNDS, EffectBatch, EffectDispatchReport, PhaseReport, PhaseRuntime,
+};
+
 use serde::{Deserialize, Serialize};
 
 /// A named point in the run loop where plugins hook in.

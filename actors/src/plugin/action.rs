@@ -26,8 +26,11 @@ pub trait TypedScheduledActionHandler<A: ScheduledActionSpec>: Send + Sync + 'st
 #[async_trait]
 pub trait ScheduledActionHandler: Send + Sync {
     /// Decodes and runs the action.
-    async fn handle(&self, ctx: &PhaseContext, payload: JsonValue)
-    -> Result<StateCommand, StateError>;
+    async fn handle(
+        &self,
+        ctx: &PhaseContext,
+        payload: JsonValue,
+    ) -> Result<StateCommand, StateError>;
 }
 
 pub(crate) struct TypedActionAdapter<A, H> {

@@ -118,12 +118,10 @@ impl ExecutionEnv {
     ) -> Result<Self, StateError> {
         let mut env = Self::default();
         let mut seen_ids = HashSet::new();
-        let mut key_names: HashSet<&'static str> = [
-            PendingScheduledActions::KEY,
-            FailedScheduledActions::KEY,
-        ]
-        .into_iter()
-        .collect();
+        let mut key_names: HashSet<&'static str> =
+            [PendingScheduledActions::KEY, FailedScheduledActions::KEY]
+                .into_iter()
+                .collect();
         for entry in plugins {
             if !seen_ids.insert(entry.id.clone()) {
                 return Err(StateError::PluginAlreadyInstalled { name: entry.id });
@@ -252,7 +250,9 @@ impl ExecutionEnv {
         // Keys no plugin declares any more, or declared now with another type.
         let stale: Vec<String> = store
             .registered_keys()
-            .filter(|key| *key != PendingScheduledActions::KEY && *key != FailedScheduledActions::KEY)
+            .filter(|key| {
+                *key != PendingScheduledActions::KEY && *key != FailedScheduledActions::KEY
+            })
             .filter(|key| match (declared.get(key), store.registration(key)) {
                 (Some(wanted), Some(current)) => !wanted.same_key_type(current),
                 _ => true,

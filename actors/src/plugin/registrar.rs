@@ -48,7 +48,10 @@ impl PluginRegistrar {
     }
 
     /// Declares a state key.
-    pub fn register_key<K: StateKey>(&mut self, options: StateKeyOptions) -> Result<(), StateError> {
+    pub fn register_key<K: StateKey>(
+        &mut self,
+        options: StateKeyOptions,
+    ) -> Result<(), StateError> {
         if self.keys.iter().any(|k| k.key == K::KEY) {
             return Err(StateError::KeyAlreadyRegistered {
                 key: K::KEY.to_owned(),
@@ -66,7 +69,11 @@ impl PluginRegistrar {
         hook: impl PhaseHook,
     ) -> Result<(), StateError> {
         let name = name.into();
-        if self.hooks.iter().any(|h| h.phase == phase && h.name == name) {
+        if self
+            .hooks
+            .iter()
+            .any(|h| h.phase == phase && h.name == name)
+        {
             return Err(StateError::HookAlreadyRegistered {
                 plugin_id: self.plugin_id.to_string(),
                 hook: name.to_string(),

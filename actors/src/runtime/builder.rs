@@ -49,7 +49,12 @@ impl AgentRuntimeBuilder {
     /// Adds an agent definition.
     pub fn with_agent_spec(mut self, spec: AgentSpec) -> Self {
         let id = spec.id.to_string();
-        if self.registries.agents.insert(id.clone(), Arc::new(spec)).is_err() {
+        if self
+            .registries
+            .agents
+            .insert(id.clone(), Arc::new(spec))
+            .is_err()
+        {
             self.errors.push(BuildError::AgentRegistryConflict(id));
         }
         self
@@ -93,7 +98,12 @@ impl AgentRuntimeBuilder {
     /// Adds an LLM executor under a provider id.
     pub fn with_provider(mut self, id: impl Into<String>, executor: Arc<dyn LlmExecutor>) -> Self {
         let id = id.into();
-        if self.registries.providers.insert(id.clone(), executor).is_err() {
+        if self
+            .registries
+            .providers
+            .insert(id.clone(), executor)
+            .is_err()
+        {
             self.errors.push(BuildError::ProviderRegistryConflict(id));
         }
         self

@@ -91,7 +91,9 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         .cloned()
         .ok_or_else(|| ResolveError::AgentNotFound(agent_id.to_owned()))?;
     if spec.endpoint.is_some() {
-        return Err(ResolveError::RemoteAgentNotDirectlyRunnable(agent_id.to_owned()));
+        return Err(ResolveError::RemoteAgentNotDirectlyRunnable(
+            agent_id.to_owned(),
+        ));
     }
     let model = registries
         .models
@@ -103,7 +105,10 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         .get(&model.provider)
         .cloned()
         .ok_or_else(|| ResolveError::ProviderNotFound(model.provider.clone()))?;
-    let mut schemas = vec![(RUNTIME_OWNER.to_owned(), ConfigSchema::of::<RetryConfigKey>())];
+    let mut schemas = vec![(
+        RUNTIME_OWNER.to_owned(),
+        ConfigSchema::of::<RetryConfigKey>(),
+    )];
     validate_sections(&spec, &schemas)?;
     if spec.sections.contains_key(RetryConfigKey::KEY) {
         let policy = spec
@@ -116,8 +121,14 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
 
     // Stage 2: plugins.
     let mut entries = vec![
-        PluginEntry::required(LoopActionHandlersPlugin::ID, Arc::new(LoopActionHandlersPlugin)),
-        PluginEntry::required(MaxRoundsPlugin::ID, Arc::new(MaxRoundsPlugin::new(spec.max_rounds))),
+        PluginEntry::required(
+            LoopActionHandlersPlugin::ID,
+            Arc::new(LoopActionHandlersPlugin),
+        ),
+        PluginEntry::required(
+            MaxRoundsPlugin::ID,
+            Arc::new(MaxRoundsPlugin::new(spec.max_rounds)),
+        ),
     ];
     // Plugins come from `plugin_ids`; a plugin named only in `active_hook_filter` is
     // installed too, since naming it there is how the book activates a plugin
@@ -151,7 +162,9 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
     for key in spec.sections.keys() {
         if !claimed.contains(key.as_str()) {
             tracing::warn!(agent = %spec.id, section = %key, "config section is not claimed by any plugin");
-            warnings.push(format!("config section `{key}` is not claimed by any plugin"));
+            warnings.push(format!(
+                "config section `{key}` is not claimed by any plugin"
+            ));
         }
     }
     let env = ExecutionEnv::from_plugins(entries, &spec.active_hook_filter)
@@ -208,7 +221,10 @@ fn invalid_config(plugin: &str, key: &str, message: String) -> ResolveError {
 }
 
 /// Validates every present section that one of `schemas` claims.
-fn validate_sections(spec: &AgentSpec, schemas: &[(String, ConfigSchema)]) -> Result<(), ResolveError> {
+fn validate_sections(
+    spec: &AgentSpec,
+    schemas: &[(String, ConfigSchema)],
+) -> Result<(), ResolveError> {
     for (owner, schema) in schemas {
         let Some(section) = spec.sections.get(&schema.key) else {
             continue;

@@ -160,10 +160,10 @@ impl StateStore {
                 key: key.to_owned(),
             });
         };
-        if registration.retain_on_uninstall {
-            if let Some(json) = registration.encode(&self.current)? {
-                self.retained.insert(key.to_owned(), json);
-            }
+        if registration.retain_on_uninstall
+            && let Some(json) = registration.encode(&self.current)?
+        {
+            self.retained.insert(key.to_owned(), json);
         }
         self.registry.remove(key);
         registration.remove_from(Arc::make_mut(&mut self.current));
@@ -223,13 +223,13 @@ impl StateStore {
     }
 
     fn validate_batch(&self, batch: &MutationBatch) -> Result<(), StateError> {
-        if let Some(expected) = batch.base_revision() {
-            if expected != self.revision {
-                return Err(StateError::RevisionConflict {
-                    expected,
-                    actual: self.revision,
-                });
-            }
+        if let Some(expected) = batch.base_revision()
+            && expected != self.revision
+        {
+            return Err(StateError::RevisionConflict {
+                expected,
+                actual: self.revision,
+            });
         }
         for op in batch.ops() {
             self.registry.check(op.key(), op.key_type())?;

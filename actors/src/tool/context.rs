@@ -83,7 +83,8 @@ impl ToolCallContext {
     }
 
     fn activity_message_id(&self) -> MessageId {
-        MessageId::new(format!("activity:{}", self.call_id)).unwrap_or_else(|_| MessageId::generate())
+        MessageId::new(format!("activity:{}", self.call_id))
+            .unwrap_or_else(|_| MessageId::generate())
     }
 
     /// Reports a full activity snapshot (replaces earlier content).
@@ -129,9 +130,9 @@ impl ToolCallContext {
             return;
         };
         let state = ToolCallProgressState {
-            schema: "tool-call-progress.v1".to_owned(),
+            schema: crate::contract::progress::TOOL_CALL_PROGRESS_SCHEMA.to_owned(),
             node_id: self.call_id.to_string(),
-            call_id: self.call_id.to_string(),
+            call_id: self.call_id.clone(),
             tool_name: self.tool_name.clone(),
             status,
             progress: progress.map(|p| p.clamp(0.0, 1.0)),

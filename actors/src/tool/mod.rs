@@ -50,7 +50,11 @@ pub trait Tool: Send + Sync {
     }
 
     /// Runs the tool.
-    async fn execute(&self, args: JsonValue, ctx: &ToolCallContext) -> Result<ToolOutput, ToolError>;
+    async fn execute(
+        &self,
+        args: JsonValue,
+        ctx: &ToolCallContext,
+    ) -> Result<ToolOutput, ToolError>;
 }
 
 impl std::fmt::Debug for dyn Tool {
