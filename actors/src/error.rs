@@ -217,8 +217,11 @@ impl InferenceExecutionError {
 }
 
 /// Errors from thread, run and profile stores.
+///
+/// Adjacently tagged like [`ToolError`] (`{"kind": "not_found", "message": "..."}`):
+/// serde cannot internally tag a variant that holds a bare string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", content = "message", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StorageError {
     /// The addressed record does not exist.
@@ -395,6 +398,27 @@ mod tests {
         );
         let err: RuntimeError = ResolveError::ModelNotFound("m".into()).into();
         assert!(matches!(err, RuntimeError::ResolveFailed { .. }));
+    }
+
+    #[test]
+    fn storage_error_json_shape() {
+        let err = StorageError::NotFound("thread t1".into());
+        let json = serde_json::to_value(&err).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "not_found", "message": "thread t1"})
+        );
+        assert_eq!(serde_json::from_value::<StorageError>(json).unwrap(), err);
+        let err = StorageError::VersionConflict {
+            expected: 1,
+            actual: 2,
+        };
+        let json = serde_json::to_value(&err).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "version_conflict", "message": {"expected": 1, "actual": 2}})
+        );
+        assert_eq!(serde_json::from_value::<StorageError>(json).unwrap(), err);
     }
 
     #[test]
