@@ -7,6 +7,7 @@
 pub mod actions;
 pub mod cancellation;
 pub mod codec;
+pub mod context;
 pub mod contract;
 pub mod error;
 pub mod event_sink;

@@ -452,3 +452,41 @@ fn build_dry_runs_every_local_agent() {
         })
     );
 }
+
+#[test]
+fn context_policy_adds_the_context_transform() {
+    let mut spec = agent("windowed");
+    spec.context_policy = Some(awaken_actors::contract::ContextWindowPolicy {
+        max_context_tokens: 300,
+        max_output_tokens: 0,
+        min_recent_messages: 1,
+        ..Default::default()
+    });
+    let runtime = base()
+        .with_agent_spec(spec)
+        .with_agent_spec(agent("plain"))
+        .build()
+        .unwrap();
+    let windowed = runtime.resolve("windowed").unwrap();
+    assert!(
+        windowed
+            .env
+            .plugins()
+            .iter()
+            .any(|p| p.id == "__runtime.context_transform")
+    );
+    let mut request = InferenceRequest::new(
+        "upstream-m",
+        (0..10)
+            .map(|i| Message::user(format!("{i}{}", "x".repeat(399))))
+            .collect(),
+    );
+    windowed
+        .env
+        .apply_request_transforms(&mut request, &Default::default());
+    assert!(request.messages.len() < 10);
+    assert!(request.messages.last().unwrap().text().starts_with('9'));
+
+    let plain = runtime.resolve("plain").unwrap();
+    assert!(plain.env.request_transforms().is_empty());
+}

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::registry::RegistrySet;
 use crate::actions::LoopActionHandlersPlugin;
+use crate::context::ContextTransformPlugin;
 use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey};
 use crate::error::ResolveError;
 use crate::llm::{LlmExecutor, RetryConfigKey, RetryingExecutor};
@@ -130,6 +131,12 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
             Arc::new(MaxRoundsPlugin::new(spec.max_rounds)),
         ),
     ];
+    if let Some(policy) = &spec.context_policy {
+        entries.push(PluginEntry::required(
+            ContextTransformPlugin::ID,
+            Arc::new(ContextTransformPlugin::new(policy.clone())),
+        ));
+    }
     // Plugins come from `plugin_ids`; a plugin named only in `active_hook_filter` is
     // installed too, since naming it there is how the book activates a plugin
     // (see docs/decisions/0003-hook-filter-installs-plugins.md).
