@@ -490,3 +490,34 @@ fn context_policy_adds_the_context_transform() {
     let plain = runtime.resolve("plain").unwrap();
     assert!(plain.env.request_transforms().is_empty());
 }
+
+#[test]
+fn compaction_section_is_claimed_and_validated_with_a_context_policy() {
+    let policy = awaken_actors::contract::ContextWindowPolicy::default();
+    let mut good =
+        agent("good").with_section("compaction", serde_json::json!({"min_savings_ratio": 0.5}));
+    good.context_policy = Some(policy.clone());
+    let mut bad = agent("bad").with_section(
+        "compaction",
+        serde_json::json!({"min_savings_ratio": "high"}),
+    );
+    bad.context_policy = Some(policy);
+    let runtime = base()
+        .with_agent_spec(good)
+        .with_agent_spec(bad)
+        .build_unchecked()
+        .unwrap();
+    let resolved = runtime.resolve("good").unwrap();
+    assert!(resolved.warnings.is_empty(), "{:?}", resolved.warnings);
+    assert!(
+        resolved
+            .env
+            .plugins()
+            .iter()
+            .any(|p| p.id == "__runtime.compaction")
+    );
+    assert!(matches!(
+        runtime.resolve("bad").unwrap_err(),
+        ResolveError::InvalidPluginConfig { ref key, .. } if key == "compaction"
+    ));
+}

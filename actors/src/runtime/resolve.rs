@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use super::registry::RegistrySet;
 use crate::actions::LoopActionHandlersPlugin;
-use crate::context::ContextTransformPlugin;
+use crate::context::{
+    CompactionConfig, CompactionConfigKey, CompactionPlugin, ContextTransformPlugin,
+};
 use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey};
 use crate::error::ResolveError;
 use crate::llm::{LlmExecutor, RetryConfigKey, RetryingExecutor};
@@ -132,6 +134,23 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         ),
     ];
     if let Some(policy) = &spec.context_policy {
+        // The section is validated below with the other plugins' schemas; a section
+        // that does not decode falls back to defaults only when absent.
+        let compaction = if spec.sections.contains_key(CompactionConfigKey::KEY) {
+            spec.config::<CompactionConfigKey>().map_err(|e| {
+                invalid_config(
+                    CompactionPlugin::ID,
+                    CompactionConfigKey::KEY,
+                    e.to_string(),
+                )
+            })?
+        } else {
+            CompactionConfig::default()
+        };
+        entries.push(PluginEntry::required(
+            CompactionPlugin::ID,
+            Arc::new(CompactionPlugin::new(compaction)),
+        ));
         entries.push(PluginEntry::required(
             ContextTransformPlugin::ID,
             Arc::new(ContextTransformPlugin::new(policy.clone())),
