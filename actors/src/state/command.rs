@@ -34,10 +34,7 @@ pub struct ScheduledAction {
 impl ScheduledAction {
     /// Encodes a typed action.
     pub fn from_spec<A: ScheduledActionSpec>(payload: A::Payload) -> Result<Self, StateError> {
-        let payload = serde_json::to_value(payload).map_err(|e| StateError::KeyEncode {
-            key: A::KEY.to_owned(),
-            message: e.to_string(),
-        })?;
+        let payload = encode_payload(A::KEY, &payload)?;
         Ok(Self {
             key: A::KEY.to_owned(),
             phase: A::PHASE,
@@ -71,10 +68,7 @@ pub struct TypedEffect {
 impl TypedEffect {
     /// Encodes a typed effect.
     pub fn from_spec<E: EffectSpec>(payload: E::Payload) -> Result<Self, StateError> {
-        let payload = serde_json::to_value(payload).map_err(|e| StateError::KeyEncode {
-            key: E::KEY.to_owned(),
-            message: e.to_string(),
-        })?;
+        let payload = encode_payload(E::KEY, &payload)?;
         Ok(Self {
             key: E::KEY.to_owned(),
             payload,
@@ -87,6 +81,18 @@ impl TypedEffect {
     }
 }
 
+/// Encodes a key's, action's or effect's value as JSON, naming the key on failure.
+pub(crate) fn encode_payload<T: Serialize + ?Sized>(
+    key: &str,
+    value: &T,
+) -> Result<JsonValue, StateError> {
+    serde_json::to_value(value).map_err(|e| StateError::KeyEncode {
+        key: key.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Decodes a key's, action's or effect's JSON value, naming the key on failure.
 pub(crate) fn decode_payload<T: DeserializeOwned>(
     key: &str,
     payload: JsonValue,

@@ -21,18 +21,12 @@ pub trait ProfileKey: 'static + Send + Sync {
 
     /// Encodes a value for the store.
     fn encode(value: &Self::Value) -> Result<JsonValue, StateError> {
-        serde_json::to_value(value).map_err(|e| StateError::KeyEncode {
-            key: Self::KEY.to_owned(),
-            message: e.to_string(),
-        })
+        super::command::encode_payload(Self::KEY, value)
     }
 
     /// Decodes a stored value.
     fn decode(value: JsonValue) -> Result<Self::Value, StateError> {
-        serde_json::from_value(value).map_err(|e| StateError::KeyDecode {
-            key: Self::KEY.to_owned(),
-            message: e.to_string(),
-        })
+        super::command::decode_payload(Self::KEY, value)
     }
 }
 
