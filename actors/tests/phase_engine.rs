@@ -859,6 +859,7 @@ async fn intercepts_resolve_by_priority_per_call() {
         tool_name: "rm".into(),
         arguments: serde_json::json!({"path": "/"}),
         result: None,
+        decision: None,
     };
     PhaseRuntime::new()
         .run_phase(

@@ -4,13 +4,18 @@ mod retry;
 
 pub use retry::{LlmRetryPolicy, RetryConfigKey, RetryingExecutor};
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{
     ContentBlock, InferenceOverride, Message, ReasoningEffort, TokenUsage, ToolCall, ToolDescriptor,
 };
 use crate::error::InferenceExecutionError;
+use crate::ids::ToolCallId;
 
 /// One call to a model: the conversation, the offered tools and the parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,17 +137,131 @@ impl StreamResult {
     }
 }
 
+/// One streamed piece of a model response, forwarded to clients as it arrives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum InferenceDelta {
+    /// More answer text.
+    Text {
+        /// The new text.
+        delta: String,
+    },
+    /// More reasoning text.
+    Reasoning {
+        /// The new text.
+        delta: String,
+    },
+    /// The model started a tool call.
+    ToolCallStart {
+        /// The call id.
+        id: ToolCallId,
+        /// The tool's name.
+        name: String,
+    },
+    /// More of a tool call's JSON arguments.
+    ToolCallDelta {
+        /// The call id.
+        id: ToolCallId,
+        /// The new argument text.
+        args_delta: String,
+    },
+    /// Token usage, as soon as the provider reports it.
+    Usage {
+        /// The usage.
+        usage: TokenUsage,
+    },
+}
+
+/// An item of an inference stream: deltas, then exactly one final result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InferenceChunk {
+    /// A partial piece of the response.
+    Delta(InferenceDelta),
+    /// The complete, parsed response; always the last item of a successful stream.
+    Done(StreamResult),
+}
+
+/// A streaming model response. A stream that ends without `Done` has failed.
+pub type InferenceStream = BoxStream<'static, Result<InferenceChunk, InferenceExecutionError>>;
+
 /// Runs inference against one provider.
+///
+/// `execute` is required; `execute_stream` defaults to running `execute` and
+/// replaying its result as deltas. Streaming providers override `execute_stream` and
+/// implement `execute` with [`collect_stream`].
 #[async_trait]
-pub trait LlmExecutor: Send + Sync {
+pub trait LlmExecutor: Send + Sync + 'static {
     /// Sends the request and returns the complete response.
     async fn execute(
         &self,
         request: InferenceRequest,
     ) -> Result<StreamResult, InferenceExecutionError>;
 
+    /// Sends the request and streams the response.
+    fn execute_stream(self: Arc<Self>, request: InferenceRequest) -> InferenceStream {
+        futures::stream::once(async move { self.execute(request).await })
+            .flat_map(|outcome| match outcome {
+                Ok(result) => {
+                    futures::stream::iter(replay_as_chunks(result).into_iter().map(Ok)).boxed()
+                }
+                Err(error) => futures::stream::iter([Err(error)]).boxed(),
+            })
+            .boxed()
+    }
+
     /// A short name for logs.
     fn name(&self) -> &str;
+}
+
+/// The deltas a complete result would have streamed, followed by `Done`.
+pub fn replay_as_chunks(result: StreamResult) -> Vec<InferenceChunk> {
+    let mut chunks = Vec::new();
+    for block in &result.content {
+        match block {
+            ContentBlock::Text { text } if !text.is_empty() => {
+                chunks.push(InferenceChunk::Delta(InferenceDelta::Text {
+                    delta: text.clone(),
+                }));
+            }
+            ContentBlock::Reasoning { text, .. } if !text.is_empty() => {
+                chunks.push(InferenceChunk::Delta(InferenceDelta::Reasoning {
+                    delta: text.clone(),
+                }));
+            }
+            _ => {}
+        }
+    }
+    for call in &result.tool_calls {
+        chunks.push(InferenceChunk::Delta(InferenceDelta::ToolCallStart {
+            id: call.id.clone(),
+            name: call.name.clone(),
+        }));
+        chunks.push(InferenceChunk::Delta(InferenceDelta::ToolCallDelta {
+            id: call.id.clone(),
+            args_delta: call.arguments.to_string(),
+        }));
+    }
+    if let Some(usage) = &result.usage {
+        chunks.push(InferenceChunk::Delta(InferenceDelta::Usage {
+            usage: usage.clone(),
+        }));
+    }
+    chunks.push(InferenceChunk::Done(result));
+    chunks
+}
+
+/// Drains a stream to its final result.
+pub async fn collect_stream(
+    mut stream: InferenceStream,
+) -> Result<StreamResult, InferenceExecutionError> {
+    while let Some(item) = stream.next().await {
+        if let InferenceChunk::Done(result) = item? {
+            return Ok(result);
+        }
+    }
+    Err(InferenceExecutionError::provider(
+        "stream ended without a final result",
+    ))
 }
 
 impl std::fmt::Debug for dyn LlmExecutor {

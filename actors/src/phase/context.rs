@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::JsonValue;
 use crate::cancellation::CancellationToken;
-use crate::contract::{AgentSpec, Message, RunIdentity, ToolResult};
+use crate::contract::{AgentSpec, Message, RunIdentity, ToolCallResume, ToolResult};
 use crate::ids::ToolCallId;
 use crate::llm::StreamResult;
 use crate::phase::Phase;
@@ -21,6 +21,8 @@ pub struct ToolCallView {
     pub arguments: JsonValue,
     /// The result; set in AfterToolExecute.
     pub result: Option<ToolResult>,
+    /// The human decision this execution replays, when it is a resumed call.
+    pub decision: Option<ToolCallResume>,
 }
 
 /// Immutable inputs of one phase execution.
