@@ -243,7 +243,7 @@ pub fn replay_as_chunks(result: StreamResult) -> Vec<InferenceChunk> {
     }
     if let Some(usage) = &result.usage {
         chunks.push(InferenceChunk::Delta(InferenceDelta::Usage {
-            usage: usage.clone(),
+            usage: *usage,
         }));
     }
     chunks.push(InferenceChunk::Done(result));
