@@ -18,7 +18,10 @@ pub mod plugin;
 pub mod policies;
 pub mod runtime;
 pub mod state;
+pub mod store;
+pub mod thread;
 pub mod tool;
+pub mod tool_call;
 
 pub use error::{
     BuildError, InferenceExecutionError, ResolveError, RuntimeError, StateError, StorageError,

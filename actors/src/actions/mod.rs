@@ -43,6 +43,9 @@ impl Plugin for LoopActionHandlersPlugin {
         r.register_key::<InferenceOverrideKey>(StateKeyOptions::default())?;
         r.register_key::<ToolFilterKey>(StateKeyOptions::default())?;
         r.register_key::<ToolInterceptKey>(StateKeyOptions::default())?;
+        // The run loop's own keys ride on this always-installed plugin.
+        r.register_key::<crate::thread::ToolCallStates>(StateKeyOptions::default())?;
+        r.register_key::<crate::thread::RunLifecycleKey>(StateKeyOptions::default())?;
         r.register_scheduled_action::<AddContextMessage, _>(
             context_message::AddContextMessageHandler,
         )?;

@@ -2,31 +2,17 @@
 
 use std::sync::Arc;
 
+use super::agent_runtime::{AgentRuntime, RuntimeServices};
 use super::registry::RegistrySet;
-use super::resolve::{ResolvedAgent, resolve};
 use crate::contract::{AgentSpec, ModelSpec};
 use crate::error::{BuildError, ResolveError};
+use crate::ids::AgentId;
 use crate::llm::LlmExecutor;
 use crate::plugin::Plugin;
+use crate::state::{ProfileAccess, ProfileStore};
+use crate::store::ThreadRunStore;
+use crate::thread::{EventHub, FenceSource, ThreadConfig};
 use crate::tool::Tool;
-
-/// The assembled runtime: registries plus the operations over them.
-#[derive(Debug, Clone)]
-pub struct AgentRuntime {
-    registries: Arc<RegistrySet>,
-}
-
-impl AgentRuntime {
-    /// The registries this runtime resolves from.
-    pub fn registries(&self) -> &Arc<RegistrySet> {
-        &self.registries
-    }
-
-    /// Resolves an agent id into a runnable agent.
-    pub fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
-        resolve(&self.registries, agent_id)
-    }
-}
 
 /// Collects agents, tools, models, providers and plugins, then builds and validates
 /// an [`AgentRuntime`].
@@ -37,6 +23,7 @@ impl AgentRuntime {
 #[derive(Debug, Default)]
 pub struct AgentRuntimeBuilder {
     registries: RegistrySet,
+    services: RuntimeServices,
     errors: Vec<BuildError>,
 }
 
@@ -118,11 +105,47 @@ impl AgentRuntimeBuilder {
         self
     }
 
+    /// Persists threads, messages and runs here (default: in memory).
+    pub fn with_thread_run_store(mut self, store: Arc<dyn ThreadRunStore>) -> Self {
+        self.services.store = Some(store);
+        self
+    }
+
+    /// Gives hooks and tools profile and shared state backed by `store`.
+    pub fn with_profile_store(mut self, store: Arc<dyn ProfileStore>) -> Self {
+        self.services.profile = Some(ProfileAccess::new(store));
+        self
+    }
+
+    /// Sends every run's events to `hub` as well (SSE replay, cluster fan-out).
+    pub fn with_event_hub(mut self, hub: Arc<dyn EventHub>) -> Self {
+        self.services.hub = Some(hub);
+        self
+    }
+
+    /// Uses another source of checkpoint fencing tokens (the cluster's leases).
+    pub fn with_fence_source(mut self, fence: Arc<dyn FenceSource>) -> Self {
+        self.services.fence = Some(fence);
+        self
+    }
+
+    /// Tunes thread actors (passivation, restarts).
+    pub fn with_thread_config(mut self, config: ThreadConfig) -> Self {
+        self.services.config = config;
+        self
+    }
+
+    /// Runs this agent when a request names none and its thread has no previous agent.
+    pub fn with_default_agent(mut self, agent: AgentId) -> Self {
+        self.services.config.default_agent = Some(agent);
+        self
+    }
+
     /// Builds the runtime and dry-runs the resolution of every local agent, so a
     /// missing model, provider or plugin is reported at start-up.
     pub fn build(self) -> Result<AgentRuntime, BuildError> {
         let runtime = self.build_unchecked()?;
-        for (id, spec) in runtime.registries.agents.iter() {
+        for (id, spec) in runtime.registries().agents.iter() {
             if spec.endpoint.is_some() {
                 continue;
             }
@@ -142,8 +165,6 @@ impl AgentRuntimeBuilder {
         if !self.errors.is_empty() {
             return Err(self.errors.swap_remove(0));
         }
-        Ok(AgentRuntime {
-            registries: Arc::new(self.registries),
-        })
+        Ok(AgentRuntime::new(Arc::new(self.registries), self.services))
     }
 }

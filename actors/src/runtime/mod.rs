@@ -1,9 +1,11 @@
 //! Assembling a runtime: registries, the builder, and agent resolution.
 
+mod agent_runtime;
 mod builder;
 mod registry;
 mod resolve;
 
-pub use builder::{AgentRuntime, AgentRuntimeBuilder};
+pub use agent_runtime::{AgentRunResult, AgentRuntime};
+pub use builder::AgentRuntimeBuilder;
 pub use registry::{Registry, RegistrySet};
 pub use resolve::{AgentResolver, RegistryResolver, ResolvedAgent, resolve};

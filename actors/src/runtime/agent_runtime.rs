@@ -1,0 +1,363 @@
+//! `AgentRuntime`: the facade applications use — resolve agents, run them, and
+//! control their runs (decide, cancel, interrupt, inspect).
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{OnceCell, oneshot};
+
+use super::registry::RegistrySet;
+use super::resolve::{AgentResolver, RegistryResolver, ResolvedAgent, resolve};
+use crate::contract::{AgentEvent, RunRecord, TerminationReason, ToolCallResume};
+use crate::error::{ResolveError, RuntimeError};
+use crate::event_sink::EventSink;
+use crate::ids::{RunId, ThreadId, ToolCallId};
+use crate::phase::PhaseRuntime;
+use crate::state::ProfileAccess;
+use crate::store::{InMemoryStore, ThreadRunStore};
+use crate::thread::{
+    ControlError, DecisionAck, EventHub, FenceSource, NullEventHub, RunRequest, RunTicket,
+    SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg, ThreadRegion, ThreadStatus,
+};
+
+/// The services a runtime is built with; anything unset gets a single-node default.
+#[derive(Default)]
+pub(crate) struct RuntimeServices {
+    pub(crate) store: Option<Arc<dyn ThreadRunStore>>,
+    pub(crate) profile: Option<ProfileAccess>,
+    pub(crate) hub: Option<Arc<dyn EventHub>>,
+    pub(crate) fence: Option<Arc<dyn FenceSource>>,
+    pub(crate) config: ThreadConfig,
+}
+
+impl std::fmt::Debug for RuntimeServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeServices")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one activation of a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRunResult {
+    /// The thread.
+    pub thread_id: ThreadId,
+    /// The run.
+    pub run_id: RunId,
+    /// Why it stopped; `Suspended` means it waits for decisions.
+    pub termination: TerminationReason,
+    /// The last assistant text.
+    pub response: String,
+}
+
+/// Resolves agents and runs them on supervised thread actors.
+#[derive(Clone)]
+pub struct AgentRuntime {
+    registries: Arc<RegistrySet>,
+    deps: Arc<ThreadDeps>,
+    region: Arc<OnceCell<ThreadRegion>>,
+}
+
+impl std::fmt::Debug for AgentRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentRuntime")
+            .field("registries", &self.registries)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentRuntime {
+    pub(crate) fn new(registries: Arc<RegistrySet>, services: RuntimeServices) -> Self {
+        let mut config = services.config;
+        if config.default_agent.is_none() {
+            // With exactly one runnable agent, requests need not name it.
+            let mut local = registries
+                .agents
+                .iter()
+                .filter(|(_, spec)| !spec.is_remote());
+            if let (Some((_, only)), None) = (local.next(), local.next()) {
+                config.default_agent = Some(only.id.clone());
+            }
+        }
+        let deps = ThreadDeps {
+            resolver: Arc::new(RegistryResolver::new(Arc::clone(&registries))),
+            store: services
+                .store
+                .unwrap_or_else(|| Arc::new(InMemoryStore::new())),
+            profile: services.profile,
+            hub: services.hub.unwrap_or_else(|| Arc::new(NullEventHub)),
+            fence: services.fence.unwrap_or_else(|| Arc::new(SingleNodeFence)),
+            phases: PhaseRuntime::new(),
+            config,
+        };
+        Self {
+            registries,
+            deps: Arc::new(deps),
+            region: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// The registries this runtime resolves from.
+    pub fn registries(&self) -> &Arc<RegistrySet> {
+        &self.registries
+    }
+
+    /// The thread and run store.
+    pub fn store(&self) -> &Arc<dyn ThreadRunStore> {
+        &self.deps.store
+    }
+
+    /// The resolver thread actors use.
+    pub fn resolver(&self) -> Arc<dyn AgentResolver> {
+        Arc::clone(&self.deps.resolver)
+    }
+
+    /// Resolves an agent id into a runnable agent.
+    pub fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
+        resolve(&self.registries, agent_id)
+    }
+
+    async fn region(&self) -> Result<&ThreadRegion, ControlError> {
+        self.region
+            .get_or_try_init(|| ThreadRegion::start(Arc::clone(&self.deps)))
+            .await
+    }
+
+    async fn ask<T>(
+        &self,
+        thread_id: &ThreadId,
+        make: impl FnOnce(ractor::RpcReplyPort<T>) -> ThreadMsg,
+    ) -> Result<T, ControlError> {
+        let (tx, rx) = oneshot::channel();
+        self.region()
+            .await?
+            .send(thread_id, make(tx.into()))
+            .await?;
+        rx.await.map_err(|_| {
+            ControlError::Unavailable("the thread actor stopped before answering".into())
+        })
+    }
+
+    /// Starts a run and returns at once; events go to `sink` (and the event hub).
+    pub async fn start(
+        &self,
+        request: RunRequest,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<RunTicket, ControlError> {
+        let thread_id = request.thread_id.clone();
+        self.ask(&thread_id, |reply| ThreadMsg::Start {
+            request,
+            sink,
+            reply,
+        })
+        .await?
+    }
+
+    /// Runs until the run finishes or waits for a decision.
+    pub async fn run(
+        &self,
+        request: RunRequest,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<AgentRunResult, RuntimeError> {
+        let (completion, done) = CompletionSink::new(Some(sink));
+        let ticket = self.start(request, Some(completion)).await?;
+        wait(ticket, done).await
+    }
+
+    /// Submits a decision for a suspended tool call; the resumed run's events go to
+    /// `sink` when given.
+    pub async fn decide(
+        &self,
+        thread_id: &ThreadId,
+        call_id: ToolCallId,
+        resume: ToolCallResume,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<DecisionAck, ControlError> {
+        self.ask(thread_id, |reply| ThreadMsg::Decide {
+            call_id,
+            resume,
+            sink,
+            reply,
+        })
+        .await?
+    }
+
+    /// Submits a decision and waits until the run finishes or waits again.
+    pub async fn decide_and_wait(
+        &self,
+        thread_id: &ThreadId,
+        call_id: ToolCallId,
+        resume: ToolCallResume,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<AgentRunResult, RuntimeError> {
+        let (completion, done) = CompletionSink::new(sink);
+        let ack = self
+            .decide(thread_id, call_id, resume, Some(completion))
+            .await?;
+        if ack.duplicate {
+            return Err(RuntimeError::Control(ControlError::Unavailable(
+                "duplicate decision: it was already applied".into(),
+            )));
+        }
+        wait(
+            RunTicket {
+                thread_id: thread_id.clone(),
+                run_id: ack.run_id,
+            },
+            done,
+        )
+        .await
+    }
+
+    /// Cancels the active or waiting run of a thread.
+    pub async fn cancel_thread(&self, thread_id: &ThreadId) -> Result<RunId, ControlError> {
+        self.ask(thread_id, |reply| ThreadMsg::Cancel {
+            run_id: None,
+            reply,
+        })
+        .await?
+    }
+
+    /// Cancels a run by id.
+    pub async fn cancel_run(&self, run_id: &RunId) -> Result<RunId, ControlError> {
+        let record = self
+            .deps
+            .store
+            .load_run(run_id)
+            .await
+            .map_err(|e| ControlError::Unavailable(e.to_string()))?
+            .ok_or_else(|| ControlError::RunNotFound {
+                run_id: run_id.clone(),
+            })?;
+        let requested = Some(run_id.clone());
+        self.ask(&record.thread_id, |reply| ThreadMsg::Cancel {
+            run_id: requested,
+            reply,
+        })
+        .await?
+    }
+
+    /// Interrupts a thread: cancels its active run if there is one.
+    pub async fn interrupt_thread(
+        &self,
+        thread_id: &ThreadId,
+    ) -> Result<Option<RunId>, ControlError> {
+        match self.cancel_thread(thread_id).await {
+            Ok(run_id) => Ok(Some(run_id)),
+            Err(ControlError::NoActiveRun { .. }) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// What the thread is doing now (starts its actor if needed).
+    pub async fn thread_status(&self, thread_id: &ThreadId) -> Result<ThreadStatus, ControlError> {
+        self.ask(thread_id, |reply| ThreadMsg::Status { reply })
+            .await
+    }
+
+    /// The thread's latest run if it is not finished.
+    pub async fn active_run(
+        &self,
+        thread_id: &ThreadId,
+    ) -> Result<Option<RunRecord>, RuntimeError> {
+        let latest = self
+            .deps
+            .store
+            .latest_run(thread_id)
+            .await
+            .map_err(|e| RuntimeError::Control(ControlError::Unavailable(e.to_string())))?;
+        Ok(latest.filter(|r| !r.status.is_terminal()))
+    }
+
+    /// Number of thread actors alive on this node.
+    pub fn live_threads(&self) -> usize {
+        self.region.get().map_or(0, ThreadRegion::live_threads)
+    }
+
+    /// Whether the thread currently has an actor on this node.
+    pub fn is_thread_live(&self, thread_id: &ThreadId) -> bool {
+        self.region.get().is_some_and(|r| r.is_live(thread_id))
+    }
+
+    /// Resolves once the thread's actor has passivated (immediately if it has none).
+    pub async fn thread_passivated(&self, thread_id: &ThreadId) {
+        if let Some(region) = self.region.get() {
+            region.passivated(thread_id).await;
+        }
+    }
+
+    /// Stops every thread actor.
+    pub async fn shutdown(&self) {
+        if let Some(region) = self.region.get() {
+            region.shutdown().await;
+        }
+    }
+}
+
+async fn wait(
+    ticket: RunTicket,
+    done: oneshot::Receiver<(TerminationReason, String)>,
+) -> Result<AgentRunResult, RuntimeError> {
+    let (termination, response) = done.await.map_err(|_| RuntimeError::RunDetached {
+        run_id: ticket.run_id.to_string(),
+    })?;
+    Ok(AgentRunResult {
+        thread_id: ticket.thread_id,
+        run_id: ticket.run_id,
+        termination,
+        response,
+    })
+}
+
+type Completion = oneshot::Sender<(TerminationReason, String)>;
+
+/// Forwards events to an inner sink and reports the activation's `RunFinish`.
+struct CompletionSink {
+    inner: Option<Arc<dyn EventSink>>,
+    done: Mutex<Option<Completion>>,
+}
+
+impl CompletionSink {
+    fn new(
+        inner: Option<Arc<dyn EventSink>>,
+    ) -> (
+        Arc<dyn EventSink>,
+        oneshot::Receiver<(TerminationReason, String)>,
+    ) {
+        let (tx, rx) = oneshot::channel();
+        let sink = Arc::new(Self {
+            inner,
+            done: Mutex::new(Some(tx)),
+        });
+        (sink, rx)
+    }
+}
+
+#[async_trait]
+impl EventSink for CompletionSink {
+    async fn emit(&self, event: AgentEvent) {
+        let finished = match &event {
+            AgentEvent::RunFinish {
+                termination,
+                result,
+                ..
+            } => Some((termination.clone(), AgentEvent::extract_response(result))),
+            _ => None,
+        };
+        if let Some(inner) = &self.inner {
+            inner.emit(event).await;
+        }
+        if let Some(outcome) = finished {
+            let sender = self
+                .done
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take();
+            if let Some(sender) = sender {
+                let _ = sender.send(outcome);
+            }
+        }
+    }
+}

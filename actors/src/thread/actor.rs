@@ -1,0 +1,981 @@
+//! `ThreadActor`: the single writer of one thread.
+//!
+//! The actor is a coordinator. Its handlers only do bookkeeping: they validate
+//! requests, queue work, and hand the thread's core to one segment task at a time
+//! (see `driver`). Inference runs on a task, tools on child `ToolCallActor`s, and
+//! every store round trip inside segments — so cancel, decisions and status queries
+//! are answered while a run is busy.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use std::panic::AssertUnwindSafe;
+
+use futures::{FutureExt, StreamExt};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+
+use crate::contract::{
+    AgentEvent, Message, RunIdentity, RunRecord, RunStatus, Thread, ToolCallResume, ToolCallStatus,
+};
+use crate::error::InferenceExecutionError;
+use crate::event_sink::EventSink;
+use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
+use crate::llm::{InferenceChunk, InferenceDelta, InferenceRequest, StreamResult};
+use crate::runtime::ResolvedAgent;
+use crate::tool_call::{ToolCallActor, ToolCallArgs, ToolCallMsg, ToolOutcomeBox};
+
+use super::control::{ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
+use super::core::{RunCore, ThreadCore};
+use super::deps::ThreadDeps;
+use super::driver::{Driver, Launch, Next, ToolOutcome, now_ms};
+use super::emitter::RunEmitter;
+use super::keys::{RunLifecycleKey, ToolCallStates};
+use super::region::Passivation;
+use super::request::RunRequest;
+
+/// Messages a thread actor handles. The public ones come through the runtime's
+/// region; the rest are reports from the actor's own tasks and children.
+pub enum ThreadMsg {
+    /// New input: starts a run (cancelling an active or waiting one first).
+    Start {
+        /// The input.
+        request: RunRequest,
+        /// Where this run's events go.
+        sink: Option<Arc<dyn EventSink>>,
+        /// Answered with the new run's id as soon as it is accepted.
+        reply: RpcReplyPort<Result<RunTicket, ControlError>>,
+    },
+    /// A human decision for a suspended tool call.
+    Decide {
+        /// The suspended call.
+        call_id: ToolCallId,
+        /// The decision.
+        resume: ToolCallResume,
+        /// Where the resumed run's events go from now on.
+        sink: Option<Arc<dyn EventSink>>,
+        /// Answered once the decision is accepted, found a duplicate, or refused.
+        reply: RpcReplyPort<Result<DecisionAck, ControlError>>,
+    },
+    /// Cancels the active or waiting run (a specific one when `run_id` is set).
+    Cancel {
+        /// The run to cancel; any active run when `None`.
+        run_id: Option<RunId>,
+        /// Answered with the cancelled run's id.
+        reply: RpcReplyPort<Result<RunId, ControlError>>,
+    },
+    /// Reports the thread's current activity.
+    Status {
+        /// The answer.
+        reply: RpcReplyPort<ThreadStatus>,
+    },
+    /// A segment task returns the thread's core.
+    SegmentDone(Box<SegmentDone>),
+    /// A streamed piece of the current inference.
+    InferenceDelta {
+        /// The run it belongs to.
+        run_id: RunId,
+        /// The piece.
+        delta: InferenceDelta,
+    },
+    /// The current inference ended.
+    InferenceDone {
+        /// The run it belongs to.
+        run_id: RunId,
+        /// The result.
+        result: Result<StreamResult, InferenceExecutionError>,
+        /// How long it took.
+        duration_ms: u64,
+    },
+    /// A tool call actor finished its execution.
+    ToolFinished {
+        /// The run it belongs to.
+        run_id: RunId,
+        /// The call.
+        call_id: ToolCallId,
+        /// The attempt that finished.
+        attempt: u32,
+        /// What happened.
+        outcome: ToolOutcomeBox,
+    },
+    /// A progress or activity event from a running tool.
+    ToolEvent {
+        /// The run it belongs to.
+        run_id: RunId,
+        /// The event.
+        event: AgentEvent,
+    },
+    /// A segment panicked; the thread's core is lost and the actor must restart from
+    /// its last checkpoint.
+    SegmentPanicked(String),
+    /// Second half of the passivation handshake.
+    Passivate,
+    /// Timer tick: passivate if idle long enough.
+    IdleCheck,
+}
+
+impl std::fmt::Debug for ThreadMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Self::Start { .. } => "Start",
+            Self::Decide { .. } => "Decide",
+            Self::Cancel { .. } => "Cancel",
+            Self::Status { .. } => "Status",
+            Self::SegmentDone(_) => "SegmentDone",
+            Self::InferenceDelta { .. } => "InferenceDelta",
+            Self::InferenceDone { .. } => "InferenceDone",
+            Self::ToolFinished { .. } => "ToolFinished",
+            Self::ToolEvent { .. } => "ToolEvent",
+            Self::SegmentPanicked(_) => "SegmentPanicked",
+            Self::Passivate => "Passivate",
+            Self::IdleCheck => "IdleCheck",
+        };
+        f.write_str(name)
+    }
+}
+
+/// The cores a segment borrowed, and what the run waits for next.
+pub struct SegmentDone {
+    thread: Box<ThreadCore>,
+    run: Box<RunCore>,
+    next: Next,
+}
+
+/// Work waiting for the thread's core.
+enum Input {
+    Start {
+        run: Box<RunCore>,
+        messages: Vec<Message>,
+    },
+    Decide {
+        call_id: ToolCallId,
+        resume: ToolCallResume,
+        sink: Option<Arc<dyn EventSink>>,
+        reply: RpcReplyPort<Result<DecisionAck, ControlError>>,
+    },
+    Inference {
+        run_id: RunId,
+        result: Result<StreamResult, InferenceExecutionError>,
+        duration_ms: u64,
+    },
+    ToolFinished {
+        run_id: RunId,
+        call_id: ToolCallId,
+        attempt: u32,
+        outcome: ToolOutcome,
+    },
+    Cancel {
+        run_id: RunId,
+    },
+    Restarted,
+    GiveUp(String),
+}
+
+/// A validated input, ready to run as a segment.
+enum Work {
+    Start(Vec<Message>),
+    Decide(ToolCallId, ToolCallResume),
+    Inference(Result<StreamResult, InferenceExecutionError>, u64),
+    ToolFinished(ToolCallId, u32, ToolOutcome),
+    Cancel,
+    Restarted,
+    GiveUp(String),
+}
+
+/// What the actor knows about the current run without its core.
+struct RunCtl {
+    run_id: RunId,
+    status: RunStatus,
+    step_inferring: bool,
+    events: Arc<RunEmitter>,
+    cancellation: crate::cancellation::CancellationToken,
+    tools: HashMap<ToolCallId, ActorRef<ToolCallMsg>>,
+}
+
+/// The thread actor (a unit struct; everything lives in its state).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ThreadActor;
+
+/// What a thread actor starts with.
+pub struct ThreadActorArgs {
+    pub(crate) thread_id: ThreadId,
+    pub(crate) deps: Arc<ThreadDeps>,
+    pub(crate) passivation: Arc<dyn Passivation>,
+    pub(crate) restarts: u32,
+}
+
+/// The state of a thread actor.
+pub struct ThreadActorState {
+    thread_id: ThreadId,
+    deps: Arc<ThreadDeps>,
+    passivation: Arc<dyn Passivation>,
+    core: Option<Box<ThreadCore>>,
+    run: Option<Box<RunCore>>,
+    ctl: Option<RunCtl>,
+    queue: VecDeque<Input>,
+    busy: bool,
+    last_run: Option<RunId>,
+    last_activity: Instant,
+    passivating: bool,
+    active_since_passivation: bool,
+    idle_timer: bool,
+}
+
+impl std::fmt::Debug for ThreadActorState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadActorState")
+            .field("thread_id", &self.thread_id)
+            .field("busy", &self.busy)
+            .field("queued", &self.queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Actor for ThreadActor {
+    type Msg = ThreadMsg;
+    type State = ThreadActorState;
+    type Arguments = ThreadActorArgs;
+
+    /// Rehydrates the thread from its last checkpoint (a new thread when absent).
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let ThreadActorArgs {
+            thread_id,
+            deps,
+            passivation,
+            restarts,
+        } = args;
+        let snapshot = deps.store.load_thread_snapshot(&thread_id).await?;
+        let mut state = ThreadActorState {
+            thread_id: thread_id.clone(),
+            deps: Arc::clone(&deps),
+            passivation,
+            core: None,
+            run: None,
+            ctl: None,
+            queue: VecDeque::new(),
+            busy: false,
+            last_run: None,
+            last_activity: Instant::now(),
+            passivating: false,
+            active_since_passivation: false,
+            idle_timer: false,
+        };
+        let Some(snapshot) = snapshot else {
+            state.core = Some(Box::new(ThreadCore::new(
+                Thread::with_id(thread_id),
+                Vec::new(),
+                None,
+            )));
+            return Ok(state);
+        };
+        let mut core = ThreadCore::new(snapshot.thread, snapshot.messages, snapshot.state);
+        if let Some(record) = snapshot.latest_run {
+            core.last_agent = Some(record.agent_id.clone());
+            state.last_run = Some(record.run_id.clone());
+            if !record.status.is_terminal() {
+                match deps.resolver.resolve(record.agent_id.as_str()) {
+                    Ok(agent) => {
+                        core.install(&agent)?;
+                        let next_seq = core
+                            .store
+                            .get::<RunLifecycleKey>()
+                            .map_or(0, |l| l.next_event_seq);
+                        let identity = identity_of(&record);
+                        let events = Arc::new(RunEmitter::new(
+                            thread_id.clone(),
+                            record.run_id.clone(),
+                            Arc::clone(&deps.hub),
+                            next_seq,
+                        ));
+                        let status = record.status;
+                        let run = RunCore::new(agent, identity, record, Arc::clone(&events), None);
+                        state.ctl = Some(RunCtl {
+                            run_id: run.identity.run_id.clone(),
+                            status,
+                            step_inferring: false,
+                            events,
+                            cancellation: run.cancellation.clone(),
+                            tools: HashMap::new(),
+                        });
+                        state.run = Some(Box::new(run));
+                        if status == RunStatus::Running {
+                            // The node or the actor died mid-run: continue from the
+                            // last checkpoint, unless it keeps dying.
+                            if restarts > deps.config.max_restarts {
+                                state.queue.push_back(Input::GiveUp(format!(
+                                    "the thread actor restarted {restarts} times"
+                                )));
+                            } else {
+                                state.queue.push_back(Input::Restarted);
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(thread_id = %thread_id, %error, "cannot resolve the agent of an unfinished run");
+                    }
+                }
+            }
+        }
+        state.core = Some(Box::new(core));
+        state.pump(&myself);
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if !matches!(message, ThreadMsg::Passivate | ThreadMsg::IdleCheck) {
+            state.last_activity = Instant::now();
+            if state.passivating {
+                state.active_since_passivation = true;
+            }
+        }
+        match message {
+            ThreadMsg::Start {
+                request,
+                sink,
+                reply,
+            } => state.on_start(request, sink, reply),
+            ThreadMsg::Decide {
+                call_id,
+                resume,
+                sink,
+                reply,
+            } => state.queue.push_back(Input::Decide {
+                call_id,
+                resume,
+                sink,
+                reply,
+            }),
+            ThreadMsg::Cancel { run_id, reply } => {
+                let _ = reply.send(state.on_cancel(run_id));
+            }
+            ThreadMsg::Status { reply } => {
+                let _ = reply.send(state.status());
+            }
+            ThreadMsg::SegmentDone(done) => state.on_segment_done(*done, &myself).await,
+            ThreadMsg::InferenceDelta { run_id, delta } => state.on_delta(&run_id, delta),
+            ThreadMsg::InferenceDone {
+                run_id,
+                result,
+                duration_ms,
+            } => {
+                if let Some(ctl) = state.ctl.as_mut().filter(|c| c.run_id == run_id) {
+                    ctl.step_inferring = false;
+                }
+                state.queue.push_back(Input::Inference {
+                    run_id,
+                    result,
+                    duration_ms,
+                });
+            }
+            ThreadMsg::ToolFinished {
+                run_id,
+                call_id,
+                attempt,
+                outcome,
+            } => {
+                if let Some(ctl) = state.ctl.as_mut().filter(|c| c.run_id == run_id) {
+                    ctl.tools.remove(&call_id);
+                }
+                state.queue.push_back(Input::ToolFinished {
+                    run_id,
+                    call_id,
+                    attempt,
+                    outcome: *outcome.0,
+                });
+            }
+            ThreadMsg::ToolEvent { run_id, event } => {
+                if let Some(ctl) = state.ctl.as_ref().filter(|c| c.run_id == run_id) {
+                    ctl.events.emit(event);
+                }
+            }
+            ThreadMsg::SegmentPanicked(message) => {
+                // Failing the actor hands the thread to its supervisor, which restarts
+                // it from the last checkpoint.
+                return Err(format!("run segment panicked: {message}").into());
+            }
+            ThreadMsg::Passivate => {
+                if state.on_passivate(&myself) {
+                    myself.stop(None);
+                    return Ok(());
+                }
+            }
+            ThreadMsg::IdleCheck => {
+                state.idle_timer = false;
+                state.maybe_passivate_idle(&myself);
+            }
+        }
+        state.pump(&myself);
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A tool call actor that dies without reporting fails its call only.
+        if let SupervisionEvent::ActorFailed(cell, error) = event {
+            let failed = state.ctl.as_mut().and_then(|ctl| {
+                let call_id = ctl
+                    .tools
+                    .iter()
+                    .find(|(_, actor)| actor.get_id() == cell.get_id())
+                    .map(|(id, _)| id.clone())?;
+                ctl.tools.remove(&call_id);
+                Some((ctl.run_id.clone(), call_id))
+            });
+            if let Some((run_id, call_id)) = failed {
+                let attempt = state.current_attempt(&call_id);
+                state.queue.push_back(Input::ToolFinished {
+                    run_id,
+                    call_id,
+                    attempt,
+                    outcome: ToolOutcome::Panicked(error.to_string()),
+                });
+                state.pump(&myself);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn identity_of(record: &RunRecord) -> RunIdentity {
+    let mut identity = RunIdentity::new(
+        record.thread_id.clone(),
+        record.run_id.clone(),
+        record.agent_id.clone(),
+        record.origin,
+    );
+    identity.parent_run_id = record.parent_run_id.clone();
+    identity.parent_thread_id = record.parent_thread_id.clone();
+    identity
+}
+
+impl ThreadActorState {
+    fn agent_for(&self, request: &RunRequest) -> Result<AgentId, ControlError> {
+        request
+            .agent_id
+            .clone()
+            .or_else(|| self.core.as_ref().and_then(|c| c.last_agent.clone()))
+            .or_else(|| self.run.as_ref().map(|r| r.record.agent_id.clone()))
+            .or_else(|| self.deps.config.default_agent.clone())
+            .ok_or(ControlError::NoAgent)
+    }
+
+    fn on_start(
+        &mut self,
+        request: RunRequest,
+        sink: Option<Arc<dyn EventSink>>,
+        reply: RpcReplyPort<Result<RunTicket, ControlError>>,
+    ) {
+        let _ = reply.send(self.accept_start(request, sink));
+    }
+
+    fn accept_start(
+        &mut self,
+        request: RunRequest,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<RunTicket, ControlError> {
+        if request.messages.is_empty() {
+            return Err(ControlError::EmptyInput);
+        }
+        let agent_id = self.agent_for(&request)?;
+        let agent: ResolvedAgent = self
+            .deps
+            .resolver
+            .resolve(agent_id.as_str())
+            .map_err(|e| ControlError::Resolve(e.to_string()))?;
+        // New input on a busy thread cancels the old run first (book: Cancellation).
+        let previous = self.ctl.as_ref().map(|c| c.run_id.clone());
+        if let Some(run_id) = &previous {
+            self.cancel_now();
+            self.queue.push_back(Input::Cancel {
+                run_id: run_id.clone(),
+            });
+        }
+        let run_id = request.run_id.clone().unwrap_or_else(RunId::generate);
+        let mut identity = RunIdentity::new(
+            self.thread_id.clone(),
+            run_id.clone(),
+            agent_id,
+            request.origin,
+        );
+        identity.parent_run_id = request
+            .parent_run_id
+            .clone()
+            .or_else(|| previous.clone())
+            .or_else(|| self.last_run.clone());
+        identity.parent_thread_id = request.parent_thread_id.clone();
+        let record = RunRecord::new(&identity, now_ms() / 1000);
+        let events = Arc::new(RunEmitter::new(
+            self.thread_id.clone(),
+            run_id.clone(),
+            Arc::clone(&self.deps.hub),
+            0,
+        ));
+        if let Some(sink) = sink {
+            events.attach(sink);
+        }
+        let run = RunCore::new(agent, identity, record, events, request.overrides.clone());
+        self.queue.push_back(Input::Start {
+            run: Box::new(run),
+            messages: request.messages,
+        });
+        Ok(RunTicket {
+            thread_id: self.thread_id.clone(),
+            run_id,
+        })
+    }
+
+    /// Signals cancellation to everything the current run has in flight.
+    fn cancel_now(&mut self) {
+        if let Some(ctl) = &mut self.ctl {
+            ctl.cancellation.cancel();
+            for (_, tool) in ctl.tools.drain() {
+                let _ = tool.send_message(ToolCallMsg::Cancel);
+            }
+        }
+    }
+
+    fn on_cancel(&mut self, run_id: Option<RunId>) -> Result<RunId, ControlError> {
+        let Some(active) = self.ctl.as_ref().map(|c| c.run_id.clone()) else {
+            return Err(ControlError::NoActiveRun {
+                thread_id: self.thread_id.clone(),
+            });
+        };
+        if let Some(requested) = run_id
+            && requested != active
+        {
+            return Err(ControlError::RunNotActive { run_id: requested });
+        }
+        self.cancel_now();
+        self.queue.push_back(Input::Cancel {
+            run_id: active.clone(),
+        });
+        Ok(active)
+    }
+
+    fn status(&self) -> ThreadStatus {
+        ThreadStatus {
+            thread_id: self.thread_id.clone(),
+            run: self.ctl.as_ref().map(|ctl| RunSummary {
+                run_id: ctl.run_id.clone(),
+                status: ctl.status,
+                running_tools: ctl.tools.len(),
+                inferring: ctl.step_inferring,
+            }),
+            busy: self.busy,
+            queued: self.queue.len(),
+        }
+    }
+
+    fn on_delta(&self, run_id: &RunId, delta: InferenceDelta) {
+        let Some(ctl) = self.ctl.as_ref().filter(|c| &c.run_id == run_id) else {
+            return;
+        };
+        let event = match delta {
+            InferenceDelta::Text { delta } => AgentEvent::TextDelta { delta },
+            InferenceDelta::Reasoning { delta } => AgentEvent::ReasoningDelta { delta },
+            InferenceDelta::ToolCallStart { id, name } => AgentEvent::ToolCallStart { id, name },
+            InferenceDelta::ToolCallDelta { id, args_delta } => {
+                AgentEvent::ToolCallDelta { id, args_delta }
+            }
+            // Usage is reported once, with InferenceComplete.
+            InferenceDelta::Usage { .. } => return,
+        };
+        ctl.events.emit(event);
+    }
+
+    fn current_attempt(&self, call_id: &ToolCallId) -> u32 {
+        self.core
+            .as_ref()
+            .and_then(|core| core.store.get::<ToolCallStates>())
+            .and_then(|calls| calls.get(call_id))
+            .map_or(0, |call| call.attempt)
+    }
+
+    /// Starts the next segment if the core is home and work is queued.
+    fn pump(&mut self, myself: &ActorRef<ThreadMsg>) {
+        while !self.busy {
+            let Some(input) = self.queue.pop_front() else {
+                return;
+            };
+            if let Some(work) = self.validate(input) {
+                self.spawn_segment(work, myself);
+            }
+        }
+    }
+
+    /// Turns an input into work, or answers/drops it when it no longer applies.
+    fn validate(&mut self, input: Input) -> Option<Work> {
+        let current = self.ctl.as_ref().map(|c| c.run_id.clone());
+        match input {
+            Input::Start { run, messages } => {
+                let events = Arc::clone(&run.events);
+                self.ctl = Some(RunCtl {
+                    run_id: run.identity.run_id.clone(),
+                    status: RunStatus::Running,
+                    step_inferring: false,
+                    events,
+                    cancellation: run.cancellation.clone(),
+                    tools: HashMap::new(),
+                });
+                self.last_run = Some(run.identity.run_id.clone());
+                self.run = Some(run);
+                Some(Work::Start(messages))
+            }
+            Input::Decide {
+                call_id,
+                resume,
+                sink,
+                reply,
+            } => match self.check_decision(&call_id, &resume) {
+                Ok(Some(ack)) => {
+                    let _ = reply.send(Ok(ack));
+                    None
+                }
+                Ok(None) => {
+                    let ack = DecisionAck {
+                        run_id: current.clone()?,
+                        call_id: call_id.clone(),
+                        decision_id: resume.decision_id.clone(),
+                        duplicate: false,
+                    };
+                    if let (Some(sink), Some(ctl)) = (sink, &self.ctl) {
+                        ctl.events.attach(sink);
+                    }
+                    if let Some(ctl) = &mut self.ctl {
+                        ctl.status = RunStatus::Running;
+                    }
+                    let _ = reply.send(Ok(ack));
+                    Some(Work::Decide(call_id, resume))
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(error));
+                    None
+                }
+            },
+            Input::Inference {
+                run_id,
+                result,
+                duration_ms,
+            } => {
+                (current.as_ref() == Some(&run_id)).then_some(Work::Inference(result, duration_ms))
+            }
+            Input::ToolFinished {
+                run_id,
+                call_id,
+                attempt,
+                outcome,
+            } => (current.as_ref() == Some(&run_id))
+                .then_some(Work::ToolFinished(call_id, attempt, outcome)),
+            Input::Cancel { run_id } => (current.as_ref() == Some(&run_id)).then_some(Work::Cancel),
+            Input::Restarted => current.map(|_| Work::Restarted),
+            Input::GiveUp(reason) => current.map(|_| Work::GiveUp(reason)),
+        }
+    }
+
+    /// `Ok(Some(ack))` for a duplicate, `Ok(None)` for a decision to apply.
+    fn check_decision(
+        &self,
+        call_id: &ToolCallId,
+        resume: &crate::contract::ToolCallResume,
+    ) -> Result<Option<DecisionAck>, ControlError> {
+        let Some(ctl) = &self.ctl else {
+            return Err(ControlError::NoActiveRun {
+                thread_id: self.thread_id.clone(),
+            });
+        };
+        let call = self
+            .core
+            .as_ref()
+            .and_then(|core| core.store.get::<ToolCallStates>())
+            .and_then(|calls| calls.get(call_id).cloned())
+            .ok_or_else(|| ControlError::UnknownToolCall {
+                call_id: call_id.clone(),
+            })?;
+        if call
+            .decision
+            .as_ref()
+            .is_some_and(|d| d.decision_id == resume.decision_id)
+        {
+            return Ok(Some(DecisionAck {
+                run_id: ctl.run_id.clone(),
+                call_id: call_id.clone(),
+                decision_id: resume.decision_id.clone(),
+                duplicate: true,
+            }));
+        }
+        match call.status {
+            ToolCallStatus::Suspended => Ok(None),
+            status if status.is_terminal() => Err(ControlError::CallFinished {
+                call_id: call_id.clone(),
+                status,
+            }),
+            status => Err(ControlError::CallNotSuspended {
+                call_id: call_id.clone(),
+                status,
+            }),
+        }
+    }
+
+    fn spawn_segment(&mut self, work: Work, myself: &ActorRef<ThreadMsg>) {
+        let (Some(mut thread), Some(mut run)) = (self.core.take(), self.run.take()) else {
+            return;
+        };
+        self.busy = true;
+        let deps = Arc::clone(&self.deps);
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let segment = AssertUnwindSafe(async {
+                let mut driver = Driver {
+                    thread: &mut thread,
+                    run: &mut run,
+                    deps: &deps,
+                };
+                match work {
+                    Work::Start(messages) => driver.start(messages).await,
+                    Work::Decide(call_id, resume) => driver.decide(call_id, resume).await,
+                    Work::Inference(result, duration_ms) => {
+                        driver.inference_done(result, duration_ms).await
+                    }
+                    Work::ToolFinished(call_id, attempt, outcome) => {
+                        driver.tool_finished(call_id, attempt, outcome).await
+                    }
+                    Work::Cancel => driver.cancel().await,
+                    Work::Restarted => driver.resume_after_restart().await,
+                    Work::GiveUp(reason) => driver.give_up(reason).await,
+                }
+            })
+            .catch_unwind()
+            .await;
+            // If the actor is gone, the cores go with it; the store has the last
+            // checkpoint.
+            let _ = match segment {
+                Ok(next) => myself.send_message(ThreadMsg::SegmentDone(Box::new(SegmentDone {
+                    thread,
+                    run,
+                    next,
+                }))),
+                Err(panic) => myself.send_message(ThreadMsg::SegmentPanicked(
+                    crate::tool_call::panic_message(panic.as_ref()),
+                )),
+            };
+        });
+    }
+
+    async fn on_segment_done(&mut self, done: SegmentDone, myself: &ActorRef<ThreadMsg>) {
+        let SegmentDone { thread, run, next } = done;
+        self.busy = false;
+        let run_id = run.identity.run_id.clone();
+        let agent_id = run.record.agent_id.clone();
+        match next {
+            Next::Infer(request) => {
+                self.spawn_inference(&run, request, myself);
+                if let Some(ctl) = &mut self.ctl {
+                    ctl.step_inferring = true;
+                }
+            }
+            Next::Launch(launches) => {
+                for launch in launches {
+                    self.launch(&run_id, launch, myself).await;
+                }
+            }
+            Next::Wait => {
+                if let Some(ctl) = &mut self.ctl {
+                    ctl.status = RunStatus::Waiting;
+                }
+                run.events.detach();
+                if self.deps.config.passivate_while_waiting {
+                    self.begin_passivation(myself);
+                }
+            }
+            Next::Finished => {
+                run.events.detach();
+                if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {
+                    self.ctl = None;
+                }
+                self.arm_idle_timer(myself);
+            }
+            Next::Fenced => {
+                tracing::warn!(thread_id = %self.thread_id, "another node owns this thread; stopping");
+                self.ctl = None;
+                myself.stop(Some("fenced".to_owned()));
+            }
+        }
+        let mut thread = thread;
+        thread.last_agent = Some(agent_id);
+        self.core = Some(thread);
+        self.run = Some(run);
+    }
+
+    fn spawn_inference(
+        &self,
+        run: &RunCore,
+        request: InferenceRequest,
+        myself: &ActorRef<ThreadMsg>,
+    ) {
+        let executor = Arc::clone(&run.agent.executor);
+        let cancellation = run.cancellation.clone();
+        let run_id = run.identity.run_id.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut stream = executor.execute_stream(request);
+            let result = loop {
+                tokio::select! {
+                    biased;
+                    () = cancellation.cancelled() => break Err(InferenceExecutionError::Cancelled),
+                    item = stream.next() => match item {
+                        None => break Err(InferenceExecutionError::provider("the model stream ended without a result")),
+                        Some(Err(error)) => break Err(error),
+                        Some(Ok(InferenceChunk::Done(result))) => break Ok(result),
+                        Some(Ok(InferenceChunk::Delta(delta))) => {
+                            let _ = myself.send_message(ThreadMsg::InferenceDelta {
+                                run_id: run_id.clone(),
+                                delta,
+                            });
+                        }
+                    },
+                }
+            };
+            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let _ = myself.send_message(ThreadMsg::InferenceDone {
+                run_id,
+                result,
+                duration_ms,
+            });
+        });
+    }
+
+    async fn launch(&mut self, run_id: &RunId, mut launch: Launch, myself: &ActorRef<ThreadMsg>) {
+        let call_id = launch.call_id.clone();
+        let attempt = launch.attempt;
+        launch.ctx.activity_sink = Some(Arc::new(ActivityForwarder {
+            thread: myself.clone(),
+            run_id: run_id.clone(),
+        }));
+        let args = ToolCallArgs {
+            thread: myself.clone(),
+            run_id: run_id.clone(),
+            launch,
+        };
+        match Actor::spawn_linked(None, ToolCallActor, args, myself.get_cell()).await {
+            Ok((actor, _)) => {
+                if let Some(ctl) = self.ctl.as_mut().filter(|c| &c.run_id == run_id) {
+                    ctl.tools.insert(call_id, actor);
+                }
+            }
+            Err(error) => {
+                self.queue.push_back(Input::ToolFinished {
+                    run_id: run_id.clone(),
+                    call_id,
+                    attempt,
+                    outcome: ToolOutcome::Error(crate::error::ToolError::Internal(format!(
+                        "cannot start the tool call actor: {error}"
+                    ))),
+                });
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        !self.busy
+            && self.queue.is_empty()
+            && self
+                .ctl
+                .as_ref()
+                .is_none_or(|c| c.status == RunStatus::Waiting && c.tools.is_empty())
+    }
+
+    fn begin_passivation(&mut self, myself: &ActorRef<ThreadMsg>) {
+        if self.passivating || !self.idle() {
+            return;
+        }
+        if self.passivation.begin(&self.thread_id, myself) {
+            self.passivating = true;
+            self.active_since_passivation = false;
+            let _ = myself.send_message(ThreadMsg::Passivate);
+        }
+    }
+
+    /// Returns `true` when the actor must stop now.
+    fn on_passivate(&mut self, myself: &ActorRef<ThreadMsg>) -> bool {
+        if !self.passivating {
+            return false;
+        }
+        self.passivating = false;
+        if self.active_since_passivation || !self.idle() {
+            for message in self.passivation.cancel(&self.thread_id, myself) {
+                let _ = myself.send_message(message);
+            }
+            return false;
+        }
+        match self.passivation.finish(&self.thread_id, myself) {
+            Ok(()) => true,
+            Err(buffered) => {
+                for message in buffered {
+                    let _ = myself.send_message(message);
+                }
+                false
+            }
+        }
+    }
+
+    fn arm_idle_timer(&mut self, myself: &ActorRef<ThreadMsg>) {
+        if self.idle_timer {
+            return;
+        }
+        self.idle_timer = true;
+        let period = self.deps.config.idle_passivation;
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(period).await;
+            let _ = myself.send_message(ThreadMsg::IdleCheck);
+        });
+    }
+
+    fn maybe_passivate_idle(&mut self, myself: &ActorRef<ThreadMsg>) {
+        let idle_for = self.last_activity.elapsed();
+        let limit = self.deps.config.idle_passivation;
+        if self.ctl.is_none() && idle_for >= limit {
+            self.begin_passivation(myself);
+        } else if self.ctl.is_none() {
+            self.idle_timer = true;
+            let myself = myself.clone();
+            let wait = limit.saturating_sub(idle_for).max(Duration::from_millis(1));
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let _ = myself.send_message(ThreadMsg::IdleCheck);
+            });
+        }
+    }
+}
+
+/// Routes a tool's progress and activity reports through the thread actor, so they
+/// are ordered with the run's other events.
+struct ActivityForwarder {
+    thread: ActorRef<ThreadMsg>,
+    run_id: RunId,
+}
+
+#[async_trait]
+impl EventSink for ActivityForwarder {
+    async fn emit(&self, event: AgentEvent) {
+        let _ = self.thread.send_message(ThreadMsg::ToolEvent {
+            run_id: self.run_id.clone(),
+            event,
+        });
+    }
+}

@@ -1,0 +1,119 @@
+//! The mutable core of a thread and of its current run.
+//!
+//! The thread actor owns these and lends them, whole, to one segment task at a time
+//! (see `driver`), so all state changes of a thread are serialized without locks and
+//! the actor itself never awaits the store or a hook.
+
+use std::sync::Arc;
+
+use crate::cancellation::CancellationToken;
+use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread, ToolDescriptor};
+use crate::error::StateError;
+use crate::ids::{AgentId, MessageId, ThreadId};
+use crate::llm::StreamResult;
+use crate::runtime::ResolvedAgent;
+use crate::state::{PersistedState, StateStore, UnknownKeyPolicy};
+
+use super::emitter::RunEmitter;
+
+/// A thread's durable data as the actor holds it.
+pub(crate) struct ThreadCore {
+    pub(crate) thread_id: ThreadId,
+    /// The whole message log.
+    pub(crate) messages: Vec<Message>,
+    /// How many of `messages` the store already has.
+    pub(crate) persisted_messages: u64,
+    /// Typed state; keys come from the current agent's plugins.
+    pub(crate) store: StateStore,
+    /// State loaded from the store before any agent declared its keys.
+    pub(crate) pending_state: Option<PersistedState>,
+    /// The agent of the latest run, the default for the next one.
+    pub(crate) last_agent: Option<AgentId>,
+    /// Shared view of `messages` for phase contexts; rebuilt after appends.
+    messages_view: Option<Arc<[Message]>>,
+}
+
+impl ThreadCore {
+    pub(crate) fn new(
+        thread: Thread,
+        messages: Vec<Message>,
+        state: Option<PersistedState>,
+    ) -> Self {
+        let persisted_messages = messages.len() as u64;
+        Self {
+            thread_id: thread.id,
+            messages,
+            persisted_messages,
+            store: StateStore::new(),
+            pending_state: state,
+            last_agent: None,
+            messages_view: None,
+        }
+    }
+
+    /// Makes the state store match `agent`'s plugins, restoring loaded state the
+    /// first time its keys are declared.
+    pub(crate) fn install(&mut self, agent: &ResolvedAgent) -> Result<(), StateError> {
+        agent.env.install(&mut self.store)?;
+        if let Some(state) = self.pending_state.take() {
+            self.store.restore(&state, UnknownKeyPolicy::Skip)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn push_message(&mut self, message: Message) {
+        self.messages.push(message);
+        self.messages_view = None;
+    }
+
+    pub(crate) fn messages_view(&mut self) -> Arc<[Message]> {
+        Arc::clone(
+            self.messages_view
+                .get_or_insert_with(|| Arc::from(self.messages.as_slice())),
+        )
+    }
+
+    pub(crate) fn unpersisted_messages(&self) -> Vec<Message> {
+        let start = usize::try_from(self.persisted_messages).unwrap_or(usize::MAX);
+        self.messages
+            .get(start..)
+            .map(<[Message]>::to_vec)
+            .unwrap_or_default()
+    }
+}
+
+/// The current run of a thread.
+pub(crate) struct RunCore {
+    pub(crate) agent: ResolvedAgent,
+    pub(crate) tools: Vec<ToolDescriptor>,
+    pub(crate) identity: Arc<RunIdentity>,
+    pub(crate) record: RunRecord,
+    pub(crate) cancellation: CancellationToken,
+    pub(crate) events: Arc<RunEmitter>,
+    pub(crate) overrides: Option<InferenceOverride>,
+    pub(crate) last_response: Option<Arc<StreamResult>>,
+    pub(crate) step_message_id: MessageId,
+}
+
+impl RunCore {
+    pub(crate) fn new(
+        agent: ResolvedAgent,
+        identity: RunIdentity,
+        record: RunRecord,
+        events: Arc<RunEmitter>,
+        overrides: Option<InferenceOverride>,
+    ) -> Self {
+        let tools = agent.tools.values().map(|tool| tool.descriptor()).collect();
+        Self {
+            agent,
+            tools,
+            identity: Arc::new(identity),
+            record,
+            cancellation: CancellationToken::new(),
+            events,
+            overrides,
+            last_response: None,
+            step_message_id: MessageId::generate(),
+        }
+    }
+}

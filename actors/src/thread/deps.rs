@@ -1,0 +1,81 @@
+//! What every thread actor on a node shares: resolver, store, event hub, settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ids::{AgentId, ThreadId};
+use crate::phase::PhaseRuntime;
+use crate::runtime::AgentResolver;
+use crate::state::ProfileAccess;
+use crate::store::{FencingToken, ThreadRunStore};
+
+use super::emitter::EventHub;
+
+/// Hands out the fencing token a thread's checkpoints must carry: a constant on one
+/// node, the shard lease revision in a cluster.
+pub trait FenceSource: Send + Sync {
+    /// The current token for `thread_id`.
+    fn token(&self, thread_id: &ThreadId) -> FencingToken;
+}
+
+/// The token source of a single node that owns every thread.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleNodeFence;
+
+impl FenceSource for SingleNodeFence {
+    fn token(&self, _thread_id: &ThreadId) -> FencingToken {
+        FencingToken(1)
+    }
+}
+
+/// Tunables of thread actors.
+#[derive(Debug, Clone)]
+pub struct ThreadConfig {
+    /// Passivate a thread with no run after this long without messages.
+    pub idle_passivation: Duration,
+    /// Passivate as soon as a run waits for a human (the Hector rule: waiting must
+    /// not hold an actor). Turn off only to measure the cost of rehydration.
+    pub passivate_while_waiting: bool,
+    /// Agent used when neither the request nor the thread names one.
+    pub default_agent: Option<AgentId>,
+    /// Restarts after panics before the thread's run is ended with an error.
+    pub max_restarts: u32,
+}
+
+impl Default for ThreadConfig {
+    fn default() -> Self {
+        Self {
+            idle_passivation: Duration::from_secs(300),
+            passivate_while_waiting: true,
+            default_agent: None,
+            max_restarts: 3,
+        }
+    }
+}
+
+/// Shared dependencies of thread actors.
+#[derive(Clone)]
+pub struct ThreadDeps {
+    /// Resolves agent ids.
+    pub resolver: Arc<dyn AgentResolver>,
+    /// Threads, messages, runs and checkpoints.
+    pub store: Arc<dyn ThreadRunStore>,
+    /// Profile and shared state for hooks and tools.
+    pub profile: Option<ProfileAccess>,
+    /// Receives every event of every run.
+    pub hub: Arc<dyn EventHub>,
+    /// Checkpoint fencing.
+    pub fence: Arc<dyn FenceSource>,
+    /// The phase engine.
+    pub phases: PhaseRuntime,
+    /// Tunables.
+    pub config: ThreadConfig,
+}
+
+impl std::fmt::Debug for ThreadDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadDeps")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,109 @@
+//! Where a run's events go: sequence numbers, the node's event hub, and the sink
+//! of whoever is currently attached to the run.
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::mpsc;
+
+use crate::contract::{AgentEvent, StreamEvent};
+use crate::event_sink::EventSink;
+use crate::ids::{RunId, ThreadId};
+
+/// Receives every event of every run on the node, in order per run: SSE replay
+/// buffers and cross-node fan-out hang off it. Must not block.
+pub trait EventHub: Send + Sync {
+    /// One event of `run_id` on `thread_id`.
+    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent);
+}
+
+/// A hub that drops everything, for runtimes nobody observes globally.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullEventHub;
+
+impl EventHub for NullEventHub {
+    fn publish(&self, _thread_id: &ThreadId, _run_id: &RunId, _event: &StreamEvent) {}
+}
+
+struct Inner {
+    next_seq: u64,
+    sink: Option<mpsc::UnboundedSender<AgentEvent>>,
+}
+
+/// Stamps a run's events with `seq` and a timestamp and delivers them, in order, to
+/// the hub and to the attached sink.
+///
+/// Emission is synchronous and never blocks: the attached [`EventSink`] is driven by
+/// a forwarding task, so a slow sink cannot stall the thread actor.
+pub(crate) struct RunEmitter {
+    thread_id: ThreadId,
+    run_id: RunId,
+    hub: Arc<dyn EventHub>,
+    inner: Mutex<Inner>,
+}
+
+impl RunEmitter {
+    pub(crate) fn new(
+        thread_id: ThreadId,
+        run_id: RunId,
+        hub: Arc<dyn EventHub>,
+        next_seq: u64,
+    ) -> Self {
+        Self {
+            thread_id,
+            run_id,
+            hub,
+            inner: Mutex::new(Inner {
+                next_seq,
+                sink: None,
+            }),
+        }
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Critical sections never panic midway; a poisoned lock still holds
+        // consistent data.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sends future events to `sink` (replacing any earlier one).
+    pub(crate) fn attach(&self, sink: Arc<dyn EventSink>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
+        tokio::spawn(async move {
+            while let Some(event) = rx.recv().await {
+                sink.emit(event).await;
+            }
+        });
+        self.inner().sink = Some(tx);
+    }
+
+    /// Stops sending events to the attached sink.
+    pub(crate) fn detach(&self) {
+        self.inner().sink = None;
+    }
+
+    /// The sequence number the next event will get.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.inner().next_seq
+    }
+
+    /// Emits one event.
+    pub(crate) fn emit(&self, event: AgentEvent) {
+        let mut inner = self.inner();
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        let stamped = StreamEvent::new(seq, now_rfc3339(), event);
+        self.hub.publish(&self.thread_id, &self.run_id, &stamped);
+        if let Some(sink) = &inner.sink
+            && sink.send(stamped.event).is_err()
+        {
+            inner.sink = None;
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}

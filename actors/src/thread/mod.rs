@@ -1,0 +1,30 @@
+//! Thread actors: one supervised actor per active thread, the single writer of the
+//! thread's messages, state and runs.
+//!
+//! * [`ThreadRegion`] routes messages to thread actors, starting them on demand
+//!   (rehydrated from the store), passivating idle ones and restarting failed ones.
+//! * `ThreadActor` coordinates a run: it queues inputs (new messages, inference
+//!   results, tool outcomes, decisions, cancellation) and lends the thread's core to
+//!   one segment of the run loop at a time.
+//! * The run loop (`driver`) walks the book's phases, runs tool calls through
+//!   `ToolCallActor`s in the agent's execution mode, suspends for human decisions,
+//!   and checkpoints at every step end, suspension and run end.
+
+mod actor;
+mod control;
+mod core;
+mod deps;
+mod driver;
+mod emitter;
+mod keys;
+mod region;
+mod request;
+
+pub use actor::{SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState, ThreadMsg};
+pub use control::{ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
+pub use deps::{FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps};
+pub(crate) use driver::{Launch, ToolOutcome};
+pub use emitter::{EventHub, NullEventHub};
+pub use keys::{RunLifecycle, RunLifecycleKey, ToolCallStates, ToolCalls, ToolCallsUpdate};
+pub use region::ThreadRegion;
+pub use request::RunRequest;

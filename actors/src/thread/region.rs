@@ -1,0 +1,415 @@
+//! `ThreadRegion`: finds, starts, passivates and restarts the thread actors of a node.
+//!
+//! Every message for a thread goes through [`ThreadRegion::send`]. A thread without a
+//! live actor gets one, rehydrated from the store. Passivation is a handshake so no
+//! message is ever lost and no thread ever has two actors: the actor first asks the
+//! region to *buffer* new messages, then sends itself `Passivate`, which it handles
+//! only after every message already in its mailbox; if nothing arrived meanwhile it
+//! stops, otherwise the buffered messages are handed back and it stays.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, SupervisionEvent};
+
+use crate::ids::ThreadId;
+
+use super::actor::{ThreadActor, ThreadActorArgs, ThreadMsg};
+use super::control::ControlError;
+use super::deps::ThreadDeps;
+
+/// The passivation handshake, as a thread actor sees its region.
+pub(crate) trait Passivation: Send + Sync {
+    /// Starts buffering messages for the thread; `false` if `actor` is not its actor.
+    fn begin(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> bool;
+    /// Stops buffering and returns what was buffered (the actor stays).
+    fn cancel(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> Vec<ThreadMsg>;
+    /// Removes the thread if nothing was buffered; otherwise keeps the actor and
+    /// returns the buffer.
+    fn finish(
+        &self,
+        thread_id: &ThreadId,
+        actor: &ActorRef<ThreadMsg>,
+    ) -> Result<(), Vec<ThreadMsg>>;
+}
+
+/// Messages waiting for a thread's actor.
+///
+/// Thread messages are `Send` but not `Sync` (they may carry tool outputs), while a
+/// concurrent map needs `Sync` values; the mutex provides that and is only ever
+/// taken under the map's own shard lock, so it is never contended.
+#[derive(Default)]
+struct Parked(std::sync::Mutex<Vec<ThreadMsg>>);
+
+impl Parked {
+    fn with(message: ThreadMsg) -> Self {
+        Self(std::sync::Mutex::new(vec![message]))
+    }
+
+    fn push(&self, message: ThreadMsg) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(message);
+    }
+
+    fn take(&self) -> Vec<ThreadMsg> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+}
+
+enum Slot {
+    /// An actor is starting; messages wait here.
+    Starting(Parked),
+    /// The actor is live.
+    Live(ActorRef<ThreadMsg>),
+    /// The actor asked to passivate; messages wait here.
+    Passivating(ActorRef<ThreadMsg>, Parked),
+}
+
+#[derive(Default)]
+struct Slots {
+    map: DashMap<ThreadId, Slot>,
+    /// Woken whenever a thread's actor passivates.
+    passivated: tokio::sync::Notify,
+}
+
+impl Passivation for Slots {
+    fn begin(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> bool {
+        match self.map.get_mut(thread_id) {
+            Some(mut slot) => match &*slot {
+                Slot::Live(live) if live.get_id() == actor.get_id() => {
+                    *slot = Slot::Passivating(actor.clone(), Parked::default());
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        }
+    }
+
+    fn cancel(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> Vec<ThreadMsg> {
+        let Some(mut slot) = self.map.get_mut(thread_id) else {
+            return Vec::new();
+        };
+        match std::mem::replace(&mut *slot, Slot::Live(actor.clone())) {
+            Slot::Passivating(_, buffered) => buffered.take(),
+            other => {
+                *slot = other;
+                Vec::new()
+            }
+        }
+    }
+
+    fn finish(
+        &self,
+        thread_id: &ThreadId,
+        actor: &ActorRef<ThreadMsg>,
+    ) -> Result<(), Vec<ThreadMsg>> {
+        match self.map.entry(thread_id.clone()) {
+            Entry::Occupied(mut occupied) => match occupied.get_mut() {
+                Slot::Passivating(owner, buffered) if owner.get_id() == actor.get_id() => {
+                    let buffered = buffered.take();
+                    if buffered.is_empty() {
+                        occupied.remove();
+                        self.passivated.notify_waiters();
+                        Ok(())
+                    } else {
+                        occupied.insert(Slot::Live(actor.clone()));
+                        Err(buffered)
+                    }
+                }
+                _ => Ok(()),
+            },
+            Entry::Vacant(_) => Ok(()),
+        }
+    }
+}
+
+/// Routes messages to thread actors on this node, starting them on demand.
+#[derive(Clone)]
+pub struct ThreadRegion {
+    deps: Arc<ThreadDeps>,
+    slots: Arc<Slots>,
+    supervisor: ActorRef<SupervisorMsg>,
+}
+
+impl std::fmt::Debug for ThreadRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadRegion")
+            .field("live", &self.slots.map.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ThreadRegion {
+    /// A region with its supervisor actor.
+    pub async fn start(deps: Arc<ThreadDeps>) -> Result<Self, ControlError> {
+        let slots = Arc::new(Slots::default());
+        let (supervisor, _) = Actor::spawn(
+            None,
+            ThreadSupervisor,
+            SupervisorArgs {
+                deps: Arc::clone(&deps),
+                slots: Arc::clone(&slots),
+            },
+        )
+        .await
+        .map_err(|e| ControlError::Unavailable(e.to_string()))?;
+        Ok(Self {
+            deps,
+            slots,
+            supervisor,
+        })
+    }
+
+    /// Delivers a message to the thread's actor, starting one if needed.
+    pub async fn send(&self, thread_id: &ThreadId, message: ThreadMsg) -> Result<(), ControlError> {
+        let mut message = message;
+        loop {
+            let live = match self.slots.map.entry(thread_id.clone()) {
+                Entry::Occupied(mut occupied) => match occupied.get_mut() {
+                    Slot::Starting(parked) | Slot::Passivating(_, parked) => {
+                        parked.push(message);
+                        return Ok(());
+                    }
+                    Slot::Live(actor) => actor.clone(),
+                },
+                Entry::Vacant(vacant) => {
+                    vacant.insert(Slot::Starting(Parked::with(message)));
+                    return start_actor(
+                        Arc::clone(&self.deps),
+                        Arc::clone(&self.slots),
+                        self.supervisor.clone(),
+                        thread_id.clone(),
+                        0,
+                    )
+                    .await;
+                }
+            };
+            match live.send_message(message) {
+                Ok(()) => return Ok(()),
+                Err(MessagingErr::SendErr(returned)) => {
+                    // The actor died between lookup and send: forget it and retry.
+                    self.slots.map.remove_if(
+                        thread_id,
+                        |_, slot| matches!(slot, Slot::Live(a) if a.get_id() == live.get_id()),
+                    );
+                    message = returned;
+                }
+                Err(error) => return Err(ControlError::Unavailable(error.to_string())),
+            }
+        }
+    }
+
+    /// Whether the thread has an actor on this node (live, starting or passivating).
+    pub fn is_live(&self, thread_id: &ThreadId) -> bool {
+        self.slots.map.contains_key(thread_id)
+    }
+
+    /// Resolves once the thread has no actor on this node.
+    pub async fn passivated(&self, thread_id: &ThreadId) {
+        loop {
+            let notified = self.slots.passivated.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.is_live(thread_id) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Number of threads with a live (or starting, or passivating) actor.
+    pub fn live_threads(&self) -> usize {
+        self.slots.map.len()
+    }
+
+    /// Stops every thread actor and the supervisor.
+    pub async fn shutdown(&self) {
+        self.supervisor
+            .get_cell()
+            .stop_children_and_wait(None, None)
+            .await;
+        self.supervisor.stop(None);
+    }
+}
+
+/// Starts (or restarts) the actor of a thread whose slot is `Starting`, then hands
+/// it the buffered messages.
+async fn start_actor(
+    deps: Arc<ThreadDeps>,
+    slots: Arc<Slots>,
+    supervisor: ActorRef<SupervisorMsg>,
+    thread_id: ThreadId,
+    restarts: u32,
+) -> Result<(), ControlError> {
+    let args = ThreadActorArgs {
+        thread_id: thread_id.clone(),
+        deps,
+        passivation: Arc::clone(&slots) as Arc<dyn Passivation>,
+        restarts,
+    };
+    match Actor::spawn_linked(None, ThreadActor, args, supervisor.get_cell()).await {
+        Ok((actor, _)) => {
+            let _ = supervisor.send_message(SupervisorMsg::Started {
+                actor: actor.get_id(),
+                thread_id: thread_id.clone(),
+                restarts,
+            });
+            let buffered = match slots.map.get_mut(&thread_id) {
+                Some(mut slot) => match std::mem::replace(&mut *slot, Slot::Live(actor.clone())) {
+                    Slot::Starting(parked) => parked.take(),
+                    other => {
+                        *slot = other;
+                        Vec::new()
+                    }
+                },
+                None => {
+                    slots
+                        .map
+                        .insert(thread_id.clone(), Slot::Live(actor.clone()));
+                    Vec::new()
+                }
+            };
+            for message in buffered {
+                let _ = actor.send_message(message);
+            }
+            Ok(())
+        }
+        Err(error) => {
+            // Dropping the buffered messages closes their reply ports: callers see
+            // the failure.
+            slots.map.remove(&thread_id);
+            tracing::error!(thread_id = %thread_id, %error, "cannot start thread actor");
+            Err(ControlError::Unavailable(error.to_string()))
+        }
+    }
+}
+
+/// Messages of the supervisor.
+pub(crate) enum SupervisorMsg {
+    Started {
+        actor: ActorId,
+        thread_id: ThreadId,
+        restarts: u32,
+    },
+}
+
+/// Restarts thread actors that fail, one for one, from their last checkpoint.
+struct ThreadSupervisor;
+
+struct SupervisorArgs {
+    deps: Arc<ThreadDeps>,
+    slots: Arc<Slots>,
+}
+
+struct SupervisorState {
+    deps: Arc<ThreadDeps>,
+    slots: Arc<Slots>,
+    threads: HashMap<ActorId, (ThreadId, u32)>,
+}
+
+impl Actor for ThreadSupervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SupervisorState {
+            deps: args.deps,
+            slots: args.slots,
+            threads: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::Started {
+                actor,
+                thread_id,
+                restarts,
+            } => {
+                state.threads.insert(actor, (thread_id, restarts));
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(cell, error) => {
+                let Some((thread_id, restarts)) = state.threads.remove(&cell.get_id()) else {
+                    return Ok(());
+                };
+                tracing::error!(thread_id = %thread_id, %error, restarts, "thread actor failed; restarting from its last checkpoint");
+                // Keep new messages for the thread while its replacement starts.
+                let owned = match state.slots.map.get_mut(&thread_id) {
+                    Some(mut slot) => match &mut *slot {
+                        Slot::Live(actor) | Slot::Passivating(actor, _)
+                            if actor.get_id() == cell.get_id() =>
+                        {
+                            let parked = match std::mem::replace(
+                                &mut *slot,
+                                Slot::Starting(Parked::default()),
+                            ) {
+                                Slot::Passivating(_, parked) => parked,
+                                _ => Parked::default(),
+                            };
+                            *slot = Slot::Starting(parked);
+                            true
+                        }
+                        _ => false,
+                    },
+                    None => {
+                        state
+                            .slots
+                            .map
+                            .insert(thread_id.clone(), Slot::Starting(Parked::default()));
+                        true
+                    }
+                };
+                if owned {
+                    let deps = Arc::clone(&state.deps);
+                    let slots = Arc::clone(&state.slots);
+                    tokio::spawn(async move {
+                        let _ = start_actor(deps, slots, myself, thread_id, restarts + 1).await;
+                    });
+                }
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                if let Some((thread_id, _)) = state.threads.remove(&cell.get_id()) {
+                    // A thread that stopped without passivating (e.g. fenced) leaves
+                    // no stale route behind.
+                    state.slots.map.remove_if(
+                        &thread_id,
+                        |_, slot| matches!(slot, Slot::Live(a) if a.get_id() == cell.get_id()),
+                    );
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,174 @@
+//! `ToolCallActor`: one execution attempt of one tool call.
+//!
+//! The thread actor decides *whether* a call runs (intercepts, decisions, execution
+//! mode); the tool call actor runs it. The tool executes on a task of its own, so the
+//! actor stays responsive to cancellation, and a panicking tool fails only its call:
+//! the panic is caught and reported as the call's outcome.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::task::JoinHandle;
+
+use crate::ids::{RunId, ToolCallId};
+use crate::thread::{Launch, ThreadMsg, ToolOutcome};
+
+/// Messages of a [`ToolCallActor`].
+#[derive(Debug)]
+pub enum ToolCallMsg {
+    /// The execution task ended.
+    Finished(ToolOutcomeBox),
+    /// Stop the execution: the call or its run was cancelled.
+    Cancel,
+}
+
+/// An outcome in transit (boxed: outcomes carry whole tool outputs).
+#[derive(Debug)]
+pub struct ToolOutcomeBox(pub(crate) Box<ToolOutcome>);
+
+/// Runs one tool call attempt and reports its outcome to the thread.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ToolCallActor;
+
+/// What a [`ToolCallActor`] starts with.
+pub struct ToolCallArgs {
+    pub(crate) thread: ActorRef<ThreadMsg>,
+    pub(crate) run_id: RunId,
+    pub(crate) launch: Launch,
+}
+
+impl std::fmt::Debug for ToolCallArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolCallArgs")
+            .field("run_id", &self.run_id)
+            .field("call_id", &self.launch.call_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The actor's state: who to report to, and the running execution.
+pub struct ToolCallState {
+    thread: ActorRef<ThreadMsg>,
+    run_id: RunId,
+    call_id: ToolCallId,
+    attempt: u32,
+    cancellation: crate::cancellation::CancellationToken,
+    task: Option<JoinHandle<()>>,
+    reported: bool,
+}
+
+impl std::fmt::Debug for ToolCallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolCallState")
+            .field("run_id", &self.run_id)
+            .field("call_id", &self.call_id)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolCallState {
+    fn report(&mut self, outcome: ToolOutcome) {
+        if self.reported {
+            return;
+        }
+        self.reported = true;
+        // The thread may have passivated or stopped; a lost report is then moot
+        // because the thread already settled the call as cancelled.
+        let _ = self.thread.send_message(ThreadMsg::ToolFinished {
+            run_id: self.run_id.clone(),
+            call_id: self.call_id.clone(),
+            attempt: self.attempt,
+            outcome: ToolOutcomeBox(Box::new(outcome)),
+        });
+    }
+}
+
+impl Actor for ToolCallActor {
+    type Msg = ToolCallMsg;
+    type State = ToolCallState;
+    type Arguments = ToolCallArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let Launch {
+            call_id,
+            attempt,
+            tool,
+            args: arguments,
+            ctx,
+        } = args.launch;
+        let cancellation = ctx.cancellation.clone();
+        let tool: Arc<dyn crate::tool::Tool> = tool;
+        let task = tokio::spawn(async move {
+            let execution = AssertUnwindSafe(tool.execute(arguments, &ctx)).catch_unwind();
+            let outcome = tokio::select! {
+                outcome = execution => match outcome {
+                    Ok(Ok(output)) => ToolOutcome::Output(output),
+                    Ok(Err(error)) => ToolOutcome::Error(error),
+                    Err(panic) => ToolOutcome::Panicked(panic_message(panic.as_ref())),
+                },
+                () = ctx.cancellation.cancelled() => ToolOutcome::Cancelled,
+            };
+            let _ = myself.send_message(ToolCallMsg::Finished(ToolOutcomeBox(Box::new(outcome))));
+        });
+        Ok(ToolCallState {
+            thread: args.thread,
+            run_id: args.run_id,
+            call_id,
+            attempt,
+            cancellation,
+            task: Some(task),
+            reported: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ToolCallMsg::Finished(outcome) => {
+                state.task = None;
+                state.report(*outcome.0);
+            }
+            ToolCallMsg::Cancel => {
+                state.cancellation.cancel();
+                if let Some(task) = state.task.take() {
+                    task.abort();
+                }
+                state.report(ToolOutcome::Cancelled);
+            }
+        }
+        myself.stop(None);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(task) = state.task.take() {
+            task.abort();
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}
