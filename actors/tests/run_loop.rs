@@ -104,3 +104,327 @@ async fn tool_call_then_answer() {
         2
     );
 }
+
+fn approval(
+    tools: &[&'static str],
+    mode: awaken_actors::contract::ToolCallResumeMode,
+) -> Option<Approval> {
+    Some(Approval {
+        tools: tools.iter().copied().collect(),
+        mode,
+    })
+}
+
+fn resume(id: &str, result: serde_json::Value) -> awaken_actors::contract::ToolCallResume {
+    awaken_actors::contract::ToolCallResume {
+        decision_id: awaken_actors::DecisionId::new(id).unwrap(),
+        action: awaken_actors::contract::ResumeDecisionAction::Resume,
+        result,
+        reason: None,
+        updated_at: 0,
+    }
+}
+
+fn cancel_decision(id: &str) -> awaken_actors::contract::ToolCallResume {
+    awaken_actors::contract::ToolCallResume {
+        action: awaken_actors::contract::ResumeDecisionAction::Cancel,
+        reason: Some("no thanks".into()),
+        ..resume(id, serde_json::Value::Null)
+    }
+}
+
+fn suspended_call(events: &[AgentEvent]) -> awaken_actors::ToolCallId {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolCallDone {
+                id,
+                outcome: ToolCallOutcome::Suspended,
+                ..
+            } => Some(id.clone()),
+            _ => None,
+        })
+        .expect("a suspended call")
+}
+
+#[tokio::test]
+async fn suspension_then_replay_after_approval() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"path": "a.txt"}))]),
+        Turn::Text("deleted"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-hitl");
+    let sink = Arc::new(Collector::default());
+    let first = rt
+        .run(
+            RunRequest::new(thread.clone(), user("delete")),
+            sink.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.termination, TerminationReason::Suspended);
+    assert_eq!(
+        echo.calls.load(Ordering::SeqCst),
+        0,
+        "not executed before approval"
+    );
+    let events = sink.take();
+    assert_well_formed(&events);
+    let call = suspended_call(&events);
+    let record = rt.active_run(&thread).await.unwrap().expect("waiting run");
+    assert_eq!(record.status, awaken_actors::contract::RunStatus::Waiting);
+    assert_eq!(record.waiting.unwrap().tickets[0].tool_call_id, call);
+
+    // Waiting never holds an actor.
+    rt.thread_passivated(&thread).await;
+    assert!(!rt.is_thread_live(&thread));
+
+    let second_sink = Arc::new(Collector::default());
+    let done = rt
+        .decide_and_wait(
+            &thread,
+            call.clone(),
+            resume("d1", json!({"approved": true})),
+            Some(second_sink.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        done.run_id, first.run_id,
+        "decision forwarding keeps the run id"
+    );
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    assert_eq!(done.response, "deleted");
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+    let (_, key) = echo.seen.lock().unwrap()[0].clone();
+    assert!(
+        key.ends_with(&format!("{call}:1")),
+        "idempotency key names call and attempt: {key}"
+    );
+    let events = second_sink.take();
+    assert_well_formed(&events);
+    assert!(event_types(&events).contains(&"tool_call_resumed"));
+}
+
+#[tokio::test]
+async fn decisions_are_idempotent_and_validated() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    use awaken_actors::thread::ControlError;
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({}))]),
+        Turn::Text("ok"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let mut config = ThreadConfig::default();
+    config.passivate_while_waiting = false;
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
+        None,
+        config,
+    );
+    let thread = tid("t-idem");
+    let sink = Arc::new(Collector::default());
+    rt.run(RunRequest::new(thread.clone(), user("go")), sink.clone())
+        .await
+        .unwrap();
+    let call = suspended_call(&sink.take());
+
+    // Unknown call: refused, nothing changes.
+    let unknown = awaken_actors::ToolCallId::new("nope").unwrap();
+    assert_eq!(
+        rt.decide(&thread, unknown.clone(), resume("dx", json!(null)), None)
+            .await
+            .unwrap_err(),
+        ControlError::UnknownToolCall { call_id: unknown }
+    );
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 0);
+
+    let done = rt
+        .decide_and_wait(&thread, call.clone(), resume("d1", json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    // The same decision again is acknowledged as a duplicate... but the run is over,
+    // so a decision with a new id for the finished call is refused.
+    let err = rt
+        .decide(&thread, call.clone(), resume("d2", json!(true)), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ControlError::NoActiveRun { .. }), "{err:?}");
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1, "applied exactly once");
+}
+
+#[tokio::test]
+async fn duplicate_decision_while_waiting_is_acknowledged_not_reapplied() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    // Two calls: deciding the first leaves the run waiting on the second, so the
+    // duplicate arrives while the run is still open.
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"n": 1})), ("echo", json!({"n": 2}))]),
+        Turn::Text("ok"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::ParallelStreaming),
+        vec![("echo", echo.clone())],
+        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-dup");
+    let sink = Arc::new(Collector::default());
+    rt.run(RunRequest::new(thread.clone(), user("go")), sink.clone())
+        .await
+        .unwrap();
+    let events = sink.take();
+    let calls: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCallDone {
+                id,
+                outcome: ToolCallOutcome::Suspended,
+                ..
+            } => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 2);
+    let waiting = rt
+        .decide_and_wait(&thread, calls[0].clone(), resume("d-1", json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(waiting.termination, TerminationReason::Suspended);
+    let ack = rt
+        .decide(&thread, calls[0].clone(), resume("d-1", json!(true)), None)
+        .await
+        .unwrap();
+    assert!(ack.duplicate);
+    let err = rt
+        .decide(
+            &thread,
+            calls[0].clone(),
+            resume("d-other", json!(true)),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            awaken_actors::thread::ControlError::CallFinished { .. }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+    let done = rt
+        .decide_and_wait(&thread, calls[1].clone(), resume("d-2", json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn cancel_decision_cancels_the_call_and_the_run_continues() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({}))]),
+        Turn::Text("skipped"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm.clone(),
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-deny");
+    let sink = Arc::new(Collector::default());
+    rt.run(RunRequest::new(thread.clone(), user("go")), sink.clone())
+        .await
+        .unwrap();
+    let call = suspended_call(&sink.take());
+    let sink = Arc::new(Collector::default());
+    let done = rt
+        .decide_and_wait(&thread, call, cancel_decision("d1"), Some(sink.clone()))
+        .await
+        .unwrap();
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 0);
+    let events = sink.take();
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolCallDone { outcome: ToolCallOutcome::Failed, result, .. } if result.error_code.as_deref() == Some("cancelled"))));
+    let last = llm.requests.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        last.messages
+            .iter()
+            .any(|m| m.role == Role::Tool && m.text().contains("no thanks"))
+    );
+}
+
+#[tokio::test]
+async fn use_decision_as_result_and_pass_decision_to_tool() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    for (mode, expect_exec) in [
+        (ToolCallResumeMode::UseDecisionAsToolResult, 0),
+        (ToolCallResumeMode::PassDecisionToTool, 1),
+    ] {
+        let llm = ScriptedLlm::new(vec![
+            Turn::Calls(vec![("echo", json!({"orig": true}))]),
+            Turn::Text("ok"),
+        ]);
+        let echo = Arc::new(Echo::default());
+        let rt = runtime(
+            llm.clone(),
+            agent_spec(ToolExecutionMode::Sequential),
+            vec![("echo", echo.clone())],
+            approval(&["echo"], mode),
+            None,
+            ThreadConfig::default(),
+        );
+        let thread = tid("t-modes");
+        let sink = Arc::new(Collector::default());
+        rt.run(RunRequest::new(thread.clone(), user("go")), sink.clone())
+            .await
+            .unwrap();
+        let call = suspended_call(&sink.take());
+        let sink = Arc::new(Collector::default());
+        rt.decide_and_wait(
+            &thread,
+            call,
+            resume("d", json!({"human": "answer"})),
+            Some(sink.clone()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(echo.calls.load(Ordering::SeqCst), expect_exec, "{mode:?}");
+        let result = sink
+            .take()
+            .into_iter()
+            .find_map(|e| match e {
+                AgentEvent::ToolCallDone {
+                    result,
+                    outcome: ToolCallOutcome::Succeeded,
+                    ..
+                } => Some(result),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(result.data, json!({"human": "answer"}), "{mode:?}");
+    }
+}

@@ -156,6 +156,7 @@ impl Driver<'_> {
         let outcome = if self.calls().all_terminal() {
             self.next_step().await
         } else {
+            self.reopen_step();
             self.advance().await
         };
         self.settle(outcome).await
@@ -642,6 +643,7 @@ impl Driver<'_> {
                 run_id: self.run.identity.run_id.clone(),
                 parent_run_id: self.run.identity.parent_run_id.clone(),
             });
+            self.reopen_step();
         }
         let Some(mut state) = self.calls().get(&call_id).cloned() else {
             return self.advance().await;
@@ -814,6 +816,8 @@ impl Driver<'_> {
             message: None,
         });
         self.checkpoint().await?;
+        // Each activation closes the steps it opened; the resumed activation reopens.
+        self.emit(AgentEvent::StepEnd);
         self.emit(AgentEvent::RunFinish {
             thread_id: self.thread.thread_id.clone(),
             run_id: self.run.identity.run_id.clone(),
@@ -821,6 +825,13 @@ impl Driver<'_> {
             termination: TerminationReason::Suspended,
         });
         Ok(Next::Wait)
+    }
+
+    /// Announces the continuation of a step begun in an earlier activation.
+    fn reopen_step(&mut self) {
+        self.emit(AgentEvent::StepStart {
+            message_id: self.run.step_message_id.clone(),
+        });
     }
 
     // ------------------------------------------------------------- plumbing
