@@ -428,3 +428,238 @@ async fn use_decision_as_result_and_pass_decision_to_tool() {
         assert_eq!(result.data, json!({"human": "answer"}), "{mode:?}");
     }
 }
+
+#[tokio::test]
+async fn cancelling_while_a_tool_runs() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("gate", json!({}))]),
+        Turn::Text("never"),
+    ]);
+    let gate = Arc::new(Gate::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("gate", gate.clone())],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-cancel");
+    let sink = Arc::new(Collector::default());
+    let started = gate.started.notified();
+    let handle = {
+        let rt = rt.clone();
+        let sink = sink.clone();
+        let thread = thread.clone();
+        tokio::spawn(async move { rt.run(RunRequest::new(thread, user("wait")), sink).await })
+    };
+    started.await;
+    // The thread answers queries while its tool runs.
+    let status = rt.thread_status(&thread).await.unwrap();
+    assert_eq!(status.run.as_ref().unwrap().running_tools, 1);
+    let cancelled = rt.cancel_thread(&thread).await.unwrap();
+    let result = handle.await.unwrap().unwrap();
+    assert_eq!(result.run_id, cancelled);
+    assert_eq!(result.termination, TerminationReason::Cancelled);
+    assert_eq!(gate.finished.load(Ordering::SeqCst), 0);
+    let events = sink.take();
+    assert_well_formed(&events);
+    // Nothing left to cancel.
+    assert!(matches!(
+        rt.cancel_thread(&thread).await.unwrap_err(),
+        awaken_actors::thread::ControlError::NoActiveRun { .. }
+    ));
+}
+
+#[tokio::test]
+async fn parallel_streaming_replays_a_decision_while_a_sibling_runs() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![
+            ("echo", json!({"approved": "call"})),
+            ("gate", json!({})),
+        ]),
+        Turn::Text("both done"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let gate = Arc::new(Gate::default());
+    let hub = Arc::new(HubRecorder::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::ParallelStreaming),
+        vec![("echo", echo.clone()), ("gate", gate.clone())],
+        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
+        Some(hub.clone()),
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-stream");
+    let sink = Arc::new(Collector::default());
+    let started = gate.started.notified();
+    let ticket = rt
+        .start(
+            RunRequest::new(thread.clone(), user("go")),
+            Some(sink.clone()),
+        )
+        .await
+        .unwrap();
+    started.await;
+    sink.wait_for(|e| {
+        matches!(
+            e,
+            AgentEvent::ToolCallDone {
+                outcome: ToolCallOutcome::Suspended,
+                ..
+            }
+        )
+    })
+    .await;
+    let call = suspended_call(&sink.snapshot());
+    // The gate is still running; the decision replays the echo call at once.
+    let ack = rt
+        .decide(&thread, call.clone(), resume("d", json!(true)), None)
+        .await
+        .unwrap();
+    assert!(!ack.duplicate);
+    sink.wait_for(|e| matches!(e, AgentEvent::ToolCallDone { id, outcome: ToolCallOutcome::Succeeded, .. } if *id == call)).await;
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        gate.finished.load(Ordering::SeqCst),
+        0,
+        "replayed before the sibling finished"
+    );
+    gate.release.notify_one();
+    hub.wait_for(|e| {
+        matches!(
+            e,
+            AgentEvent::RunFinish {
+                termination: TerminationReason::NaturalEnd,
+                ..
+            }
+        )
+    })
+    .await;
+    let record = rt.store().load_run(&ticket.run_id).await.unwrap().unwrap();
+    assert_eq!(record.termination, Some(TerminationReason::NaturalEnd));
+    // The run never waited: the gate kept it running throughout.
+    assert!(
+        !event_types(&sink.snapshot()).contains(&"run_finish")
+            || sink
+                .snapshot()
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::RunFinish { .. }))
+                .count()
+                == 1
+    );
+}
+
+#[tokio::test]
+async fn batch_approval_waits_for_every_decision() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"n": 1})), ("echo", json!({"n": 2}))]),
+        Turn::Text("done"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::ParallelBatchApproval),
+        vec![("echo", echo.clone())],
+        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-batch");
+    let sink = Arc::new(Collector::default());
+    rt.run(RunRequest::new(thread.clone(), user("go")), sink.clone())
+        .await
+        .unwrap();
+    let calls: Vec<_> = sink
+        .take()
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCallDone {
+                id,
+                outcome: ToolCallOutcome::Suspended,
+                ..
+            } => Some(id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 2);
+    let first = rt
+        .decide_and_wait(&thread, calls[0].clone(), resume("a", json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(first.termination, TerminationReason::Suspended);
+    assert_eq!(
+        echo.calls.load(Ordering::SeqCst),
+        0,
+        "no replay until all are decided"
+    );
+    let done = rt
+        .decide_and_wait(&thread, calls[1].clone(), resume("b", json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn sequential_stops_at_the_first_suspension() {
+    use awaken_actors::contract::ToolCallResumeMode;
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![
+            ("gate_ok", json!({})),
+            ("echo", json!({"n": 2})),
+            ("gate_ok", json!({})),
+        ]),
+        Turn::Text("done"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let plain = Arc::new(Echo::default());
+    struct Named(Arc<Echo>, &'static str);
+    #[async_trait::async_trait]
+    impl awaken_actors::tool::Tool for Named {
+        fn descriptor(&self) -> awaken_actors::contract::ToolDescriptor {
+            awaken_actors::contract::ToolDescriptor::new(self.1, self.1, "counts")
+        }
+        async fn execute(
+            &self,
+            args: serde_json::Value,
+            ctx: &awaken_actors::tool::ToolCallContext,
+        ) -> Result<awaken_actors::tool::ToolOutput, awaken_actors::ToolError> {
+            self.0.execute(args, ctx).await
+        }
+    }
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![
+            ("echo", echo.clone()),
+            ("gate_ok", Arc::new(Named(plain.clone(), "gate_ok"))),
+        ],
+        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-seq");
+    let sink = Arc::new(Collector::default());
+    let waiting = rt
+        .run(RunRequest::new(thread.clone(), user("go")), sink.clone())
+        .await
+        .unwrap();
+    assert_eq!(waiting.termination, TerminationReason::Suspended);
+    assert_eq!(
+        plain.calls.load(Ordering::SeqCst),
+        1,
+        "the call after the suspension did not run"
+    );
+    let call = suspended_call(&sink.take());
+    let done = rt
+        .decide_and_wait(&thread, call, resume("d", json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    assert_eq!(plain.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+}

@@ -464,10 +464,13 @@ impl Driver<'_> {
             return Ok(Next::Launch(launches));
         }
         let calls = self.calls();
-        if calls.any(ToolCallStatus::Running) || calls.any(ToolCallStatus::Resuming) {
+        if calls.any(ToolCallStatus::Running) {
             return Ok(Next::Launch(Vec::new()));
         }
-        if calls.any(ToolCallStatus::Suspended) || calls.any(ToolCallStatus::New) {
+        // Nothing runs: calls still open wait for decisions (a decided call in batch
+        // mode waits for its siblings' decisions, a new call in sequential mode for
+        // the suspension before it).
+        if !calls.all_terminal() {
             return self.suspend_run().await;
         }
         self.end_step(false).await
