@@ -73,7 +73,7 @@ impl ToolCallSignature {
     /// The signature of a call to `name` with `arguments`.
     pub fn new(name: impl Into<String>, arguments: &serde_json::Value) -> Self {
         let mut hasher = Fnv1a::default();
-        write_canonical(arguments, &mut hasher);
+        hasher.write(crate::codec::canonical_json(arguments).as_bytes());
         Self {
             name: name.into(),
             args_hash: hasher.finish(),
@@ -132,60 +132,6 @@ impl Fnv1a {
     fn finish(&self) -> u64 {
         self.0
     }
-}
-
-/// Feeds the canonical JSON text of `value` (sorted keys, no whitespace) to the hasher
-/// without building the string.
-fn write_canonical(value: &serde_json::Value, out: &mut Fnv1a) {
-    use serde_json::Value;
-    match value {
-        Value::Null => out.write(b"null"),
-        Value::Bool(true) => out.write(b"true"),
-        Value::Bool(false) => out.write(b"false"),
-        Value::Number(n) => out.write(n.to_string().as_bytes()),
-        Value::String(s) => write_json_string(s, out),
-        Value::Array(items) => {
-            out.write(b"[");
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.write(b",");
-                }
-                write_canonical(item, out);
-            }
-            out.write(b"]");
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.write(b"{");
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.write(b",");
-                }
-                write_json_string(key, out);
-                out.write(b":");
-                write_canonical(item, out);
-            }
-            out.write(b"}");
-        }
-    }
-}
-
-fn write_json_string(s: &str, out: &mut Fnv1a) {
-    // Quoting keeps `{"a":"b,c"}` and `{"a":"b","c":...}` apart; escapes need not be
-    // JSON-exact, only injective.
-    out.write(b"\"");
-    for ch in s.chars() {
-        match ch {
-            '"' => out.write(b"\\\""),
-            '\\' => out.write(b"\\\\"),
-            _ => {
-                let mut buf = [0u8; 4];
-                out.write(ch.encode_utf8(&mut buf).as_bytes());
-            }
-        }
-    }
-    out.write(b"\"");
 }
 
 #[cfg(test)]
