@@ -4,8 +4,8 @@
 //!    `retry` section asks for it.
 //! 2. Plugins: the spec's plugins plus the runtime's required ones (among them one
 //!    `StopConditionPlugin` from `max_rounds` and the `stop_conditions` section),
-//!    config sections validated against every plugin's JSON Schema, then the
-//!    `ExecutionEnv`.
+//!    config sections validated against every plugin's JSON Schema and then by the
+//!    plugin itself (`Plugin::validate_config`), then the `ExecutionEnv`.
 //! 3. Tools: global tools, plugin tools (a clash is an error), then the spec's
 //!    allowed / excluded filters.
 //!
@@ -205,6 +205,12 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
     }
     // The runtime's own sections were validated above.
     validate_sections(&spec, &schemas[runtime_sections..])?;
+    for entry in &entries {
+        entry
+            .plugin
+            .validate_config(&spec)
+            .map_err(|e| invalid_config(&entry.id, &e.key, e.message))?;
+    }
     let claimed: BTreeSet<&str> = schemas.iter().map(|(_, s)| s.key.as_str()).collect();
     for key in spec.sections.keys() {
         if !claimed.contains(key.as_str()) {
