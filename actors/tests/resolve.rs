@@ -652,3 +652,50 @@ fn a_second_stop_plugin_is_refused() {
         })
     );
 }
+
+#[test]
+fn permission_sections_are_validated_at_resolve() {
+    use awaken_actors::permission::PermissionPlugin;
+
+    let section =
+        |rules: serde_json::Value| serde_json::json!({ "default_behavior": "ask", "rules": rules });
+    let good = agent("good").with_plugin("permission").with_section(
+        "permission",
+        section(serde_json::json!([{"tool": "Bash(npm *)", "behavior": "allow"}])),
+    );
+    let bad_pattern = agent("pattern").with_plugin("permission").with_section(
+        "permission",
+        section(serde_json::json!([{"tool": "Bash(npm *", "behavior": "allow"}])),
+    );
+    let bad_shape = agent("shape").with_plugin("permission").with_section(
+        "permission",
+        section(serde_json::json!([{"tool": "ls", "behavior": "maybe"}])),
+    );
+    let runtime = base()
+        .with_plugin("permission", Arc::new(PermissionPlugin::default()))
+        .with_agent_spec(good)
+        .with_agent_spec(bad_pattern)
+        .with_agent_spec(bad_shape)
+        .build_unchecked()
+        .unwrap();
+    let resolved = runtime.resolve("good").unwrap();
+    assert!(resolved.warnings.is_empty(), "{:?}", resolved.warnings);
+    match runtime.resolve("pattern").unwrap_err() {
+        ResolveError::InvalidPluginConfig {
+            plugin,
+            key,
+            message,
+        } => {
+            assert_eq!(
+                (plugin.as_str(), key.as_str()),
+                ("permission", "permission")
+            );
+            assert!(message.contains("`Bash(npm *`"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(
+        runtime.resolve("shape").unwrap_err(),
+        ResolveError::InvalidPluginConfig { ref key, .. } if key == "permission"
+    ));
+}
