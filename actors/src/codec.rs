@@ -10,6 +10,9 @@
 //! that round-trips through JSON round-trips here, and a payload can be transcoded to
 //! JSON (for logs or HTTP) without loss. Compact binary forms (a `Uuid` as 16 raw
 //! bytes) are deliberately not used.
+//!
+//! [`canonical_json`] is the one textual form used where equal JSON values must give
+//! equal text (loop detection, permission patterns).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -46,6 +49,53 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     T::deserialize(&mut deserializer).map_err(|err| CodecError::Decode(err.to_string()))
 }
 
+/// The canonical JSON text of a value: object keys sorted, no whitespace.
+///
+/// Two values that are equal as JSON (whatever their key order) give the same text,
+/// so it can key caches, hash tool-call arguments or be matched against patterns,
+/// independently of how serde_json happens to order maps in this build.
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_scalar(&Value::String(key.clone()), out);
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+/// Scalars (and keys, as strings) use serde_json's own escaping and number format.
+fn write_scalar(value: &serde_json::Value, out: &mut String) {
+    out.push_str(&value.to_string());
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -60,6 +110,15 @@ mod tests {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
         values: BTreeMap<String, f64>,
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level() {
+        let a = serde_json::json!({"b": [1, {"z": "q\"", "a": null}], "a": 1.5});
+        assert_eq!(
+            canonical_json(&a),
+            r#"{"a":1.5,"b":[1,{"a":null,"z":"q\""}]}"#
+        );
     }
 
     #[test]

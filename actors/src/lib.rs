@@ -13,6 +13,7 @@ pub mod error;
 pub mod event_sink;
 pub mod ids;
 pub mod llm;
+pub mod permission;
 pub mod phase;
 pub mod plugin;
 pub mod policies;

@@ -173,7 +173,7 @@ fn resolves_model_provider_and_tools() {
         .iter()
         .map(|p| p.id.as_str())
         .collect();
-    assert_eq!(ids, ["__runtime.loop_actions", "stop-condition:max-rounds"]);
+    assert_eq!(ids, ["__runtime.loop_actions", "stop-condition"]);
 }
 
 #[test]
@@ -519,5 +519,183 @@ fn compaction_section_is_claimed_and_validated_with_a_context_policy() {
     assert!(matches!(
         runtime.resolve("bad").unwrap_err(),
         ResolveError::InvalidPluginConfig { ref key, .. } if key == "compaction"
+    ));
+}
+
+/// Runs AfterInference (calling `tool`) and StepEnd of `step` through a resolved env.
+async fn step_calling(
+    env: &awaken_actors::plugin::ExecutionEnv,
+    store: &mut awaken_actors::state::StateStore,
+    step: u32,
+    tool: &str,
+) -> Option<String> {
+    use awaken_actors::contract::ToolCall;
+    use awaken_actors::phase::{PhaseContext, PhaseRuntime};
+    use awaken_actors::policies::StopRequest;
+    use awaken_actors::{Phase, ToolCallId};
+
+    let response = StreamResult {
+        tool_calls: vec![ToolCall::new(
+            ToolCallId::new(format!("c{step}")).unwrap(),
+            tool,
+            serde_json::json!({"step": step}),
+        )],
+        ..StreamResult::default()
+    };
+    let runtime = PhaseRuntime::new();
+    let base = PhaseContext::test_default().with_step(step);
+    runtime
+        .run_phase(
+            env,
+            store,
+            base.clone()
+                .with_phase(Phase::AfterInference)
+                .with_inference(Arc::new(response)),
+        )
+        .await
+        .unwrap();
+    runtime
+        .run_phase(env, store, base.with_phase(Phase::StepEnd))
+        .await
+        .unwrap();
+    store.read::<StopRequest>().flatten().map(|s| s.code)
+}
+
+#[tokio::test]
+async fn stop_conditions_section_joins_max_rounds_in_one_plugin() {
+    let spec = agent("a").with_max_rounds(3).with_section(
+        "stop_conditions",
+        serde_json::json!([{"type": "stop_on_tool", "tool_name": "finish"}]),
+    );
+    let runtime = base().with_agent_spec(spec).build().unwrap();
+    let resolved = runtime.resolve("a").unwrap();
+    assert!(resolved.warnings.is_empty(), "{:?}", resolved.warnings);
+    let stop_plugins = resolved
+        .env
+        .plugins()
+        .iter()
+        .filter(|p| p.id.starts_with("stop-condition"))
+        .count();
+    assert_eq!(stop_plugins, 1);
+
+    // The section's policy fires...
+    let mut store = awaken_actors::state::StateStore::new();
+    resolved.env.install(&mut store).unwrap();
+    assert_eq!(
+        step_calling(&resolved.env, &mut store, 1, "search").await,
+        None
+    );
+    assert_eq!(
+        step_calling(&resolved.env, &mut store, 2, "finish").await,
+        Some("stop_on_tool".to_owned())
+    );
+    // ...and so does max_rounds, evaluated first.
+    store.begin_run();
+    for step in 1..3 {
+        assert_eq!(
+            step_calling(&resolved.env, &mut store, step, "search").await,
+            None
+        );
+    }
+    assert_eq!(
+        step_calling(&resolved.env, &mut store, 3, "finish").await,
+        Some("max_rounds".to_owned())
+    );
+}
+
+#[test]
+fn invalid_stop_conditions_are_config_errors() {
+    let bad_regex = agent("regex").with_section(
+        "stop_conditions",
+        serde_json::json!([{"type": "content_match", "pattern": "(unclosed"}]),
+    );
+    let bad_shape = agent("shape").with_section(
+        "stop_conditions",
+        serde_json::json!([{"type": "stop_when_bored"}]),
+    );
+    let runtime = base()
+        .with_agent_spec(bad_regex)
+        .with_agent_spec(bad_shape)
+        .build_unchecked()
+        .unwrap();
+    match runtime.resolve("regex").unwrap_err() {
+        ResolveError::InvalidPluginConfig {
+            plugin,
+            key,
+            message,
+        } => {
+            assert_eq!(
+                (plugin.as_str(), key.as_str()),
+                ("stop-condition", "stop_conditions")
+            );
+            assert!(message.contains("(unclosed"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(
+        runtime.resolve("shape").unwrap_err(),
+        ResolveError::InvalidPluginConfig { ref key, .. } if key == "stop_conditions"
+    ));
+}
+
+#[test]
+fn a_second_stop_plugin_is_refused() {
+    use awaken_actors::policies::StopConditionPlugin;
+
+    let builder = base()
+        .with_plugin("my-stops", Arc::new(StopConditionPlugin::new(Vec::new())))
+        .with_agent_spec(agent("a").with_plugin("my-stops"));
+    assert_eq!(
+        resolve_err(builder, "a"),
+        ResolveError::EnvBuild(StateError::KeyAlreadyRegistered {
+            key: "__runtime.stop_request".into()
+        })
+    );
+}
+
+#[test]
+fn permission_sections_are_validated_at_resolve() {
+    use awaken_actors::permission::PermissionPlugin;
+
+    let section =
+        |rules: serde_json::Value| serde_json::json!({ "default_behavior": "ask", "rules": rules });
+    let good = agent("good").with_plugin("permission").with_section(
+        "permission",
+        section(serde_json::json!([{"tool": "Bash(npm *)", "behavior": "allow"}])),
+    );
+    let bad_pattern = agent("pattern").with_plugin("permission").with_section(
+        "permission",
+        section(serde_json::json!([{"tool": "Bash(npm *", "behavior": "allow"}])),
+    );
+    let bad_shape = agent("shape").with_plugin("permission").with_section(
+        "permission",
+        section(serde_json::json!([{"tool": "ls", "behavior": "maybe"}])),
+    );
+    let runtime = base()
+        .with_plugin("permission", Arc::new(PermissionPlugin::default()))
+        .with_agent_spec(good)
+        .with_agent_spec(bad_pattern)
+        .with_agent_spec(bad_shape)
+        .build_unchecked()
+        .unwrap();
+    let resolved = runtime.resolve("good").unwrap();
+    assert!(resolved.warnings.is_empty(), "{:?}", resolved.warnings);
+    match runtime.resolve("pattern").unwrap_err() {
+        ResolveError::InvalidPluginConfig {
+            plugin,
+            key,
+            message,
+        } => {
+            assert_eq!(
+                (plugin.as_str(), key.as_str()),
+                ("permission", "permission")
+            );
+            assert!(message.contains("`Bash(npm *`"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(
+        runtime.resolve("shape").unwrap_err(),
+        ResolveError::InvalidPluginConfig { ref key, .. } if key == "permission"
     ));
 }

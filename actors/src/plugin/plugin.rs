@@ -1,6 +1,6 @@
 //! The `Plugin` trait and its descriptor.
 
-use crate::contract::PluginConfigKey;
+use crate::contract::{AgentSpec, PluginConfigKey};
 use crate::error::StateError;
 
 use super::registrar::PluginRegistrar;
@@ -43,6 +43,27 @@ impl ConfigSchema {
     }
 }
 
+/// A config section that satisfies its JSON Schema but is still unusable (a pattern
+/// that does not compile, say); the resolver reports it as `InvalidPluginConfig`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config section `{key}`: {message}")]
+pub struct PluginConfigError {
+    /// The section key.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl PluginConfigError {
+    /// An error about section `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// A system-level extension: invisible to the model, active at phase boundaries.
 pub trait Plugin: Send + Sync + 'static {
     /// Name and description.
@@ -54,5 +75,13 @@ pub trait Plugin: Send + Sync + 'static {
     /// Schemas for the config sections this plugin reads.
     fn config_schemas(&self) -> Vec<ConfigSchema> {
         Vec::new()
+    }
+
+    /// Checks this plugin's sections of `spec` beyond their JSON Schema, so that
+    /// configuration errors surface when the agent is resolved, not at its first run.
+    /// Called after schema validation.
+    fn validate_config(&self, spec: &AgentSpec) -> Result<(), PluginConfigError> {
+        let _ = spec;
+        Ok(())
     }
 }

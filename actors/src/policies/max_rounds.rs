@@ -1,45 +1,32 @@
-//! `MaxRoundsPlugin`: ends a run after `max_rounds` steps.
+//! `MaxRoundsPlugin`: the round limit alone, as a stop-condition plugin.
 
-use async_trait::async_trait;
+use std::sync::Arc;
 
-use super::StopRequest;
-use crate::contract::StoppedReason;
+use super::builtin::MaxRoundsPolicy;
+use super::plugin::StopConditionPlugin;
 use crate::error::StateError;
-use crate::phase::{Phase, PhaseContext};
-use crate::plugin::{PhaseHook, Plugin, PluginDescriptor, PluginRegistrar};
-use crate::state::{StateCommand, StateKeyOptions};
+use crate::plugin::{Plugin, PluginDescriptor, PluginRegistrar};
 
-/// Enforces the agent's `max_rounds`; injected into every resolved agent.
-#[derive(Debug, Clone, Copy)]
+/// A [`StopConditionPlugin`] holding only a [`MaxRoundsPolicy`], for hosts that want
+/// the round limit and nothing else (book: the convenience wrapper).
+///
+/// It registers the same state keys as `StopConditionPlugin`, so installing both is
+/// `StateError::KeyAlreadyRegistered`. The resolver does not use it: every resolved
+/// agent gets one `StopConditionPlugin` that already includes `max_rounds`.
+#[derive(Debug, Clone)]
 pub struct MaxRoundsPlugin {
-    max_rounds: u32,
+    inner: StopConditionPlugin,
 }
 
 impl MaxRoundsPlugin {
-    /// The id the resolver installs it under.
+    /// The id the book registers it under.
     pub const ID: &'static str = "stop-condition:max-rounds";
 
     /// Stops runs after `max_rounds` steps; 0 disables the limit.
     pub fn new(max_rounds: u32) -> Self {
-        Self { max_rounds }
-    }
-}
-
-struct MaxRoundsHook {
-    max_rounds: u32,
-}
-
-#[async_trait]
-impl PhaseHook for MaxRoundsHook {
-    async fn run(&self, ctx: &PhaseContext) -> Result<StateCommand, StateError> {
-        let mut command = StateCommand::new();
-        if self.max_rounds > 0 && ctx.step >= self.max_rounds {
-            command.update::<StopRequest>(StoppedReason {
-                code: "max_rounds".to_owned(),
-                detail: Some(format!("reached the limit of {} rounds", self.max_rounds)),
-            });
+        Self {
+            inner: StopConditionPlugin::new(vec![Arc::new(MaxRoundsPolicy::new(max_rounds))]),
         }
-        Ok(command)
     }
 }
 
@@ -49,13 +36,6 @@ impl Plugin for MaxRoundsPlugin {
     }
 
     fn register(&self, r: &mut PluginRegistrar) -> Result<(), StateError> {
-        r.register_key::<StopRequest>(StateKeyOptions::default())?;
-        r.register_phase_hook(
-            "max_rounds",
-            Phase::StepEnd,
-            MaxRoundsHook {
-                max_rounds: self.max_rounds,
-            },
-        )
+        self.inner.register(r)
     }
 }

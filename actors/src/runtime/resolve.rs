@@ -2,8 +2,10 @@
 //!
 //! 1. Lookup: spec, model, provider; wrap the executor in retries when the spec's
 //!    `retry` section asks for it.
-//! 2. Plugins: the spec's plugins plus the runtime's required ones, config sections
-//!    validated against every plugin's JSON Schema, then the `ExecutionEnv`.
+//! 2. Plugins: the spec's plugins plus the runtime's required ones (among them one
+//!    `StopConditionPlugin` from `max_rounds` and the `stop_conditions` section),
+//!    config sections validated against every plugin's JSON Schema and then by the
+//!    plugin itself (`Plugin::validate_config`), then the `ExecutionEnv`.
 //! 3. Tools: global tools, plugin tools (a clash is an error), then the spec's
 //!    allowed / excluded filters.
 //!
@@ -22,7 +24,7 @@ use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey};
 use crate::error::ResolveError;
 use crate::llm::{LlmExecutor, RetryConfigKey, RetryingExecutor};
 use crate::plugin::{ConfigSchema, ExecutionEnv, PluginEntry};
-use crate::policies::MaxRoundsPlugin;
+use crate::policies::{StopConditionPlugin, StopConditionsConfigKey};
 use crate::tool::Tool;
 
 /// The owner name used for config sections the runtime itself claims.
@@ -108,10 +110,17 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         .get(&model.provider)
         .cloned()
         .ok_or_else(|| ResolveError::ProviderNotFound(model.provider.clone()))?;
-    let mut schemas = vec![(
-        RUNTIME_OWNER.to_owned(),
-        ConfigSchema::of::<RetryConfigKey>(),
-    )];
+    let mut schemas = vec![
+        (
+            RUNTIME_OWNER.to_owned(),
+            ConfigSchema::of::<RetryConfigKey>(),
+        ),
+        (
+            StopConditionPlugin::ID.to_owned(),
+            ConfigSchema::of::<StopConditionsConfigKey>(),
+        ),
+    ];
+    let runtime_sections = schemas.len();
     validate_sections(&spec, &schemas)?;
     if spec.sections.contains_key(RetryConfigKey::KEY) {
         let policy = spec
@@ -122,16 +131,28 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         }
     }
 
-    // Stage 2: plugins.
+    // Stage 2: plugins. One stop plugin: `max_rounds`, then the `stop_conditions`.
+    let stop_conditions = spec.config::<StopConditionsConfigKey>().map_err(|e| {
+        invalid_config(
+            StopConditionPlugin::ID,
+            StopConditionsConfigKey::KEY,
+            e.to_string(),
+        )
+    })?;
+    let stop_plugin =
+        StopConditionPlugin::for_agent(spec.max_rounds, &stop_conditions).map_err(|e| {
+            invalid_config(
+                StopConditionPlugin::ID,
+                StopConditionsConfigKey::KEY,
+                e.to_string(),
+            )
+        })?;
     let mut entries = vec![
         PluginEntry::required(
             LoopActionHandlersPlugin::ID,
             Arc::new(LoopActionHandlersPlugin),
         ),
-        PluginEntry::required(
-            MaxRoundsPlugin::ID,
-            Arc::new(MaxRoundsPlugin::new(spec.max_rounds)),
-        ),
+        PluginEntry::required(StopConditionPlugin::ID, Arc::new(stop_plugin)),
     ];
     if let Some(policy) = &spec.context_policy {
         // The section is validated below with the other plugins' schemas; a section
@@ -183,7 +204,13 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         );
     }
     // The runtime's own sections were validated above.
-    validate_sections(&spec, &schemas[1..])?;
+    validate_sections(&spec, &schemas[runtime_sections..])?;
+    for entry in &entries {
+        entry
+            .plugin
+            .validate_config(&spec)
+            .map_err(|e| invalid_config(&entry.id, &e.key, e.message))?;
+    }
     let claimed: BTreeSet<&str> = schemas.iter().map(|(_, s)| s.key.as_str()).collect();
     for key in spec.sections.keys() {
         if !claimed.contains(key.as_str()) {
