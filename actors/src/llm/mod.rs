@@ -1,7 +1,12 @@
 //! The model execution layer: requests, responses and the `LlmExecutor` trait.
 
+mod circuit_breaker;
 mod retry;
 
+pub use circuit_breaker::{
+    CircuitBreaker, CircuitBreakerConfig, CircuitBreakerConfigKey, CircuitBreakerExecutor,
+    CircuitPermit, CircuitState,
+};
 pub use retry::{LlmRetryPolicy, RetryConfigKey, RetryingExecutor};
 
 use std::sync::Arc;
