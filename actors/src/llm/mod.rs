@@ -2,12 +2,14 @@
 
 mod circuit_breaker;
 mod retry;
+pub mod truncation;
 
 pub use circuit_breaker::{
     CircuitBreaker, CircuitBreakerConfig, CircuitBreakerConfigKey, CircuitBreakerExecutor,
     CircuitPermit, CircuitState,
 };
 pub use retry::{LlmRetryPolicy, RetryConfigKey, RetryingExecutor};
+pub use truncation::{TruncationCounter, TruncationRecovery, TruncationState, TruncationUpdate};
 
 use std::sync::Arc;
 
