@@ -2,6 +2,7 @@
 
 mod circuit_breaker;
 mod retry;
+mod scripted;
 pub mod truncation;
 
 pub use circuit_breaker::{
@@ -9,6 +10,9 @@ pub use circuit_breaker::{
     CircuitPermit, CircuitState,
 };
 pub use retry::{LlmRetryPolicy, RetryConfigKey, RetryingExecutor};
+pub use scripted::{
+    AfterLast, ScriptError, ScriptSpec, ScriptStep, ScriptToolCall, ScriptedExecutor,
+};
 pub use truncation::{TruncationCounter, TruncationRecovery, TruncationState, TruncationUpdate};
 
 use std::sync::Arc;
