@@ -1,10 +1,12 @@
 //! The model execution layer: requests, responses and the `LlmExecutor` trait.
 
 mod circuit_breaker;
+mod genai;
 mod retry;
 mod scripted;
 pub mod truncation;
 
+pub use self::genai::{GenaiConfigError, GenaiExecutor};
 pub use circuit_breaker::{
     CircuitBreaker, CircuitBreakerConfig, CircuitBreakerConfigKey, CircuitBreakerExecutor,
     CircuitPermit, CircuitState,
