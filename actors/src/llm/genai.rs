@@ -12,8 +12,9 @@
 //! name says nothing reliable about the server behind it, so the executor binds the
 //! client to the spec's adapter and resolves every call itself: the endpoint is the
 //! spec's `base_url` (normalised, see below) or the adapter's default, and the key is
-//! the one read at construction. No key is sent when `api_key_env` is unset — handy
-//! for local OpenAI-compatible servers.
+//! the one read at construction. When `api_key_env` is unset the key is empty (genai's
+//! OpenAI adapter then sends a bare `Authorization: Bearer`), which local
+//! OpenAI-compatible servers ignore.
 //!
 //! genai joins `chat/completions` onto the base URL, so the URL must end in a version
 //! segment and a slash. `http://host:8080`, `http://host:8080/` and
@@ -146,8 +147,7 @@ impl GenaiExecutor {
                     });
                 }
             },
-            // genai's OpenAI-style adapters insist on a key; an empty one sends none
-            // that a local server would check.
+            // genai's OpenAI-style adapters insist on a key; an empty one carries none.
             None => AuthData::from_single(String::new()),
         };
         let endpoint = match &spec.base_url {
