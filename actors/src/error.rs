@@ -200,6 +200,13 @@ pub enum InferenceExecutionError {
     /// The run was cancelled while inference was in flight.
     #[error("inference cancelled")]
     Cancelled,
+    /// The model's circuit breaker is open: recent calls kept failing, so calls are
+    /// refused without reaching the provider until the cooldown ends.
+    #[error("circuit open for model `{model}`")]
+    CircuitOpen {
+        /// The model whose circuit is open.
+        model: String,
+    },
 }
 
 impl InferenceExecutionError {
@@ -210,8 +217,23 @@ impl InferenceExecutionError {
         }
     }
 
-    /// Whether retrying the same request may succeed.
+    /// A timeout error.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::Timeout {
+            message: message.into(),
+        }
+    }
+
+    /// Whether retrying the same request against the same model may succeed.
+    ///
+    /// An open circuit is not retryable for its model (the breaker would refuse the
+    /// retry too), but see [`Self::allows_fallback`].
     pub fn is_retryable(&self) -> bool {
+        !matches!(self, Self::Cancelled | Self::CircuitOpen { .. })
+    }
+
+    /// Whether trying another model may succeed: everything but cancellation.
+    pub fn allows_fallback(&self) -> bool {
         !matches!(self, Self::Cancelled)
     }
 }
@@ -456,6 +478,21 @@ mod tests {
             err.to_string(),
             "fenced: presented token 3, the thread is at 5"
         );
+    }
+
+    #[test]
+    fn open_circuit_is_not_retryable_but_allows_fallback() {
+        let open = InferenceExecutionError::CircuitOpen { model: "m".into() };
+        assert!(!open.is_retryable());
+        assert!(open.allows_fallback());
+        assert_eq!(open.to_string(), "circuit open for model `m`");
+        let json = serde_json::to_value(&open).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "circuit_open", "model": "m"})
+        );
+        assert!(!InferenceExecutionError::Cancelled.allows_fallback());
+        assert!(InferenceExecutionError::timeout("slow").is_retryable());
     }
 
     #[test]

@@ -1,8 +1,35 @@
 //! The model execution layer: requests, responses and the `LlmExecutor` trait.
+//!
+//! An [`LlmExecutor`] turns an [`InferenceRequest`] into a [`StreamResult`], either at
+//! once (`execute`) or as a stream of [`InferenceDelta`]s ending in `Done`
+//! (`execute_stream`). Executors compose as decorators:
+//!
+//! - [`GenaiExecutor`] talks to a real provider through `genai`, streaming for real;
+//! - [`ScriptedExecutor`] answers from a script, deterministically (tests, benchmarks);
+//! - [`CircuitBreakerExecutor`] refuses calls to a model that keeps failing;
+//! - [`RetryingExecutor`] retries with backoff and falls back to other models, and
+//!   wraps the breaker: `Retrying(CircuitBreaker(Genai))`.
+//!
+//! [`truncation`] holds the pure helpers the run loop uses when a model ran out of
+//! output tokens in the middle of a tool call. Decision 0007 explains the streaming
+//! retry rule, the stateless scripted model and where the breaker sits.
 
+mod circuit_breaker;
+mod genai;
 mod retry;
+mod scripted;
+pub mod truncation;
 
+pub use self::genai::{GenaiConfigError, GenaiExecutor};
+pub use circuit_breaker::{
+    CircuitBreaker, CircuitBreakerConfig, CircuitBreakerConfigKey, CircuitBreakerExecutor,
+    CircuitPermit, CircuitState,
+};
 pub use retry::{LlmRetryPolicy, RetryConfigKey, RetryingExecutor};
+pub use scripted::{
+    AfterLast, ScriptError, ScriptSpec, ScriptStep, ScriptToolCall, ScriptedExecutor,
+};
+pub use truncation::{TruncationCounter, TruncationRecovery, TruncationState, TruncationUpdate};
 
 use std::sync::Arc;
 
