@@ -238,6 +238,19 @@ pub enum StorageError {
         /// Version the store holds.
         actual: u64,
     },
+    /// A writer presented a fencing token older than the one the thread has seen: a
+    /// newer owner has taken the thread over, so this writer must stop.
+    #[error("fenced: presented token {presented}, the thread is at {current}")]
+    Fenced {
+        /// The token the writer presented.
+        presented: u64,
+        /// The highest token the thread has seen.
+        current: u64,
+    },
+    /// The request cannot be stored as given (an id that cannot name a file, a run
+    /// written under another thread's id, an invalid table prefix).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
     /// The backend failed.
     #[error("storage I/O error: {0}")]
     Io(String),
@@ -419,6 +432,20 @@ mod tests {
             serde_json::json!({"kind": "version_conflict", "message": {"expected": 1, "actual": 2}})
         );
         assert_eq!(serde_json::from_value::<StorageError>(json).unwrap(), err);
+        let err = StorageError::Fenced {
+            presented: 3,
+            current: 5,
+        };
+        let json = serde_json::to_value(&err).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "fenced", "message": {"presented": 3, "current": 5}})
+        );
+        assert_eq!(serde_json::from_value::<StorageError>(json).unwrap(), err);
+        assert_eq!(
+            err.to_string(),
+            "fenced: presented token 3, the thread is at 5"
+        );
     }
 
     #[test]
