@@ -18,6 +18,7 @@ pub mod plugin;
 pub mod policies;
 pub mod runtime;
 pub mod state;
+pub mod store;
 pub mod tool;
 
 pub use error::{
