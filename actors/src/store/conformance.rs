@@ -24,7 +24,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{
-    Checkpoint, FencingToken, InMemoryStore, MessagePage, MessageQuery, RunQuery, ThreadRunStore,
+    Checkpoint, FencingToken, FileStore, InMemoryStore, MessagePage, MessageQuery, RunQuery,
+    ThreadRunStore,
 };
 use crate::contract::{
     Message, RunIdentity, RunOrigin, RunRecord, RunStatus, TerminationReason, Thread,
@@ -107,6 +108,13 @@ macro_rules! profile_store_conformance {
 /// A fresh [`InMemoryStore`]; it needs no cleanup.
 pub async fn memory_fixture() -> (InMemoryStore, ()) {
     (InMemoryStore::new(), ())
+}
+
+/// A fresh [`FileStore`] in a new temporary directory, removed when the guard drops.
+pub async fn file_fixture() -> (FileStore, TempDir) {
+    let dir = TempDir::new();
+    let store = FileStore::open(dir.path()).await.unwrap();
+    (store, dir)
 }
 
 /// A directory under the system's temporary directory, removed with its contents on drop.

@@ -18,8 +18,10 @@ use crate::state::PersistedState;
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
+mod file;
 mod memory;
 
+pub use file::FileStore;
 pub use memory::InMemoryStore;
 
 /// Largest page any listing returns; `limit`s are clamped to `1..=MAX_PAGE_LIMIT`.
