@@ -117,6 +117,15 @@ pub async fn file_fixture() -> (FileStore, TempDir) {
     (store, dir)
 }
 
+/// A fresh [`PostgresStore`](super::PostgresStore) in its own schema, dropped with the guard.
+///
+/// # Panics
+/// When PostgreSQL is unreachable (see [`PostgresStore::for_tests`](super::PostgresStore::for_tests)).
+#[cfg(feature = "postgres")]
+pub async fn postgres_fixture() -> (super::PostgresStore, super::TestSchema) {
+    super::PostgresStore::for_tests().await
+}
+
 /// A directory under the system's temporary directory, removed with its contents on drop.
 #[derive(Debug)]
 pub struct TempDir {

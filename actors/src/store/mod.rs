@@ -20,9 +20,15 @@ use crate::state::PersistedState;
 pub mod conformance;
 mod file;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 
 pub use file::FileStore;
 pub use memory::InMemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+#[cfg(all(feature = "postgres", any(test, feature = "testsuite")))]
+pub use postgres::TestSchema;
 
 /// Largest page any listing returns; `limit`s are clamped to `1..=MAX_PAGE_LIMIT`.
 pub const MAX_PAGE_LIMIT: usize = 200;

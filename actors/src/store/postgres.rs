@@ -1,0 +1,1055 @@
+//! [`PostgresStore`]: threads, runs and profiles in PostgreSQL, for several nodes.
+//!
+//! # Schema
+//!
+//! Tables are named `{prefix}_…` (prefix `awaken` by default) and created by
+//! [`PostgresStore::ensure_schema`], which every operation runs once before its first
+//! query (idempotent, serialized across processes by an advisory lock):
+//!
+//! | table | key | holds |
+//! |---|---|---|
+//! | `{prefix}_threads` | `id` | `data` (the [`Thread`]), creation `seq`, `fence`, `message_count` |
+//! | `{prefix}_messages` | `(thread_id, seq)` | `data` (one [`Message`]), `internal` |
+//! | `{prefix}_runs` | `id` | `data` (the [`RunRecord`]), `thread_id`, `status`, `created_at` |
+//! | `{prefix}_state` | `thread_id` | `data` (the [`PersistedState`]) |
+//! | `{prefix}_profiles` | `(namespace, key)` | `data` (the value) |
+//!
+//! Records are JSONB; the columns beside them exist for filtering, ordering and the
+//! checkpoint checks. Every table has `updated_at TIMESTAMPTZ`. Id columns use the `"C"`
+//! collation so runs order by id exactly as the other stores order them. Messages, runs
+//! and state reference their thread `ON DELETE CASCADE`.
+//!
+//! # Checkpoints
+//!
+//! One transaction: insert the thread row if absent, lock it with `SELECT … FOR UPDATE`,
+//! check the fence and the message count, insert the messages, upsert the run and the
+//! state, store the new fence and count, commit. A refused checkpoint rolls back, so it
+//! also leaves an absent thread absent. Concurrent writers of one thread queue on the
+//! row lock; the second sees the first's count and gets `VersionConflict`.
+//! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::types::Json;
+use sqlx::{AssertSqlSafe, Postgres, Transaction};
+use tokio::sync::OnceCell;
+
+use super::{
+    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoredMessage,
+    ThreadRunStore, ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread,
+    now_millis, stamped_new_thread, thread_not_found, updated_metadata,
+};
+use crate::JsonValue;
+use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
+use crate::error::StorageError;
+use crate::ids::{RunId, ThreadId};
+use crate::state::{PersistedState, ProfileStore};
+
+/// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
+const MAX_PREFIX_LEN: usize = 40;
+
+/// Durable store shared by every node of a cluster: one PostgreSQL database, one
+/// transaction per checkpoint.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    sql: Arc<Statements>,
+    schema_ready: Arc<OnceCell<()>>,
+}
+
+/// Every statement, with the table prefix filled in once.
+#[derive(Debug)]
+struct Statements {
+    prefix: String,
+    schema: Vec<String>,
+    insert_thread: String,
+    load_thread: String,
+    lock_thread_data: String,
+    update_thread_data: String,
+    delete_thread: String,
+    list_threads: String,
+    list_summaries: String,
+    lock_thread_counters: String,
+    update_thread_counters: String,
+    update_fence: String,
+    share_lock_thread: String,
+    thread_exists: String,
+    load_head: String,
+    page_messages: String,
+    all_messages: String,
+    insert_messages: String,
+    insert_run: String,
+    upsert_run: String,
+    run_owner: String,
+    load_run: String,
+    latest_run: String,
+    count_runs: String,
+    page_runs: String,
+    upsert_state: String,
+    load_state: String,
+    get_profile: String,
+    put_profile: String,
+    delete_profile: String,
+}
+
+impl Statements {
+    fn new(p: &str) -> Self {
+        let latest = format!(
+            "SELECT data FROM {p}_runs WHERE thread_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1"
+        );
+        Self {
+            prefix: p.to_owned(),
+            schema: vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_threads (
+                        id TEXT COLLATE \"C\" PRIMARY KEY,
+                        seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                        data JSONB NOT NULL,
+                        fence BIGINT NOT NULL DEFAULT 0,
+                        message_count BIGINT NOT NULL DEFAULT 0,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_messages (
+                        thread_id TEXT COLLATE \"C\" NOT NULL
+                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        seq BIGINT NOT NULL,
+                        internal BOOLEAN NOT NULL,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                        PRIMARY KEY (thread_id, seq))"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_runs (
+                        id TEXT COLLATE \"C\" PRIMARY KEY,
+                        thread_id TEXT COLLATE \"C\" NOT NULL
+                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        status TEXT NOT NULL,
+                        created_at BIGINT NOT NULL,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE INDEX IF NOT EXISTS {p}_runs_by_thread ON {p}_runs (thread_id, created_at, id)"
+                ),
+                format!(
+                    "CREATE INDEX IF NOT EXISTS {p}_runs_by_creation ON {p}_runs (created_at, id)"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_state (
+                        thread_id TEXT COLLATE \"C\" PRIMARY KEY
+                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_profiles (
+                        namespace TEXT COLLATE \"C\" NOT NULL,
+                        key TEXT COLLATE \"C\" NOT NULL,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                        PRIMARY KEY (namespace, key))"
+                ),
+            ],
+            insert_thread: format!(
+                "INSERT INTO {p}_threads (id, data) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING"
+            ),
+            load_thread: format!("SELECT data FROM {p}_threads WHERE id = $1"),
+            lock_thread_data: format!("SELECT data FROM {p}_threads WHERE id = $1 FOR UPDATE"),
+            update_thread_data: format!(
+                "UPDATE {p}_threads SET data = $2, updated_at = now() WHERE id = $1"
+            ),
+            delete_thread: format!("DELETE FROM {p}_threads WHERE id = $1"),
+            list_threads: format!("SELECT id FROM {p}_threads ORDER BY seq OFFSET $1 LIMIT $2"),
+            list_summaries: format!(
+                "SELECT t.data, t.message_count, r.data FROM {p}_threads t
+                 LEFT JOIN LATERAL (
+                     SELECT data FROM {p}_runs WHERE thread_id = t.id
+                     ORDER BY created_at DESC, id DESC LIMIT 1
+                 ) r ON true
+                 ORDER BY t.seq OFFSET $1 LIMIT $2"
+            ),
+            lock_thread_counters: format!(
+                "SELECT fence, message_count FROM {p}_threads WHERE id = $1 FOR UPDATE"
+            ),
+            update_thread_counters: format!(
+                "UPDATE {p}_threads SET fence = $2, message_count = $3, updated_at = now()
+                 WHERE id = $1"
+            ),
+            update_fence: format!(
+                "UPDATE {p}_threads SET fence = $2, updated_at = now() WHERE id = $1"
+            ),
+            share_lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR SHARE"),
+            thread_exists: format!("SELECT EXISTS (SELECT 1 FROM {p}_threads WHERE id = $1)"),
+            load_head: format!("SELECT data, fence FROM {p}_threads WHERE id = $1"),
+            page_messages: format!(
+                "SELECT seq, data FROM {p}_messages
+                 WHERE thread_id = $1 AND seq > $2 AND ($3 OR NOT internal)
+                 ORDER BY seq LIMIT $4"
+            ),
+            all_messages: format!(
+                "SELECT data FROM {p}_messages WHERE thread_id = $1 ORDER BY seq"
+            ),
+            insert_messages: format!(
+                "INSERT INTO {p}_messages (thread_id, seq, internal, data)
+                 SELECT $1, $2 + m.ord, m.internal, m.data
+                 FROM UNNEST($3::jsonb[], $4::bool[]) WITH ORDINALITY AS m(data, internal, ord)"
+            ),
+            insert_run: format!(
+                "INSERT INTO {p}_runs (id, thread_id, status, created_at, data)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING"
+            ),
+            upsert_run: format!(
+                "INSERT INTO {p}_runs AS r (id, thread_id, status, created_at, data)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,
+                     created_at = EXCLUDED.created_at, data = EXCLUDED.data, updated_at = now()
+                 WHERE r.thread_id = EXCLUDED.thread_id"
+            ),
+            run_owner: format!("SELECT thread_id FROM {p}_runs WHERE id = $1"),
+            load_run: format!("SELECT data FROM {p}_runs WHERE id = $1"),
+            latest_run: latest,
+            count_runs: format!(
+                "SELECT count(*) FROM {p}_runs
+                 WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)"
+            ),
+            page_runs: format!(
+                "SELECT data FROM {p}_runs
+                 WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
+                 ORDER BY created_at, id OFFSET $3 LIMIT $4"
+            ),
+            upsert_state: format!(
+                "INSERT INTO {p}_state (thread_id, data) VALUES ($1, $2)
+                 ON CONFLICT (thread_id) DO UPDATE SET data = EXCLUDED.data, updated_at = now()"
+            ),
+            load_state: format!("SELECT data FROM {p}_state WHERE thread_id = $1"),
+            get_profile: format!(
+                "SELECT data FROM {p}_profiles WHERE namespace = $1 AND key = $2"
+            ),
+            put_profile: format!(
+                "INSERT INTO {p}_profiles (namespace, key, data) VALUES ($1, $2, $3)
+                 ON CONFLICT (namespace, key) DO UPDATE SET data = EXCLUDED.data, updated_at = now()"
+            ),
+            delete_profile: format!(
+                "DELETE FROM {p}_profiles WHERE namespace = $1 AND key = $2"
+            ),
+        }
+    }
+}
+
+/// A statement text, marked safe: it is built from constants and a validated prefix.
+fn sql(statement: &str) -> AssertSqlSafe<String> {
+    AssertSqlSafe(statement.to_owned())
+}
+
+fn db_error(err: sqlx::Error) -> StorageError {
+    match err {
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::Encode(_) => {
+            StorageError::Serialization(err.to_string())
+        }
+        other => StorageError::Io(format!("postgres: {other}")),
+    }
+}
+
+/// A `u64` as a `BIGINT`, refusing values PostgreSQL cannot hold.
+fn bigint(what: &str, value: u64) -> Result<i64, StorageError> {
+    i64::try_from(value)
+        .map_err(|_| StorageError::InvalidInput(format!("{what} {value} does not fit a BIGINT")))
+}
+
+/// A non-negative `BIGINT` read back as a `u64`.
+fn unsigned(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// A page offset or size as a `BIGINT`, saturating (no table holds `i64::MAX` rows).
+fn count(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Refuses a prefix that is not a plain SQL identifier.
+fn validate_prefix(prefix: &str) -> Result<(), StorageError> {
+    let mut chars = prefix.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && prefix.len() <= MAX_PREFIX_LEN;
+    if valid {
+        Ok(())
+    } else {
+        Err(StorageError::InvalidInput(format!(
+            "table prefix `{}` must be an SQL identifier (ASCII letters, digits and `_`, \
+             not starting with a digit, at most {MAX_PREFIX_LEN} bytes)",
+            prefix.escape_debug()
+        )))
+    }
+}
+
+type Tx = Transaction<'static, Postgres>;
+
+impl PostgresStore {
+    /// The table prefix the book documents.
+    pub const DEFAULT_PREFIX: &'static str = "awaken";
+
+    /// A store over `pool` using the default `awaken_…` tables.
+    pub fn new(pool: PgPool) -> Self {
+        Self::build(pool, Self::DEFAULT_PREFIX)
+    }
+
+    /// A store over `pool` using `{prefix}_…` tables; the prefix must be an SQL identifier.
+    pub fn with_prefix(pool: PgPool, prefix: &str) -> Result<Self, StorageError> {
+        validate_prefix(prefix)?;
+        Ok(Self::build(pool, prefix))
+    }
+
+    fn build(pool: PgPool, prefix: &str) -> Self {
+        Self {
+            pool,
+            sql: Arc::new(Statements::new(prefix)),
+            schema_ready: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// The table prefix.
+    pub fn prefix(&self) -> &str {
+        &self.sql.prefix
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates the tables and indexes if absent. Idempotent; safe to run from several
+    /// processes at once. Operations call it themselves before their first query.
+    pub async fn ensure_schema(&self) -> Result<(), StorageError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("awaken-schema:{}", self.sql.prefix))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        for statement in &self.sql.schema {
+            sqlx::query(sql(statement))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn ready(&self) -> Result<(), StorageError> {
+        self.schema_ready
+            .get_or_try_init(|| self.ensure_schema())
+            .await
+            .map(|_| ())
+    }
+
+    async fn begin(&self) -> Result<Tx, StorageError> {
+        self.ready().await?;
+        self.pool.begin().await.map_err(db_error)
+    }
+
+    /// A read-only transaction that sees one snapshot for all its statements.
+    async fn begin_snapshot(&self) -> Result<Tx, StorageError> {
+        self.ready().await?;
+        self.pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(db_error)
+    }
+
+    /// Inserts an empty thread row unless one exists (checkpoint and fence create threads).
+    async fn insert_implicit_thread(&self, tx: &mut Tx, id: &ThreadId) -> Result<(), StorageError> {
+        sqlx::query(sql(&self.sql.insert_thread))
+            .bind(id.as_str())
+            .bind(Json(implicit_thread(id, now_millis())))
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn latest_run_in(
+        &self,
+        tx: &mut Tx,
+        thread_id: &ThreadId,
+    ) -> Result<Option<RunRecord>, StorageError> {
+        let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.latest_run))
+            .bind(thread_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|Json(run)| run))
+    }
+
+    /// Upserts `run` for its thread; `AlreadyExists` if another thread owns the run id.
+    async fn upsert_run(&self, tx: &mut Tx, run: &RunRecord) -> Result<(), StorageError> {
+        let upserted = sqlx::query(sql(&self.sql.upsert_run))
+            .bind(run.run_id.as_str())
+            .bind(run.thread_id.as_str())
+            .bind(run.status.as_str())
+            .bind(bigint("run created_at", run.created_at)?)
+            .bind(Json(run))
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        if upserted.rows_affected() == 1 {
+            return Ok(());
+        }
+        let owner: Option<String> = sqlx::query_scalar(sql(&self.sql.run_owner))
+            .bind(run.run_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Err(StorageError::AlreadyExists(match owner {
+            Some(owner) => format!("run `{}` belongs to thread `{owner}`", run.run_id),
+            None => format!("run `{}`", run.run_id),
+        }))
+    }
+
+    async fn checkpoint_in(
+        &self,
+        tx: &mut Tx,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), StorageError> {
+        let id = &checkpoint.thread_id;
+        let fencing = bigint("fencing token", checkpoint.fencing.0)?;
+        self.insert_implicit_thread(tx, id).await?;
+        let (fence, message_count): (i64, i64) =
+            sqlx::query_as(sql(&self.sql.lock_thread_counters))
+                .bind(id.as_str())
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        let message_count = unsigned(message_count);
+        check_checkpoint(checkpoint, FencingToken(unsigned(fence)), message_count)?;
+        if !checkpoint.new_messages.is_empty() {
+            let data: Vec<Json<&Message>> = checkpoint.new_messages.iter().map(Json).collect();
+            let internal: Vec<bool> = checkpoint
+                .new_messages
+                .iter()
+                .map(Message::is_internal)
+                .collect();
+            sqlx::query(sql(&self.sql.insert_messages))
+                .bind(id.as_str())
+                .bind(bigint("message count", message_count)?)
+                .bind(data)
+                .bind(internal)
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        self.upsert_run(tx, &checkpoint.run).await?;
+        sqlx::query(sql(&self.sql.upsert_state))
+            .bind(id.as_str())
+            .bind(Json(&checkpoint.state))
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let new_count = message_count + checkpoint.new_messages.len() as u64;
+        sqlx::query(sql(&self.sql.update_thread_counters))
+            .bind(id.as_str())
+            .bind(fencing)
+            .bind(bigint("message count", new_count)?)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn fence_in(
+        &self,
+        tx: &mut Tx,
+        id: &ThreadId,
+        token: FencingToken,
+    ) -> Result<(), StorageError> {
+        let value = bigint("fencing token", token.0)?;
+        self.insert_implicit_thread(tx, id).await?;
+        let (fence, _): (i64, i64) = sqlx::query_as(sql(&self.sql.lock_thread_counters))
+            .bind(id.as_str())
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        check_fence(token, FencingToken(unsigned(fence)))?;
+        sqlx::query(sql(&self.sql.update_fence))
+            .bind(id.as_str())
+            .bind(value)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn snapshot_in(
+        &self,
+        tx: &mut Tx,
+        id: &ThreadId,
+    ) -> Result<Option<ThreadSnapshot>, StorageError> {
+        let head: Option<(Json<Thread>, i64)> = sqlx::query_as(sql(&self.sql.load_head))
+            .bind(id.as_str())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let Some((Json(thread), fence)) = head else {
+            return Ok(None);
+        };
+        let messages: Vec<Json<Message>> = sqlx::query_scalar(sql(&self.sql.all_messages))
+            .bind(id.as_str())
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let state: Option<Json<PersistedState>> = sqlx::query_scalar(sql(&self.sql.load_state))
+            .bind(id.as_str())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(Some(ThreadSnapshot {
+            thread,
+            messages: messages.into_iter().map(|Json(m)| m).collect(),
+            state: state.map(|Json(s)| s),
+            latest_run: self.latest_run_in(tx, id).await?,
+            fence: FencingToken(unsigned(fence)),
+        }))
+    }
+
+    async fn list_runs_in(&self, tx: &mut Tx, query: &RunQuery) -> Result<RunPage, StorageError> {
+        let thread_id = query.thread_id.as_ref().map(ThreadId::as_str);
+        let status = query.status.map(|status| status.as_str());
+        let total: i64 = sqlx::query_scalar(sql(&self.sql.count_runs))
+            .bind(thread_id)
+            .bind(status)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let runs: Vec<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.page_runs))
+            .bind(thread_id)
+            .bind(status)
+            .bind(count(query.offset))
+            .bind(count(query.effective_limit()))
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(RunPage {
+            runs: runs.into_iter().map(|Json(run)| run).collect(),
+            total: usize::try_from(total).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+/// Runs `work` in `tx`, committing on success and rolling back on error.
+macro_rules! in_transaction {
+    ($tx:ident, $work:expr) => {{
+        let result = $work;
+        match result {
+            Ok(value) => {
+                $tx.commit().await.map_err(db_error)?;
+                Ok(value)
+            }
+            Err(err) => {
+                // The refusal is what the caller needs; a failed rollback only means the
+                // connection is gone, and the server discards the transaction then.
+                let _ = $tx.rollback().await;
+                Err(err)
+            }
+        }
+    }};
+}
+
+#[async_trait]
+impl ThreadRunStore for PostgresStore {
+    async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
+        self.ready().await?;
+        let inserted = sqlx::query(sql(&self.sql.insert_thread))
+            .bind(thread.id.as_str())
+            .bind(Json(stamped_new_thread(thread, now_millis())))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if inserted.rows_affected() == 0 {
+            return Err(StorageError::AlreadyExists(format!(
+                "thread `{}`",
+                thread.id
+            )));
+        }
+        Ok(())
+    }
+
+    async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
+        self.ready().await?;
+        let row: Option<Json<Thread>> = sqlx::query_scalar(sql(&self.sql.load_thread))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|Json(thread)| thread))
+    }
+
+    async fn update_thread_metadata(
+        &self,
+        id: &ThreadId,
+        metadata: ThreadMetadata,
+    ) -> Result<(), StorageError> {
+        let mut tx = self.begin().await?;
+        in_transaction!(tx, {
+            async {
+                let row: Option<Json<Thread>> = sqlx::query_scalar(sql(&self.sql.lock_thread_data))
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                let Json(mut thread) = row.ok_or_else(|| thread_not_found(id))?;
+                thread.metadata = updated_metadata(&thread.metadata, metadata, now_millis());
+                sqlx::query(sql(&self.sql.update_thread_data))
+                    .bind(id.as_str())
+                    .bind(Json(&thread))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                Ok(())
+            }
+            .await
+        })
+    }
+
+    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+        self.ready().await?;
+        let deleted = sqlx::query(sql(&self.sql.delete_thread))
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if deleted.rows_affected() == 0 {
+            return Err(thread_not_found(id));
+        }
+        Ok(())
+    }
+
+    async fn list_threads(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ThreadId>, StorageError> {
+        self.ready().await?;
+        let ids: Vec<String> = sqlx::query_scalar(sql(&self.sql.list_threads))
+            .bind(count(offset))
+            .bind(count(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        ids.into_iter()
+            .map(|id| ThreadId::new(id).map_err(|err| StorageError::Serialization(err.to_string())))
+            .collect()
+    }
+
+    async fn list_thread_summaries(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ThreadSummary>, StorageError> {
+        self.ready().await?;
+        let rows: Vec<(Json<Thread>, i64, Option<Json<RunRecord>>)> =
+            sqlx::query_as(sql(&self.sql.list_summaries))
+                .bind(count(offset))
+                .bind(count(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(Json(thread), message_count, latest)| ThreadSummary {
+                thread,
+                message_count: unsigned(message_count),
+                latest_run: latest.map(|Json(run)| run),
+            })
+            .collect())
+    }
+
+    async fn load_messages(
+        &self,
+        id: &ThreadId,
+        query: &MessageQuery,
+    ) -> Result<MessagePage, StorageError> {
+        self.ready().await?;
+        let limit = query.effective_limit();
+        let mut rows: Vec<(i64, Json<Message>)> = sqlx::query_as(sql(&self.sql.page_messages))
+            .bind(id.as_str())
+            .bind(bigint("cursor", query.cursor.unwrap_or(0)).unwrap_or(i64::MAX))
+            .bind(query.include_internal)
+            .bind(count(limit + 1))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if rows.is_empty() {
+            let exists: bool = sqlx::query_scalar(sql(&self.sql.thread_exists))
+                .bind(id.as_str())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_error)?;
+            if !exists {
+                return Err(thread_not_found(id));
+            }
+        }
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let messages: Vec<StoredMessage> = rows
+            .into_iter()
+            .map(|(seq, Json(message))| StoredMessage {
+                seq: unsigned(seq),
+                message,
+            })
+            .collect();
+        let next_cursor = if more {
+            messages.last().map(|m| m.seq)
+        } else {
+            None
+        };
+        Ok(MessagePage {
+            messages,
+            next_cursor,
+        })
+    }
+
+    async fn load_thread_snapshot(
+        &self,
+        id: &ThreadId,
+    ) -> Result<Option<ThreadSnapshot>, StorageError> {
+        let mut tx = self.begin_snapshot().await?;
+        in_transaction!(tx, self.snapshot_in(&mut tx, id).await)
+    }
+
+    async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
+        let created_at = bigint("run created_at", record.created_at)?;
+        let mut tx = self.begin().await?;
+        in_transaction!(tx, {
+            async {
+                let thread: Option<i32> = sqlx::query_scalar(sql(&self.sql.share_lock_thread))
+                    .bind(record.thread_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                if thread.is_none() {
+                    return Err(thread_not_found(&record.thread_id));
+                }
+                let inserted = sqlx::query(sql(&self.sql.insert_run))
+                    .bind(record.run_id.as_str())
+                    .bind(record.thread_id.as_str())
+                    .bind(record.status.as_str())
+                    .bind(created_at)
+                    .bind(Json(record))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                if inserted.rows_affected() == 0 {
+                    return Err(StorageError::AlreadyExists(format!(
+                        "run `{}`",
+                        record.run_id
+                    )));
+                }
+                Ok(())
+            }
+            .await
+        })
+    }
+
+    async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError> {
+        self.ready().await?;
+        let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.load_run))
+            .bind(run_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|Json(run)| run))
+    }
+
+    async fn latest_run(&self, thread_id: &ThreadId) -> Result<Option<RunRecord>, StorageError> {
+        self.ready().await?;
+        let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.latest_run))
+            .bind(thread_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|Json(run)| run))
+    }
+
+    async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
+        let mut tx = self.begin_snapshot().await?;
+        in_transaction!(tx, self.list_runs_in(&mut tx, query).await)
+    }
+
+    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+        let mut tx = self.begin().await?;
+        in_transaction!(tx, self.checkpoint_in(&mut tx, &checkpoint).await)
+    }
+
+    async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
+        let mut tx = self.begin().await?;
+        in_transaction!(tx, self.fence_in(&mut tx, id, token).await)
+    }
+}
+
+#[async_trait]
+impl ProfileStore for PostgresStore {
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<JsonValue>, StorageError> {
+        self.ready().await?;
+        let row: Option<Json<JsonValue>> = sqlx::query_scalar(sql(&self.sql.get_profile))
+            .bind(namespace)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|Json(value)| value))
+    }
+
+    async fn put(&self, namespace: &str, key: &str, value: JsonValue) -> Result<(), StorageError> {
+        self.ready().await?;
+        sqlx::query(sql(&self.sql.put_profile))
+            .bind(namespace)
+            .bind(key)
+            .bind(Json(value))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn delete(&self, namespace: &str, key: &str) -> Result<(), StorageError> {
+        self.ready().await?;
+        sqlx::query(sql(&self.sql.delete_profile))
+            .bind(namespace)
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+}
+
+/// Connection options for `url`, as a clear error rather than sqlx's.
+fn connect_options(url: &str) -> Result<PgConnectOptions, StorageError> {
+    PgConnectOptions::from_str(url)
+        .map_err(|err| StorageError::InvalidInput(format!("postgres url: {err}")))
+}
+
+impl PostgresStore {
+    /// Connects a small pool to `url` and returns a store using the default prefix.
+    pub async fn connect(url: &str) -> Result<Self, StorageError> {
+        let pool = PgPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(connect_options(url)?)
+            .await
+            .map_err(db_error)?;
+        Ok(Self::new(pool))
+    }
+}
+
+#[cfg(any(test, feature = "testsuite"))]
+pub use testing::TestSchema;
+
+#[cfg(any(test, feature = "testsuite"))]
+mod testing {
+    //! A throw-away schema per test.
+
+    use sqlx::Connection;
+    use sqlx::postgres::PgConnection;
+
+    use super::*;
+
+    /// Where tests find PostgreSQL unless `AWAKEN_TEST_POSTGRES_URL` says otherwise.
+    const DEFAULT_TEST_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+    /// A freshly created schema that is dropped (with everything in it) when this guard
+    /// drops, also when the test panics.
+    #[derive(Debug)]
+    pub struct TestSchema {
+        url: String,
+        name: String,
+    }
+
+    impl TestSchema {
+        /// The schema's name.
+        pub fn name(&self) -> &str {
+            &self.name
+        }
+    }
+
+    impl PostgresStore {
+        /// A store in a new, empty schema of the test database, with its guard.
+        ///
+        /// # Panics
+        /// When PostgreSQL is unreachable: the postgres tests must fail, not pass silently.
+        pub async fn for_tests() -> (PostgresStore, TestSchema) {
+            let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+                .unwrap_or_else(|_| DEFAULT_TEST_URL.to_owned());
+            let name = format!("awaken_test_{}", uuid::Uuid::now_v7().simple());
+            let unreachable = |err: &dyn std::fmt::Display| -> ! {
+                panic!(
+                    "PostgreSQL is not reachable at {url}: {err}. The postgres store tests \
+                     need it: start it, or point AWAKEN_TEST_POSTGRES_URL at one"
+                )
+            };
+            let options = connect_options(&url).unwrap_or_else(|err| unreachable(&err));
+            let mut admin = PgConnection::connect_with(&options)
+                .await
+                .unwrap_or_else(|err| unreachable(&err));
+            sqlx::query(sql(&format!("CREATE SCHEMA {name}")))
+                .execute(&mut admin)
+                .await
+                .unwrap_or_else(|err| unreachable(&err));
+            let _ = admin.close().await;
+            let guard = TestSchema {
+                url: url.clone(),
+                name: name.clone(),
+            };
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(
+                    options
+                        .application_name(&name)
+                        .options([("search_path", name.as_str())]),
+                )
+                .await
+                .unwrap_or_else(|err| unreachable(&err));
+            (PostgresStore::new(pool), guard)
+        }
+    }
+
+    impl Drop for TestSchema {
+        fn drop(&mut self) {
+            let url = self.url.clone();
+            let name = self.name.clone();
+            // Drop runs inside the test's runtime, which cannot be blocked on: use a
+            // thread with a runtime of its own.
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|err| err.to_string())?;
+                runtime.block_on(async {
+                    let options = connect_options(&url).map_err(|err| err.to_string())?;
+                    let mut conn = PgConnection::connect_with(&options)
+                        .await
+                        .map_err(|err| err.to_string())?;
+                    // Connections the test left behind may hold locks on the schema.
+                    sqlx::query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                         WHERE application_name = $1 AND pid <> pg_backend_pid()",
+                    )
+                    .bind(&name)
+                    .execute(&mut conn)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                    sqlx::query(sql(&format!("DROP SCHEMA IF EXISTS {name} CASCADE")))
+                        .execute(&mut conn)
+                        .await
+                        .map_err(|err| err.to_string())?;
+                    let _ = conn.close().await;
+                    Ok::<(), String>(())
+                })
+            })
+            .join();
+            match dropped {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => eprintln!("cannot drop test schema {}: {err}", self.name),
+                Err(_) => eprintln!("cannot drop test schema {}: cleanup panicked", self.name),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_must_be_identifiers() {
+        for good in ["awaken", "my_app2", "_x", "A"] {
+            assert!(validate_prefix(good).is_ok(), "{good}");
+        }
+        for bad in ["", "2fast", "a-b", "a b", "a;drop", "é", &"x".repeat(41)] {
+            assert!(
+                matches!(validate_prefix(bad), Err(StorageError::InvalidInput(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    async fn tables(store: &PostgresStore) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() ORDER BY table_name",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn schema_is_created_once_per_prefix_and_prefixes_are_independent() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        store.ensure_schema().await.unwrap();
+        store.ensure_schema().await.expect("idempotent");
+        let custom = PostgresStore::with_prefix(store.pool().clone(), "myapp").unwrap();
+        custom.ensure_schema().await.unwrap();
+        assert_eq!(
+            tables(&store).await,
+            [
+                "awaken_messages",
+                "awaken_profiles",
+                "awaken_runs",
+                "awaken_state",
+                "awaken_threads",
+                "myapp_messages",
+                "myapp_profiles",
+                "myapp_runs",
+                "myapp_state",
+                "myapp_threads",
+            ]
+        );
+
+        let id = ThreadId::new("t").unwrap();
+        custom
+            .create_thread(&Thread::with_id(id.clone()))
+            .await
+            .unwrap();
+        assert!(custom.load_thread(&id).await.unwrap().is_some());
+        assert_eq!(store.load_thread(&id).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn concurrent_schema_creation_succeeds() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let racers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = PostgresStore::new(store.pool().clone());
+                tokio::spawn(async move { store.ensure_schema().await })
+            })
+            .collect();
+        for racer in racers {
+            racer.await.unwrap().unwrap();
+        }
+        assert_eq!(tables(&store).await.len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_bad_prefix_is_refused() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let err = PostgresStore::with_prefix(store.pool().clone(), "x; DROP TABLE y").unwrap_err();
+        assert!(matches!(err, StorageError::InvalidInput(_)), "{err:?}");
+    }
+
+    #[test]
+    fn big_values_are_refused_not_wrapped() {
+        assert_eq!(bigint("token", 7).unwrap(), 7);
+        assert!(matches!(
+            bigint("token", u64::MAX),
+            Err(StorageError::InvalidInput(_))
+        ));
+    }
+}
