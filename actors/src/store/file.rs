@@ -616,7 +616,7 @@ impl FileStore {
         lock.lock_owned().await
     }
 
-    /// Forgets a deleted thread's lock unless someone else holds or awaits it.
+    /// Forgets a deleted (or absent) thread's lock unless someone else holds or awaits it.
     fn release_thread_lock(&self, id: &ThreadId) {
         let mut locks = lock(&self.inner.thread_locks);
         // The delete's guard is gone; any other reference is a holder or a waiter.
@@ -773,7 +773,12 @@ impl ThreadRunStore for FileStore {
         id: &ThreadId,
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
         let owned = id.clone();
-        self.write(id, move |inner| inner.snapshot(&owned)).await
+        let snapshot = self.write(id, move |inner| inner.snapshot(&owned)).await;
+        if matches!(snapshot, Ok(None)) {
+            // Do not keep a lock for every id anyone asked about.
+            self.release_thread_lock(id);
+        }
+        snapshot
     }
 
     async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
