@@ -14,3 +14,18 @@ if ((${#need_apt[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
+
+# The postgres store tests need PostgreSQL at 127.0.0.1:5432 with trust auth and a
+# `test` database (AWAKEN_TEST_POSTGRES_URL overrides). The machine image provides
+# it; start the cluster if it is installed but stopped. The tests fail, with a clear
+# message, if it still cannot be reached.
+if [ -z "${AWAKEN_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/null 2>&1 \
+  && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    for version in /etc/postgresql/*; do
+      [ -d "$version" ] || continue
+      pg_ctlcluster --skip-systemctl-redirect "$(basename "$version")" main start || true
+    done
+  fi
+  pg_isready -q -h 127.0.0.1 -p 5432 || echo "setup: PostgreSQL is not reachable at 127.0.0.1:5432" >&2
+fi

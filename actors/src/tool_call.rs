@@ -109,7 +109,7 @@ impl Actor for ToolCallActor {
             let execution = AssertUnwindSafe(tool.execute(arguments, &ctx)).catch_unwind();
             let outcome = tokio::select! {
                 outcome = execution => match outcome {
-                    Ok(Ok(output)) => ToolOutcome::Output(output),
+                    Ok(Ok(output)) => ToolOutcome::Output(Box::new(output)),
                     Ok(Err(error)) => ToolOutcome::Error(error),
                     Err(panic) => ToolOutcome::Panicked(panic_message(panic.as_ref())),
                 },

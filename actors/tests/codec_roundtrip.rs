@@ -727,6 +727,11 @@ fn errors_and_persisted_state() {
             expected: 3,
             actual: 4,
         },
+        StorageError::Fenced {
+            presented: 1,
+            current: 2,
+        },
+        StorageError::InvalidInput("thread id `..` cannot name a file".into()),
         StorageError::Io("disk full".into()),
         StorageError::Serialization("bad bytes".into()),
     ]);

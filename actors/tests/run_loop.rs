@@ -225,8 +225,10 @@ async fn decisions_are_idempotent_and_validated() {
         Turn::Text("ok"),
     ]);
     let echo = Arc::new(Echo::default());
-    let mut config = ThreadConfig::default();
-    config.passivate_while_waiting = false;
+    let config = ThreadConfig {
+        passivate_while_waiting: false,
+        ..ThreadConfig::default()
+    };
     let rt = runtime(
         llm,
         agent_spec(ToolExecutionMode::Sequential),

@@ -161,7 +161,7 @@ impl AgentRuntime {
         request: RunRequest,
         sink: Arc<dyn EventSink>,
     ) -> Result<AgentRunResult, RuntimeError> {
-        let (completion, done) = CompletionSink::new(Some(sink));
+        let (completion, done) = CompletionSink::pair(Some(sink));
         let ticket = self.start(request, Some(completion)).await?;
         wait(ticket, done).await
     }
@@ -192,7 +192,7 @@ impl AgentRuntime {
         resume: ToolCallResume,
         sink: Option<Arc<dyn EventSink>>,
     ) -> Result<AgentRunResult, RuntimeError> {
-        let (completion, done) = CompletionSink::new(sink);
+        let (completion, done) = CompletionSink::pair(sink);
         let ack = self
             .decide(thread_id, call_id, resume, Some(completion))
             .await?;
@@ -320,7 +320,7 @@ struct CompletionSink {
 }
 
 impl CompletionSink {
-    fn new(
+    fn pair(
         inner: Option<Arc<dyn EventSink>>,
     ) -> (
         Arc<dyn EventSink>,

@@ -616,7 +616,7 @@ impl FileStore {
         lock.lock_owned().await
     }
 
-    /// Forgets a deleted thread's lock unless someone else holds or awaits it.
+    /// Forgets a deleted (or absent) thread's lock unless someone else holds or awaits it.
     fn release_thread_lock(&self, id: &ThreadId) {
         let mut locks = lock(&self.inner.thread_locks);
         // The delete's guard is gone; any other reference is a holder or a waiter.
@@ -773,7 +773,12 @@ impl ThreadRunStore for FileStore {
         id: &ThreadId,
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
         let owned = id.clone();
-        self.write(id, move |inner| inner.snapshot(&owned)).await
+        let snapshot = self.write(id, move |inner| inner.snapshot(&owned)).await;
+        if matches!(snapshot, Ok(None)) {
+            // Do not keep a lock for every id anyone asked about.
+            self.release_thread_lock(id);
+        }
+        snapshot
     }
 
     async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
@@ -860,5 +865,330 @@ impl ProfileStore for FileStore {
     async fn delete(&self, namespace: &str, key: &str) -> Result<(), StorageError> {
         let path = self.inner.profile_path(namespace, key)?;
         self.read(move |_| remove_file(&path)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::conformance::{TempDir, checkpoint, rid, run, tid, user_messages};
+
+    async fn store() -> (FileStore, TempDir) {
+        let dir = TempDir::new();
+        (FileStore::open(dir.path()).await.unwrap(), dir)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn ids_that_cannot_name_files_are_refused() {
+        let (store, dir) = store().await;
+        let long = "x".repeat(MAX_FILE_ID_LEN + 1);
+        for bad in [
+            "a/b",
+            "a\\b",
+            "..",
+            "a..b",
+            ".hidden",
+            "../escape",
+            long.as_str(),
+        ] {
+            let id = tid(bad);
+            let invalid = |result: Result<(), StorageError>| {
+                let err = result.unwrap_err();
+                assert!(
+                    matches!(err, StorageError::InvalidInput(_)),
+                    "{bad}: {err:?}"
+                );
+                assert!(err.to_string().contains("cannot name a file"), "{err}");
+            };
+            invalid(store.create_thread(&Thread::with_id(id.clone())).await);
+            invalid(
+                store
+                    .checkpoint(checkpoint(
+                        &id,
+                        0,
+                        0,
+                        user_messages("m", 1),
+                        run(&id, "r", 1),
+                    ))
+                    .await,
+            );
+            invalid(store.fence(&id, FencingToken(1)).await);
+            invalid(store.put(bad, "key", JsonValue::Null).await);
+            invalid(store.put("ns", bad, JsonValue::Null).await);
+            invalid(store.get("ns", bad).await.map(|_| ()));
+            assert_eq!(store.load_thread(&id).await.unwrap(), None);
+        }
+        // A good thread with a run id that cannot name a file writes nothing.
+        let good = tid("good");
+        invalid_run(&store, &good).await;
+        assert_eq!(store.load_thread(&good).await.unwrap(), None);
+        assert!(store.list_threads(0, 10).await.unwrap().is_empty());
+        assert!(names(&dir.path().join(MESSAGES)).is_empty());
+        // Nothing escaped the root.
+        assert_eq!(names(dir.path()), vec![MESSAGES, PROFILES, RUNS, THREADS]);
+    }
+
+    async fn invalid_run(store: &FileStore, thread: &ThreadId) {
+        let err = store
+            .checkpoint(checkpoint(
+                thread,
+                0,
+                0,
+                user_messages("m", 1),
+                run(thread, "runs/../x", 1),
+            ))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::InvalidInput(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn files_follow_the_documented_layout() {
+        let (store, dir) = store().await;
+        let id = tid("t 1");
+        store
+            .checkpoint(checkpoint(
+                &id,
+                0,
+                0,
+                user_messages("m", 2),
+                run(&id, "r 1", 1),
+            ))
+            .await
+            .unwrap();
+        store.put("locale", "alice", "en".into()).await.unwrap();
+
+        let root = dir.path();
+        assert_eq!(names(&root.join(THREADS)), vec!["t 1.json"]);
+        assert_eq!(names(&root.join(MESSAGES)), vec!["t 1.jsonl"]);
+        assert_eq!(names(&root.join(RUNS)), vec!["r 1.json"]);
+        assert_eq!(
+            names(&root.join(PROFILES).join("locale")),
+            vec!["alice.json"]
+        );
+        let log = fs::read_to_string(root.join(MESSAGES).join("t 1.jsonl")).unwrap();
+        assert_eq!(log.lines().count(), 2, "one message per line");
+        let head: Head = read_json(&root.join(THREADS).join("t 1.json"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((head.message_count, head.log_bytes), (2, log.len() as u64));
+    }
+
+    #[tokio::test]
+    async fn reopening_restores_everything() {
+        let (store, dir) = store().await;
+        for id in ["b", "a"] {
+            store
+                .create_thread(&Thread::with_id(tid(id)))
+                .await
+                .unwrap();
+        }
+        let id = tid("c");
+        store.fence(&id, FencingToken(3)).await.unwrap();
+        store
+            .checkpoint(checkpoint(
+                &id,
+                3,
+                0,
+                user_messages("m", 3),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        let before = store.load_thread_snapshot(&id).await.unwrap();
+        drop(store);
+
+        let store = FileStore::open(dir.path()).await.unwrap();
+        assert_eq!(store.load_thread_snapshot(&id).await.unwrap(), before);
+        store
+            .create_thread(&Thread::with_id(tid("d")))
+            .await
+            .unwrap();
+        let order: Vec<String> = store
+            .list_threads(0, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        assert_eq!(order, ["b", "a", "c", "d"]);
+        assert!(store.load_run(&rid("r1")).await.unwrap().is_some());
+        let err = store
+            .checkpoint(checkpoint(&id, 2, 3, vec![], run(&id, "r1", 1)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StorageError::Fenced { current: 3, .. }),
+            "the fence survives"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_append_that_never_committed_is_invisible_and_cut() {
+        let (store, dir) = store().await;
+        let id = tid("t");
+        store
+            .checkpoint(checkpoint(
+                &id,
+                0,
+                0,
+                user_messages("m", 2),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        let before = store.load_thread_snapshot(&id).await.unwrap().unwrap();
+        // A crash after step 1 of a checkpoint: messages appended, head not replaced.
+        let log = dir.path().join(MESSAGES).join("t.jsonl");
+        let mut file = OpenOptions::new().append(true).open(&log).unwrap();
+        let message = serde_json::to_string(&Message::user("lost")).unwrap();
+        writeln!(file, "{message}").unwrap();
+        write!(file, "{{\"torn").unwrap();
+        drop(file);
+
+        assert_eq!(
+            store.load_thread_snapshot(&id).await.unwrap().unwrap(),
+            before
+        );
+        let store = FileStore::open(dir.path()).await.unwrap();
+        assert_eq!(
+            store.load_thread_snapshot(&id).await.unwrap().unwrap(),
+            before
+        );
+        let page = store
+            .load_messages(&id, &MessageQuery::default())
+            .await
+            .unwrap();
+        assert_eq!(page.messages.len(), 2);
+
+        store
+            .checkpoint(checkpoint(
+                &id,
+                0,
+                2,
+                user_messages("n", 1),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        let texts: Vec<String> = store
+            .load_thread_snapshot(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .messages
+            .iter()
+            .map(Message::text)
+            .collect();
+        assert_eq!(texts, ["m1", "m2", "n1"]);
+        assert_eq!(fs::read_to_string(&log).unwrap().lines().count(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_run_the_head_committed_is_rolled_forward_on_open() {
+        let (store, dir) = store().await;
+        let id = tid("t");
+        let mut record = run(&id, "r1", 1);
+        store
+            .checkpoint(checkpoint(&id, 0, 0, vec![], record.clone()))
+            .await
+            .unwrap();
+        let stale = fs::read(dir.path().join(RUNS).join("r1.json")).unwrap();
+        record.steps = 4;
+        store
+            .checkpoint(checkpoint(&id, 0, 0, user_messages("m", 1), record.clone()))
+            .await
+            .unwrap();
+        // A crash between steps 2 and 3: the head committed, the run file is the old one.
+        fs::write(dir.path().join(RUNS).join("r1.json"), stale).unwrap();
+
+        let store = FileStore::open(dir.path()).await.unwrap();
+        assert_eq!(
+            store.load_run(&rid("r1")).await.unwrap(),
+            Some(record.clone())
+        );
+        assert_eq!(store.latest_run(&id).await.unwrap(), Some(record));
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_delete_and_temporaries_are_swept_on_open() {
+        let (store, dir) = store().await;
+        let (gone, kept) = (tid("gone"), tid("kept"));
+        for id in [&gone, &kept] {
+            store
+                .checkpoint(checkpoint(
+                    id,
+                    0,
+                    0,
+                    user_messages("m", 1),
+                    run(id, &format!("r-{id}"), 1),
+                ))
+                .await
+                .unwrap();
+        }
+        drop(store);
+        // A delete that crashed right after its commit point (removing the head).
+        let root = dir.path();
+        fs::remove_file(root.join(THREADS).join("gone.json")).unwrap();
+        fs::write(root.join(THREADS).join(".tmp-leftover"), b"{").unwrap();
+        fs::create_dir_all(root.join(PROFILES).join("ns")).unwrap();
+        fs::write(root.join(PROFILES).join("ns").join(".tmp-x"), b"1").unwrap();
+
+        let store = FileStore::open(root).await.unwrap();
+        assert_eq!(store.list_threads(0, 10).await.unwrap(), vec![kept.clone()]);
+        assert_eq!(store.load_run(&rid("r-gone")).await.unwrap(), None);
+        assert_eq!(names(&root.join(THREADS)), vec!["kept.json"]);
+        assert_eq!(names(&root.join(MESSAGES)), vec!["kept.jsonl"]);
+        assert_eq!(names(&root.join(RUNS)), vec!["r-kept.json"]);
+        assert!(names(&root.join(PROFILES).join("ns")).is_empty());
+        assert!(store.load_run(&rid("r-kept")).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn concurrent_writers_of_one_thread_are_serialized() {
+        let (store, _dir) = store().await;
+        let id = tid("t");
+        let writers: Vec<_> = (0..8)
+            .map(|i| {
+                let store = store.clone();
+                let id = id.clone();
+                tokio::spawn(async move {
+                    // Each writer retries until its message lands after the others'.
+                    loop {
+                        let count = store
+                            .load_thread_snapshot(&id)
+                            .await
+                            .unwrap()
+                            .map_or(0, |s| s.messages.len() as u64);
+                        let cp = checkpoint(
+                            &id,
+                            0,
+                            count,
+                            user_messages(&format!("w{i}-"), 1),
+                            run(&id, "r", 1),
+                        );
+                        match store.checkpoint(cp).await {
+                            Ok(()) => return,
+                            Err(StorageError::VersionConflict { .. }) => continue,
+                            Err(err) => panic!("{err}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        let snapshot = store.load_thread_snapshot(&id).await.unwrap().unwrap();
+        assert_eq!(snapshot.messages.len(), 8);
     }
 }

@@ -16,6 +16,8 @@ use crate::error::StorageError;
 use crate::ids::{RunId, ThreadId};
 use crate::state::PersistedState;
 
+#[cfg(any(test, feature = "testsuite"))]
+pub mod conformance;
 mod file;
 mod memory;
 #[cfg(feature = "postgres")]

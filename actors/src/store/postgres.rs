@@ -21,8 +21,8 @@
 //!
 //! # Checkpoints
 //!
-//! One transaction: insert the thread row if absent, lock it with `SELECT … FOR UPDATE`,
-//! check the fence and the message count, insert the messages, upsert the run and the
+//! One transaction: lock the thread row with `SELECT … FOR UPDATE` (inserting it first
+//! if absent), check the fence and the message count, insert the messages, upsert the run and the
 //! state, store the new fence and count, commit. A refused checkpoint rolls back, so it
 //! also leaves an absent thread absent. Concurrent writers of one thread queue on the
 //! row lock; the second sees the first's count and gets `VersionConflict`.
@@ -364,15 +364,31 @@ impl PostgresStore {
             .map_err(db_error)
     }
 
-    /// Inserts an empty thread row unless one exists (checkpoint and fence create threads).
-    async fn insert_implicit_thread(&self, tx: &mut Tx, id: &ThreadId) -> Result<(), StorageError> {
-        sqlx::query(sql(&self.sql.insert_thread))
-            .bind(id.as_str())
-            .bind(Json(implicit_thread(id, now_millis())))
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        Ok(())
+    /// Locks the thread row and reads `(fence, message_count)`, first inserting an empty
+    /// thread if there is none (checkpoint and fence create threads). The insert is rolled
+    /// back with the transaction if the write is then refused.
+    async fn lock_counters(&self, tx: &mut Tx, id: &ThreadId) -> Result<(u64, u64), StorageError> {
+        for _ in 0..2 {
+            let row: Option<(i64, i64)> = sqlx::query_as(sql(&self.sql.lock_thread_counters))
+                .bind(id.as_str())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(db_error)?;
+            if let Some((fence, message_count)) = row {
+                return Ok((unsigned(fence), unsigned(message_count)));
+            }
+            // Absent: insert it. A concurrent creator makes this a no-op that waits for
+            // the other transaction, after which the row is there to lock.
+            sqlx::query(sql(&self.sql.insert_thread))
+                .bind(id.as_str())
+                .bind(Json(implicit_thread(id, now_millis())))
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        Err(StorageError::Io(format!(
+            "postgres: thread `{id}` vanished while being written"
+        )))
     }
 
     async fn latest_run_in(
@@ -420,15 +436,8 @@ impl PostgresStore {
     ) -> Result<(), StorageError> {
         let id = &checkpoint.thread_id;
         let fencing = bigint("fencing token", checkpoint.fencing.0)?;
-        self.insert_implicit_thread(tx, id).await?;
-        let (fence, message_count): (i64, i64) =
-            sqlx::query_as(sql(&self.sql.lock_thread_counters))
-                .bind(id.as_str())
-                .fetch_one(&mut **tx)
-                .await
-                .map_err(db_error)?;
-        let message_count = unsigned(message_count);
-        check_checkpoint(checkpoint, FencingToken(unsigned(fence)), message_count)?;
+        let (fence, message_count) = self.lock_counters(tx, id).await?;
+        check_checkpoint(checkpoint, FencingToken(fence), message_count)?;
         if !checkpoint.new_messages.is_empty() {
             let data: Vec<Json<&Message>> = checkpoint.new_messages.iter().map(Json).collect();
             let internal: Vec<bool> = checkpoint
@@ -470,13 +479,8 @@ impl PostgresStore {
         token: FencingToken,
     ) -> Result<(), StorageError> {
         let value = bigint("fencing token", token.0)?;
-        self.insert_implicit_thread(tx, id).await?;
-        let (fence, _): (i64, i64) = sqlx::query_as(sql(&self.sql.lock_thread_counters))
-            .bind(id.as_str())
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        check_fence(token, FencingToken(unsigned(fence)))?;
+        let (fence, _) = self.lock_counters(tx, id).await?;
+        check_fence(token, FencingToken(fence))?;
         sqlx::query(sql(&self.sql.update_fence))
             .bind(id.as_str())
             .bind(value)
@@ -978,6 +982,70 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    async fn tables(store: &PostgresStore) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() ORDER BY table_name",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn schema_is_created_once_per_prefix_and_prefixes_are_independent() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        store.ensure_schema().await.unwrap();
+        store.ensure_schema().await.expect("idempotent");
+        let custom = PostgresStore::with_prefix(store.pool().clone(), "myapp").unwrap();
+        custom.ensure_schema().await.unwrap();
+        assert_eq!(
+            tables(&store).await,
+            [
+                "awaken_messages",
+                "awaken_profiles",
+                "awaken_runs",
+                "awaken_state",
+                "awaken_threads",
+                "myapp_messages",
+                "myapp_profiles",
+                "myapp_runs",
+                "myapp_state",
+                "myapp_threads",
+            ]
+        );
+
+        let id = ThreadId::new("t").unwrap();
+        custom
+            .create_thread(&Thread::with_id(id.clone()))
+            .await
+            .unwrap();
+        assert!(custom.load_thread(&id).await.unwrap().is_some());
+        assert_eq!(store.load_thread(&id).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn concurrent_schema_creation_succeeds() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let racers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = PostgresStore::new(store.pool().clone());
+                tokio::spawn(async move { store.ensure_schema().await })
+            })
+            .collect();
+        for racer in racers {
+            racer.await.unwrap().unwrap();
+        }
+        assert_eq!(tables(&store).await.len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_bad_prefix_is_refused() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let err = PostgresStore::with_prefix(store.pool().clone(), "x; DROP TABLE y").unwrap_err();
+        assert!(matches!(err, StorageError::InvalidInput(_)), "{err:?}");
     }
 
     #[test]

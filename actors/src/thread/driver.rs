@@ -63,7 +63,7 @@ pub(crate) struct Launch {
 #[derive(Debug)]
 pub(crate) enum ToolOutcome {
     /// The tool returned.
-    Output(ToolOutput),
+    Output(Box<ToolOutput>),
     /// The tool returned an error.
     Error(ToolError),
     /// The tool panicked.
@@ -599,7 +599,7 @@ impl Driver<'_> {
         }
         let result = match outcome {
             ToolOutcome::Output(output) => {
-                let ToolOutput { result, command } = output;
+                let ToolOutput { result, command } = *output;
                 match self.thread.store.commit(command) {
                     Ok(commit) => {
                         self.dispatch_effects(commit.effects);
@@ -921,10 +921,10 @@ impl Driver<'_> {
         let snapshot = self.thread.store.snapshot();
         tokio::spawn(async move {
             for effect in effects {
-                if let Some(handler) = env.effect_handler(&effect.key) {
-                    if let Err(error) = handler.handler.handle(effect.payload, &snapshot).await {
-                        tracing::warn!(effect = %effect.key, %error, "effect handler failed");
-                    }
+                if let Some(handler) = env.effect_handler(&effect.key)
+                    && let Err(error) = handler.handler.handle(effect.payload, &snapshot).await
+                {
+                    tracing::warn!(effect = %effect.key, %error, "effect handler failed");
                 }
             }
         });
