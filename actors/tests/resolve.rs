@@ -699,3 +699,38 @@ fn permission_sections_are_validated_at_resolve() {
         ResolveError::InvalidPluginConfig { ref key, .. } if key == "permission"
     ));
 }
+
+#[tokio::test]
+async fn circuit_breaker_section_is_shared_across_resolutions() {
+    let spec = agent("guarded").with_section(
+        "circuit_breaker",
+        serde_json::json!({"failure_threshold": 1, "cooldown_ms": 600000, "half_open_max": 1}),
+    );
+    let runtime = AgentRuntimeBuilder::new()
+        .with_model("m", model())
+        .with_provider("p", Scripted::failing(5))
+        .with_agent_spec(spec)
+        .build()
+        .unwrap();
+    let request = || InferenceRequest::new("upstream-m", vec![Message::user("hi")]);
+    let first = runtime.resolve("guarded").unwrap();
+    assert!(matches!(
+        first.executor.execute(request()).await.unwrap_err(),
+        InferenceExecutionError::Provider { .. }
+    ));
+    // A fresh resolution (a new run) sees the same open circuit.
+    let second = runtime.resolve("guarded").unwrap();
+    assert!(matches!(
+        second.executor.execute(request()).await.unwrap_err(),
+        InferenceExecutionError::CircuitOpen { .. }
+    ));
+
+    let invalid = agent("bad").with_section(
+        "circuit_breaker",
+        serde_json::json!({"failure_threshold": "x"}),
+    );
+    assert!(matches!(
+        resolve_err(base().with_agent_spec(invalid), "bad"),
+        ResolveError::InvalidPluginConfig { ref key, .. } if key == "circuit_breaker"
+    ));
+}

@@ -46,6 +46,7 @@ impl Plugin for LoopActionHandlersPlugin {
         // The run loop's own keys ride on this always-installed plugin.
         r.register_key::<crate::thread::ToolCallStates>(StateKeyOptions::default())?;
         r.register_key::<crate::thread::RunLifecycleKey>(StateKeyOptions::default())?;
+        r.register_key::<crate::llm::truncation::TruncationState>(StateKeyOptions::default())?;
         r.register_scheduled_action::<AddContextMessage, _>(
             context_message::AddContextMessageHandler,
         )?;

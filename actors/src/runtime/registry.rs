@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::contract::{AgentSpec, ModelSpec};
-use crate::llm::LlmExecutor;
+use crate::llm::{CircuitBreaker, CircuitBreakerConfig, LlmExecutor};
 use crate::plugin::Plugin;
 use crate::tool::Tool;
 
@@ -108,6 +108,32 @@ pub struct RegistrySet {
     pub providers: Registry<Arc<dyn LlmExecutor>>,
     /// Plugins by id.
     pub plugins: Registry<Arc<dyn Plugin>>,
+    /// Circuit breakers by provider and settings; they outlive single resolutions.
+    pub(crate) breakers: BreakerCache,
+}
+
+/// Shares one circuit breaker per provider and configuration across resolutions, so
+/// failures seen by one run open the circuit for the next.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BreakerCache {
+    breakers:
+        Arc<std::sync::Mutex<std::collections::HashMap<(String, String), Arc<CircuitBreaker>>>>,
+}
+
+impl BreakerCache {
+    /// The breaker for `provider` with `config`, created on first use.
+    pub(crate) fn get(&self, provider: &str, config: &CircuitBreakerConfig) -> Arc<CircuitBreaker> {
+        let key = (provider.to_owned(), format!("{config:?}"));
+        let mut breakers = self
+            .breakers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(
+            breakers
+                .entry(key)
+                .or_insert_with(|| Arc::new(CircuitBreaker::new(config.clone()))),
+        )
+    }
 }
 
 impl fmt::Debug for dyn Plugin {

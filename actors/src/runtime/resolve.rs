@@ -22,7 +22,9 @@ use crate::context::{
 };
 use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey};
 use crate::error::ResolveError;
-use crate::llm::{LlmExecutor, RetryConfigKey, RetryingExecutor};
+use crate::llm::{
+    CircuitBreakerConfigKey, CircuitBreakerExecutor, LlmExecutor, RetryConfigKey, RetryingExecutor,
+};
 use crate::plugin::{ConfigSchema, ExecutionEnv, PluginEntry};
 use crate::policies::{StopConditionPlugin, StopConditionsConfigKey};
 use crate::tool::Tool;
@@ -116,12 +118,24 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
             ConfigSchema::of::<RetryConfigKey>(),
         ),
         (
+            RUNTIME_OWNER.to_owned(),
+            ConfigSchema::of::<CircuitBreakerConfigKey>(),
+        ),
+        (
             StopConditionPlugin::ID.to_owned(),
             ConfigSchema::of::<StopConditionsConfigKey>(),
         ),
     ];
     let runtime_sections = schemas.len();
     validate_sections(&spec, &schemas)?;
+    // The breaker sits inside the retries, so an open circuit moves on to fallbacks.
+    if spec.sections.contains_key(CircuitBreakerConfigKey::KEY) {
+        let config = spec.config::<CircuitBreakerConfigKey>().map_err(|e| {
+            invalid_config(RUNTIME_OWNER, CircuitBreakerConfigKey::KEY, e.to_string())
+        })?;
+        let breaker = registries.breakers.get(&model.provider, &config);
+        executor = Arc::new(CircuitBreakerExecutor::with_breaker(executor, breaker));
+    }
     if spec.sections.contains_key(RetryConfigKey::KEY) {
         let policy = spec
             .config::<RetryConfigKey>()

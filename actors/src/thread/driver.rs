@@ -25,7 +25,10 @@ use crate::contract::{
 };
 use crate::error::{InferenceExecutionError, StateError, StorageError, ToolError};
 use crate::ids::{MessageId, ToolCallId};
-use crate::llm::{InferenceRequest, StopReason, StreamResult};
+use crate::llm::truncation::{
+    TruncationRecovery, TruncationState, TruncationUpdate, is_truncated_tool_call, plan_recovery,
+};
+use crate::llm::{InferenceRequest, StreamResult};
 use crate::phase::{Phase, PhaseContext, ToolCallView};
 use crate::policies::StopRequest;
 use crate::state::{PendingScheduledActions, Snapshot, StateCommand};
@@ -323,8 +326,7 @@ impl Driver<'_> {
             duration_ms,
         });
 
-        let truncated = response.stop_reason == Some(StopReason::MaxTokens)
-            && response.has_incomplete_tool_calls;
+        let truncated = is_truncated_tool_call(&response);
         // Broken tool calls of a truncated response are never executed.
         let tool_calls = if truncated {
             Vec::new()
@@ -348,7 +350,7 @@ impl Driver<'_> {
         self.phase(Phase::AfterInference, None).await?;
 
         if truncated {
-            return self.recover_truncation().await;
+            return self.recover_truncation(&response).await;
         }
         if tool_calls.is_empty() {
             return self.end_step(true).await;
@@ -367,25 +369,35 @@ impl Driver<'_> {
         self.advance().await
     }
 
-    async fn recover_truncation(&mut self) -> Step<Next> {
-        let mut lifecycle = self.lifecycle();
-        if lifecycle.continuation_retries >= self.run.agent.spec.max_continuation_retries {
-            return self
-                .finish(TerminationReason::Error(
+    /// A response cut off mid tool call: ask the model to continue in smaller pieces,
+    /// a bounded number of times (`max_continuation_retries`).
+    async fn recover_truncation(&mut self, response: &StreamResult) -> Step<Next> {
+        let counter = self
+            .thread
+            .store
+            .get::<TruncationState>()
+            .copied()
+            .unwrap_or_default();
+        match plan_recovery(
+            response,
+            &counter,
+            self.run.agent.spec.max_continuation_retries,
+        ) {
+            TruncationRecovery::Continue(prompt) => {
+                let mut command = StateCommand::new();
+                command.update::<TruncationState>(TruncationUpdate::Continued);
+                self.thread.store.commit(command)?;
+                self.thread
+                    .push_message(prompt.with_run_id(self.run.identity.run_id.clone()));
+                self.end_step(false).await
+            }
+            TruncationRecovery::Exhausted | TruncationRecovery::NotTruncated => {
+                self.finish(TerminationReason::Error(
                     "the model's output was truncated mid tool call too many times".to_owned(),
                 ))
-                .await;
+                .await
+            }
         }
-        lifecycle.continuation_retries += 1;
-        self.set_lifecycle(lifecycle)?;
-        let prompt = Message::user(
-            "Your previous response was cut off by the output token limit while writing a tool \
-             call. Break the work into smaller pieces and continue.",
-        )
-        .with_visibility(Visibility::Internal)
-        .with_run_id(self.run.identity.run_id.clone());
-        self.thread.push_message(prompt);
-        self.end_step(false).await
     }
 
     /// StepEnd: phase, checkpoint, then the next step or the end of the run.

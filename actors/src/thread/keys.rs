@@ -76,8 +76,6 @@ pub struct RunLifecycle {
     pub step: u32,
     /// Sequence number of the next event of the run.
     pub next_event_seq: u64,
-    /// Continuation prompts sent after truncated tool calls.
-    pub continuation_retries: u32,
 }
 
 /// State key: [`RunLifecycle`] (`__runtime.run_lifecycle`).
