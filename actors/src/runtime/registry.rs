@@ -116,9 +116,11 @@ pub struct RegistrySet {
 /// failures seen by one run open the circuit for the next.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BreakerCache {
-    breakers:
-        Arc<std::sync::Mutex<std::collections::HashMap<(String, String), Arc<CircuitBreaker>>>>,
+    breakers: Arc<std::sync::Mutex<BreakersByKey>>,
 }
+
+/// Breakers keyed by (provider id, settings).
+type BreakersByKey = std::collections::HashMap<(String, String), Arc<CircuitBreaker>>;
 
 impl BreakerCache {
     /// The breaker for `provider` with `config`, created on first use.
