@@ -329,6 +329,23 @@ pub fn runtime(
     hub: Option<Arc<dyn EventHub>>,
     config: ThreadConfig,
 ) -> AgentRuntime {
+    let plugins: Vec<(&'static str, Arc<dyn Plugin>)> = approval
+        .into_iter()
+        .map(|a| ("approval", Arc::new(a) as Arc<dyn Plugin>))
+        .collect();
+    runtime_with(llm, spec, tools, plugins, hub, config)
+}
+
+/// A runtime with the scripted model, the given tools and plugins (all installed on
+/// the agent).
+pub fn runtime_with(
+    llm: Arc<dyn LlmExecutor>,
+    spec: AgentSpec,
+    tools: Vec<(&'static str, Arc<dyn Tool>)>,
+    plugins: Vec<(&'static str, Arc<dyn Plugin>)>,
+    hub: Option<Arc<dyn EventHub>>,
+    config: ThreadConfig,
+) -> AgentRuntime {
     let mut spec = spec;
     let mut builder = AgentRuntimeBuilder::new()
         .with_model(
@@ -341,9 +358,9 @@ pub fn runtime(
         )
         .with_provider("scripted", llm)
         .with_thread_config(config);
-    if let Some(approval) = approval {
-        spec = spec.with_plugin("approval");
-        builder = builder.with_plugin("approval", Arc::new(approval));
+    for (id, plugin) in plugins {
+        spec = spec.with_plugin(id);
+        builder = builder.with_plugin(id, plugin);
     }
     for (id, tool) in tools {
         builder = builder.with_tool(id, tool);

@@ -1,0 +1,475 @@
+//! Termination reasons, permissions, panics, restarts and continuation runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use awaken_actors::contract::{
+    AgentEvent, ResumeDecisionAction, RunStatus, StopConditionSpec, StoppedReason,
+    TerminationReason, ToolCallOutcome, ToolCallResume, ToolExecutionMode,
+};
+use awaken_actors::permission::{PermissionPlugin, PermissionRules};
+use awaken_actors::phase::PhaseContext;
+use awaken_actors::plugin::{PhaseHook, Plugin, PluginDescriptor, PluginRegistrar};
+use awaken_actors::state::{KeyScope, StateCommand, StateKey, StateKeyOptions};
+use awaken_actors::thread::{RunRequest, ThreadConfig};
+use awaken_actors::{DecisionId, Phase, StateError};
+use serde_json::json;
+use support::*;
+
+fn decision(id: &str, action: ResumeDecisionAction, result: serde_json::Value) -> ToolCallResume {
+    ToolCallResume {
+        decision_id: DecisionId::new(id).unwrap(),
+        action,
+        result,
+        reason: None,
+        updated_at: 0,
+    }
+}
+
+#[tokio::test]
+async fn max_rounds_stops_a_looping_agent() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"n": 1}))]),
+        Turn::Calls(vec![("echo", json!({"n": 2}))]),
+        Turn::Calls(vec![("echo", json!({"n": 3}))]),
+    ]);
+    let spec = agent_spec(ToolExecutionMode::Sequential).with_max_rounds(2);
+    let rt = runtime(
+        llm,
+        spec,
+        vec![("echo", Arc::new(Echo::default()))],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    let sink = Arc::new(Collector::default());
+    let result = rt
+        .run(RunRequest::new(tid("t-max"), user("loop")), sink.clone())
+        .await
+        .unwrap();
+    match result.termination {
+        TerminationReason::Stopped(StoppedReason { code, .. }) => assert_eq!(code, "max_rounds"),
+        other => panic!("expected max_rounds, got {other:?}"),
+    }
+    let events = sink.take();
+    assert_well_formed(&events);
+    assert_eq!(
+        event_types(&events)
+            .iter()
+            .filter(|t| **t == "step_start")
+            .count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn stop_conditions_section_adds_policies() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({}))]),
+        Turn::Text("unreached"),
+    ]);
+    let spec = agent_spec(ToolExecutionMode::Sequential).with_section(
+        "stop_conditions",
+        serde_json::to_value(vec![StopConditionSpec::StopOnTool {
+            tool_name: "echo".into(),
+        }])
+        .unwrap(),
+    );
+    let rt = runtime(
+        llm,
+        spec,
+        vec![("echo", Arc::new(Echo::default()))],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    let result = rt
+        .run(
+            RunRequest::new(tid("t-stop-on-tool"), user("go")),
+            Arc::new(Collector::default()),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(result.termination, TerminationReason::Stopped(_)),
+        "{:?}",
+        result.termination
+    );
+}
+
+#[tokio::test]
+async fn model_failure_ends_the_run_with_error() {
+    let llm = ScriptedLlm::new(vec![Turn::Fail]);
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    let sink = Arc::new(Collector::default());
+    let result = rt
+        .run(RunRequest::new(tid("t-error"), user("hi")), sink.clone())
+        .await
+        .unwrap();
+    assert!(matches!(&result.termination, TerminationReason::Error(m) if m.contains("model down")));
+    let events = sink.take();
+    assert_well_formed(&events);
+    assert!(event_types(&events).contains(&"error"));
+    let record = rt.store().load_run(&result.run_id).await.unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Done);
+}
+
+fn permission(rules: &str) -> Arc<dyn Plugin> {
+    Arc::new(PermissionPlugin::new(
+        PermissionRules::from_yaml(rules).unwrap(),
+    ))
+}
+
+#[tokio::test]
+async fn permission_deny_blocks_the_run() {
+    let llm = ScriptedLlm::new(vec![Turn::Calls(vec![(
+        "echo",
+        json!({"cmd": "rm -rf /"}),
+    )])]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime_with(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        vec![(
+            "permission",
+            permission(
+                "default_behavior: allow\nrules:\n  - tool: 'echo(cmd =~ \"rm\")'\n    behavior: deny\n",
+            ),
+        )],
+        None,
+        ThreadConfig::default(),
+    );
+    let sink = Arc::new(Collector::default());
+    let result = rt
+        .run(
+            RunRequest::new(tid("t-deny"), user("clean up")),
+            sink.clone(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(result.termination, TerminationReason::Blocked(_)),
+        "{:?}",
+        result.termination
+    );
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 0);
+    assert_well_formed(&sink.take());
+}
+
+#[tokio::test]
+async fn permission_ask_with_always_allow_is_remembered_on_the_thread() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"n": 1}))]),
+        Turn::Text("ok"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime_with(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        vec![(
+            "permission",
+            permission("default_behavior: ask\nrules: []\n"),
+        )],
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-always");
+    let sink = Arc::new(Collector::default());
+    let first = rt
+        .run(RunRequest::new(thread.clone(), user("one")), sink.clone())
+        .await
+        .unwrap();
+    assert_eq!(first.termination, TerminationReason::Suspended);
+    let call = sink
+        .take()
+        .into_iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolCallDone {
+                id,
+                outcome: ToolCallOutcome::Suspended,
+                ..
+            } => Some(id),
+            _ => None,
+        })
+        .unwrap();
+    let done = rt
+        .decide_and_wait(
+            &thread,
+            call,
+            decision(
+                "d1",
+                ResumeDecisionAction::Resume,
+                json!({"approved": true, "always_allow": true}),
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    // A new run on the same thread: the grant (thread-scoped state) survives.
+    let second = rt
+        .run(
+            RunRequest::new(thread.clone(), user("two")),
+            Arc::new(Collector::default()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        second.termination,
+        TerminationReason::NaturalEnd,
+        "no second approval"
+    );
+    assert_ne!(second.run_id, first.run_id);
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 2);
+    let record = rt.store().load_run(&second.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        record.parent_run_id,
+        Some(first.run_id),
+        "continuation lineage"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_tool_fails_only_its_call() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("boom", json!({}))]),
+        Turn::Text("recovered"),
+    ]);
+    let rt = runtime(
+        llm.clone(),
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("boom", Arc::new(Boom))],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    let sink = Arc::new(Collector::default());
+    let result = rt
+        .run(RunRequest::new(tid("t-boom"), user("go")), sink.clone())
+        .await
+        .unwrap();
+    assert_eq!(result.termination, TerminationReason::NaturalEnd);
+    assert_eq!(result.response, "recovered");
+    let events = sink.take();
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolCallDone { outcome: ToolCallOutcome::Failed, result, .. } if result.error_code.as_deref() == Some("tool_panicked"))));
+}
+
+/// A thread-scoped counter of runs, bumped at every RunStart.
+struct RunsSeen;
+impl StateKey for RunsSeen {
+    const KEY: &'static str = "test.runs_seen";
+    const SCOPE: KeyScope = KeyScope::Thread;
+    type Value = u32;
+    type Update = u32;
+    fn apply(value: &mut u32, update: u32) {
+        *value += update;
+    }
+}
+
+/// Counts runs in thread state, and counts steps in run state.
+struct Counting;
+struct StepsThisRun;
+impl StateKey for StepsThisRun {
+    const KEY: &'static str = "test.steps_this_run";
+    type Value = u32;
+    type Update = u32;
+    fn apply(value: &mut u32, update: u32) {
+        *value += update;
+    }
+}
+struct CountRun;
+#[async_trait]
+impl PhaseHook for CountRun {
+    async fn run(&self, _ctx: &PhaseContext) -> Result<StateCommand, StateError> {
+        let mut cmd = StateCommand::new();
+        cmd.update::<RunsSeen>(1).update::<StepsThisRun>(1);
+        Ok(cmd)
+    }
+}
+impl Plugin for Counting {
+    fn descriptor(&self) -> PluginDescriptor {
+        PluginDescriptor::new("counting", "counts runs")
+    }
+    fn register(&self, r: &mut PluginRegistrar) -> Result<(), StateError> {
+        r.register_key::<RunsSeen>(StateKeyOptions::default())?;
+        r.register_key::<StepsThisRun>(StateKeyOptions::default())?;
+        r.register_phase_hook("count", Phase::RunStart, CountRun)
+    }
+}
+
+#[tokio::test]
+async fn thread_state_survives_runs_and_passivation_run_state_resets() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("ok")]);
+    let rt = runtime_with(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![],
+        vec![("counting", Arc::new(Counting))],
+        None,
+        ThreadConfig {
+            idle_passivation: std::time::Duration::from_millis(1),
+            ..ThreadConfig::default()
+        },
+    );
+    let thread = tid("t-scopes");
+    for _ in 0..3 {
+        rt.run(
+            RunRequest::new(thread.clone(), user("again")),
+            Arc::new(Collector::default()),
+        )
+        .await
+        .unwrap();
+        // Each run's checkpoint is the only memory across passivation.
+        rt.thread_passivated(&thread).await;
+    }
+    let snapshot = rt
+        .store()
+        .load_thread_snapshot(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    let state = snapshot.state.unwrap();
+    assert_eq!(state.extensions["test.runs_seen"], json!(3));
+    assert_eq!(
+        state.extensions["test.steps_this_run"],
+        json!(1),
+        "run-scoped keys reset at run start"
+    );
+}
+
+#[tokio::test]
+async fn new_input_cancels_a_waiting_run_and_continues() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({}))]),
+        Turn::Text("fresh answer"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm.clone(),
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        Some(Approval {
+            tools: ["echo"].into_iter().collect(),
+            mode: awaken_actors::contract::ToolCallResumeMode::ReplayToolCall,
+        }),
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-continue");
+    let waiting = rt
+        .run(
+            RunRequest::new(thread.clone(), user("first")),
+            Arc::new(Collector::default()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(waiting.termination, TerminationReason::Suspended);
+    // The user changes their mind: the script answers text on the new turn.
+    let llm_turns_before = llm.requests.lock().unwrap().len();
+    let sink = Arc::new(Collector::default());
+    let next = rt
+        .run(
+            RunRequest::new(thread.clone(), user("never mind")),
+            sink.clone(),
+        )
+        .await;
+    let next = next.unwrap();
+    assert_ne!(next.run_id, waiting.run_id);
+    let old = rt.store().load_run(&waiting.run_id).await.unwrap().unwrap();
+    assert_eq!(old.termination, Some(TerminationReason::Cancelled));
+    let new = rt.store().load_run(&next.run_id).await.unwrap().unwrap();
+    assert_eq!(new.parent_run_id, Some(waiting.run_id));
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 0);
+    // The model saw no unanswered tool call.
+    let request = llm.requests.lock().unwrap()[llm_turns_before].clone();
+    for (i, m) in request.messages.iter().enumerate() {
+        for call in &m.tool_calls {
+            assert!(
+                request.messages[i..]
+                    .iter()
+                    .any(|r| r.tool_call_id.as_ref() == Some(&call.id)),
+                "unpaired call sent to the model"
+            );
+        }
+    }
+}
+
+/// Panics in the StepStart phase of step 2, once.
+struct PanicOnce(Arc<AtomicBool>);
+struct PanicHook(Arc<AtomicBool>);
+#[async_trait]
+impl PhaseHook for PanicHook {
+    async fn run(&self, ctx: &PhaseContext) -> Result<StateCommand, StateError> {
+        if ctx.step == 2 && !self.0.swap(true, Ordering::SeqCst) {
+            panic!("injected fault");
+        }
+        Ok(StateCommand::new())
+    }
+}
+impl Plugin for PanicOnce {
+    fn descriptor(&self) -> PluginDescriptor {
+        PluginDescriptor::new("panic-once", "fault injection")
+    }
+    fn register(&self, r: &mut PluginRegistrar) -> Result<(), StateError> {
+        r.register_phase_hook("panic", Phase::StepStart, PanicHook(Arc::clone(&self.0)))
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_thread_actor_restarts_from_its_checkpoint() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({}))]),
+        Turn::Text("survived"),
+    ]);
+    let hub = Arc::new(HubRecorder::default());
+    let fired = Arc::new(AtomicBool::new(false));
+    let echo = Arc::new(Echo::default());
+    let rt = runtime_with(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        vec![("panic-once", Arc::new(PanicOnce(Arc::clone(&fired))))],
+        Some(hub.clone()),
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-crash");
+    let ticket = rt
+        .start(RunRequest::new(thread.clone(), user("go")), None)
+        .await
+        .unwrap();
+    hub.wait_for(|e| matches!(e, AgentEvent::RunFinish { .. }))
+        .await;
+    assert!(fired.load(Ordering::SeqCst), "the fault was injected");
+    let record = rt.store().load_run(&ticket.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        record.termination,
+        Some(TerminationReason::NaturalEnd),
+        "the run resumed and finished"
+    );
+    assert_eq!(
+        echo.calls.load(Ordering::SeqCst),
+        1,
+        "the step before the crash was not redone"
+    );
+    let snapshot = rt
+        .store()
+        .load_thread_snapshot(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(snapshot.messages.last().unwrap().text(), "survived");
+}

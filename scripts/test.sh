@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: every crate's unit and integration tests under nextest (with
+# a per-test timeout, see .config/nextest.toml), then the doc tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-tests=fail
+else
+  cargo test --workspace --locked --lib --bins --tests
+fi
+cargo test --workspace --locked --doc
