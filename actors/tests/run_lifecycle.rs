@@ -473,3 +473,194 @@ async fn a_crashed_thread_actor_restarts_from_its_checkpoint() {
         .unwrap();
     assert_eq!(snapshot.messages.last().unwrap().text(), "survived");
 }
+
+/// Skips inference on the first step.
+struct Skipper;
+struct SkipHook;
+#[async_trait]
+impl PhaseHook for SkipHook {
+    async fn run(&self, _ctx: &PhaseContext) -> Result<StateCommand, StateError> {
+        let mut cmd = StateCommand::new();
+        cmd.schedule_action::<awaken_actors::actions::SkipInference>("nothing to do".into())?;
+        Ok(cmd)
+    }
+}
+impl Plugin for Skipper {
+    fn descriptor(&self) -> PluginDescriptor {
+        PluginDescriptor::new("skipper", "skips inference")
+    }
+    fn register(&self, r: &mut PluginRegistrar) -> Result<(), StateError> {
+        r.register_phase_hook("skip", Phase::StepStart, SkipHook)
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_can_end_the_run_before_inference() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("unreached")]);
+    let rt = runtime_with(
+        llm.clone(),
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![],
+        vec![("skipper", Arc::new(Skipper))],
+        None,
+        ThreadConfig::default(),
+    );
+    let sink = Arc::new(Collector::default());
+    let result = rt
+        .run(RunRequest::new(tid("t-skip"), user("hi")), sink.clone())
+        .await
+        .unwrap();
+    assert_eq!(result.termination, TerminationReason::BehaviorRequested);
+    assert!(
+        llm.requests.lock().unwrap().is_empty(),
+        "the model was never called"
+    );
+    assert_well_formed(&sink.take());
+}
+
+/// Reports progress twice, then succeeds.
+struct Progressing;
+#[async_trait]
+impl awaken_actors::tool::Tool for Progressing {
+    fn descriptor(&self) -> awaken_actors::contract::ToolDescriptor {
+        awaken_actors::contract::ToolDescriptor::new("index", "index", "reports progress")
+    }
+    async fn execute(
+        &self,
+        _args: serde_json::Value,
+        ctx: &awaken_actors::tool::ToolCallContext,
+    ) -> Result<awaken_actors::tool::ToolOutput, awaken_actors::ToolError> {
+        use awaken_actors::contract::ProgressStatus;
+        ctx.report_progress(ProgressStatus::Running, Some("half"), Some(0.5))
+            .await;
+        ctx.report_activity("log", "indexed 10 files").await;
+        ctx.report_progress(ProgressStatus::Done, Some("all"), Some(1.0))
+            .await;
+        Ok(awaken_actors::contract::ToolResult::success("index", json!(10)).into())
+    }
+}
+
+#[tokio::test]
+async fn tool_progress_streams_in_order() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("index", json!({}))]),
+        Turn::Text("indexed"),
+    ]);
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("index", Arc::new(Progressing))],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    let sink = Arc::new(Collector::default());
+    rt.run(
+        RunRequest::new(tid("t-progress"), user("index")),
+        sink.clone(),
+    )
+    .await
+    .unwrap();
+    let events = sink.take();
+    assert_well_formed(&events);
+    let start = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::ToolCallStart { .. }))
+        .unwrap();
+    let done = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::ToolCallDone { .. }))
+        .unwrap();
+    let activity: Vec<(usize, String)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            AgentEvent::ActivitySnapshot {
+                activity_type,
+                content,
+                ..
+            } => Some((
+                i,
+                format!(
+                    "{activity_type}:{}",
+                    content
+                        .get("status")
+                        .and_then(|s| s.as_str())
+                        .unwrap_or("text")
+                ),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        activity.iter().map(|(_, a)| a.as_str()).collect::<Vec<_>>(),
+        [
+            "tool-call-progress:running",
+            "log:text",
+            "tool-call-progress:done"
+        ]
+    );
+    assert!(
+        activity.iter().all(|(i, _)| *i > start && *i < done),
+        "progress between start and done"
+    );
+}
+
+#[tokio::test]
+async fn a_decision_for_a_running_call_is_refused() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("gate", json!({}))]),
+        Turn::Text("done"),
+    ]);
+    let gate = Arc::new(Gate::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("gate", gate.clone())],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-running");
+    let sink = Arc::new(Collector::default());
+    let started = gate.started.notified();
+    rt.start(
+        RunRequest::new(thread.clone(), user("go")),
+        Some(sink.clone()),
+    )
+    .await
+    .unwrap();
+    started.await;
+    let call = sink
+        .snapshot()
+        .into_iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolCallStart { id, .. } => Some(id),
+            _ => None,
+        })
+        .unwrap();
+    let err = rt
+        .decide(
+            &thread,
+            call.clone(),
+            decision("d", ResumeDecisionAction::Resume, json!(true)),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        awaken_actors::thread::ControlError::CallNotSuspended {
+            call_id: call,
+            status: awaken_actors::contract::ToolCallStatus::Running
+        }
+    );
+    gate.release.notify_one();
+    sink.wait_for(|e| matches!(e, AgentEvent::RunFinish { .. }))
+        .await;
+    assert_eq!(
+        gate.finished.load(Ordering::SeqCst),
+        1,
+        "the refused decision changed nothing"
+    );
+}

@@ -7,6 +7,7 @@
 
 mod context_message;
 mod inference_override;
+mod skip_inference;
 mod tool_filter;
 mod tool_intercept;
 
@@ -15,6 +16,7 @@ pub use context_message::{
     ContextMessagesUpdate,
 };
 pub use inference_override::{InferenceOverrideKey, InferenceOverrideUpdate, SetInferenceOverride};
+pub use skip_inference::{BehaviorRequestKey, SkipInference};
 pub use tool_filter::{ExcludeTool, IncludeOnlyTools, ToolFilter, ToolFilterKey, ToolFilterUpdate};
 pub use tool_intercept::{
     ToolInterceptAction, ToolInterceptKey, ToolInterceptPayload, ToolInterceptUpdate,
@@ -53,6 +55,8 @@ impl Plugin for LoopActionHandlersPlugin {
         r.register_scheduled_action::<SetInferenceOverride, _>(
             inference_override::SetInferenceOverrideHandler,
         )?;
+        r.register_key::<BehaviorRequestKey>(StateKeyOptions::default())?;
+        r.register_scheduled_action::<SkipInference, _>(skip_inference::SkipInferenceHandler)?;
         r.register_scheduled_action::<ExcludeTool, _>(tool_filter::ExcludeToolHandler)?;
         r.register_scheduled_action::<IncludeOnlyTools, _>(tool_filter::IncludeOnlyToolsHandler)?;
         r.register_scheduled_action::<ToolInterceptAction, _>(

@@ -12,8 +12,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::actions::{
-    ContextMessagesKey, ContextMessagesUpdate, InferenceOverrideKey, InferenceOverrideUpdate,
-    ToolFilterKey, ToolFilterUpdate, ToolInterceptKey, ToolInterceptPayload, ToolInterceptUpdate,
+    BehaviorRequestKey, ContextMessagesKey, ContextMessagesUpdate, InferenceOverrideKey,
+    InferenceOverrideUpdate, ToolFilterKey, ToolFilterUpdate, ToolInterceptKey,
+    ToolInterceptPayload, ToolInterceptUpdate,
 };
 use crate::context::trim_to_compaction_boundary;
 use crate::contract::{
@@ -250,6 +251,11 @@ impl Driver<'_> {
         });
         self.phase(Phase::StepStart, None).await?;
         self.phase(Phase::BeforeInference, None).await?;
+        if let Some(Some(reason)) = self.thread.store.get::<BehaviorRequestKey>() {
+            tracing::debug!(run_id = %self.run.identity.run_id, %reason, "a plugin skipped inference");
+            self.emit(AgentEvent::StepEnd);
+            return self.finish(TerminationReason::BehaviorRequested).await;
+        }
         let request = self.build_request(lifecycle.step)?;
         Ok(Next::Infer(request))
     }
