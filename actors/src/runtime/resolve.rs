@@ -68,22 +68,39 @@ pub trait AgentResolver: Send + Sync {
     fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError>;
 }
 
-/// The standard resolver over a [`RegistrySet`].
+/// The resolver thread actors use: the pipeline over one immutable [`RegistrySet`],
+/// memoized per agent id.
+///
+/// Resolution is a pure function of the registries, and a `ResolvedAgent` is
+/// immutable and shared by `Arc`s, so each agent is resolved once per registry set
+/// rather than once per run (see `docs/decisions/0013-resolved-agent-cache.md`). A
+/// configuration change builds a new registry set, and with it a new resolver.
 #[derive(Debug, Clone)]
 pub struct RegistryResolver {
     registries: Arc<RegistrySet>,
+    resolved: Arc<dashmap::DashMap<String, ResolvedAgent>>,
 }
 
 impl RegistryResolver {
     /// A resolver over these registries.
     pub fn new(registries: Arc<RegistrySet>) -> Self {
-        Self { registries }
+        Self {
+            registries,
+            resolved: Arc::new(dashmap::DashMap::new()),
+        }
     }
 }
 
 impl AgentResolver for RegistryResolver {
     fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
-        resolve(&self.registries, agent_id)
+        if let Some(agent) = self.resolved.get(agent_id) {
+            return Ok(agent.clone());
+        }
+        // Failures are not cached: they are cheap to repeat and must not outlive a
+        // transient cause.
+        let agent = resolve(&self.registries, agent_id)?;
+        self.resolved.insert(agent_id.to_owned(), agent.clone());
+        Ok(agent)
     }
 }
 
