@@ -12,6 +12,7 @@ pub mod contract;
 pub mod error;
 pub mod event_sink;
 pub mod ids;
+mod inline;
 pub mod llm;
 pub mod permission;
 pub mod phase;

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::task::JoinHandle;
 
 use crate::ids::{RunId, ToolCallId};
 use crate::thread::{Launch, ThreadMsg, ToolOutcome};
@@ -55,7 +54,6 @@ pub struct ToolCallState {
     call_id: ToolCallId,
     attempt: u32,
     cancellation: crate::cancellation::CancellationToken,
-    task: Option<JoinHandle<()>>,
     reported: bool,
 }
 
@@ -105,25 +103,32 @@ impl Actor for ToolCallActor {
         } = args.launch;
         let cancellation = ctx.cancellation.clone();
         let tool: Arc<dyn crate::tool::Tool> = tool;
-        let task = tokio::spawn(async move {
+        let execution = async move {
             let execution = AssertUnwindSafe(tool.execute(arguments, &ctx)).catch_unwind();
-            let outcome = tokio::select! {
+            tokio::select! {
                 outcome = execution => match outcome {
                     Ok(Ok(output)) => ToolOutcome::Output(Box::new(output)),
                     Ok(Err(error)) => ToolOutcome::Error(error),
                     Err(panic) => ToolOutcome::Panicked(panic_message(panic.as_ref())),
                 },
                 () = ctx.cancellation.cancelled() => ToolOutcome::Cancelled,
-            };
-            let _ = myself.send_message(ToolCallMsg::Finished(ToolOutcomeBox(Box::new(outcome))));
-        });
+            }
+        };
+        // A tool that finishes at once needs no task; a slow one runs on its own so
+        // this actor stays responsive to `Cancel`.
+        let reporter = myself.clone();
+        let finished = |outcome| ToolCallMsg::Finished(ToolOutcomeBox(Box::new(outcome)));
+        if let Some(outcome) = crate::inline::ready_or_spawn(execution, move |outcome| {
+            let _ = reporter.send_message(finished(outcome));
+        }) {
+            let _ = myself.send_message(finished(outcome));
+        }
         Ok(ToolCallState {
             thread: args.thread,
             run_id: args.run_id,
             call_id,
             attempt,
             cancellation,
-            task: Some(task),
             reported: false,
         })
     }
@@ -135,15 +140,11 @@ impl Actor for ToolCallActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ToolCallMsg::Finished(outcome) => {
-                state.task = None;
-                state.report(*outcome.0);
-            }
+            ToolCallMsg::Finished(outcome) => state.report(*outcome.0),
             ToolCallMsg::Cancel => {
+                // The execution observes the token and ends; its late report is
+                // ignored by the thread, which settles the call as cancelled now.
                 state.cancellation.cancel();
-                if let Some(task) = state.task.take() {
-                    task.abort();
-                }
                 state.report(ToolOutcome::Cancelled);
             }
         }
@@ -156,9 +157,8 @@ impl Actor for ToolCallActor {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(task) = state.task.take() {
-            task.abort();
-        }
+        // Never leave an execution running for a call nobody waits for.
+        state.cancellation.cancel();
         Ok(())
     }
 }

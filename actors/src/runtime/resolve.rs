@@ -20,7 +20,7 @@ use crate::actions::LoopActionHandlersPlugin;
 use crate::context::{
     CompactionConfig, CompactionConfigKey, CompactionPlugin, ContextTransformPlugin,
 };
-use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey};
+use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey, ToolDescriptor};
 use crate::error::ResolveError;
 use crate::llm::{
     CircuitBreakerConfigKey, CircuitBreakerExecutor, LlmExecutor, RetryConfigKey, RetryingExecutor,
@@ -43,6 +43,8 @@ pub struct ResolvedAgent {
     pub executor: Arc<dyn LlmExecutor>,
     /// Tools offered to the model, by id, after filtering.
     pub tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// The tools' descriptors, in id order, as offered to the model.
+    pub tool_descriptors: Arc<[ToolDescriptor]>,
     /// Hooks, handlers, transforms and keys of the agent's plugins.
     pub env: Arc<ExecutionEnv>,
     /// Non-fatal findings, such as config sections no plugin claims.
@@ -286,11 +288,13 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         tools.retain(|id, _| !excluded.contains(id));
     }
 
+    let tool_descriptors = tools.values().map(|tool| tool.descriptor()).collect();
     Ok(ResolvedAgent {
         spec,
         model,
         executor,
         tools,
+        tool_descriptors,
         env: Arc::new(env),
         warnings,
     })

@@ -322,7 +322,7 @@ impl Actor for ThreadActor {
             }
         }
         state.core = Some(Box::new(core));
-        state.pump(&myself);
+        state.pump(&myself).await?;
         Ok(state)
     }
 
@@ -398,11 +398,7 @@ impl Actor for ThreadActor {
                     ctl.events.emit(event);
                 }
             }
-            ThreadMsg::SegmentPanicked(message) => {
-                // Failing the actor hands the thread to its supervisor, which restarts
-                // it from the last checkpoint.
-                return Err(format!("run segment panicked: {message}").into());
-            }
+            ThreadMsg::SegmentPanicked(message) => return Err(segment_panic(&message)),
             ThreadMsg::Passivate => {
                 if state.on_passivate(&myself) {
                     myself.stop(None);
@@ -414,8 +410,7 @@ impl Actor for ThreadActor {
                 state.maybe_passivate_idle(&myself);
             }
         }
-        state.pump(&myself);
-        Ok(())
+        state.pump(&myself).await
     }
 
     async fn handle_supervisor_evt(
@@ -443,11 +438,17 @@ impl Actor for ThreadActor {
                     attempt,
                     outcome: ToolOutcome::Panicked(error.to_string()),
                 });
-                state.pump(&myself);
+                state.pump(&myself).await?;
             }
         }
         Ok(())
     }
+}
+
+/// Failing the actor hands the thread to its supervisor, which restarts it from the
+/// last checkpoint.
+fn segment_panic(message: &str) -> ActorProcessingErr {
+    format!("run segment panicked: {message}").into()
 }
 
 fn identity_of(record: &RunRecord) -> RunIdentity {
@@ -605,16 +606,22 @@ impl ThreadActorState {
             .map_or(0, |call| call.attempt)
     }
 
-    /// Starts the next segment if the core is home and work is queued.
-    fn pump(&mut self, myself: &ActorRef<ThreadMsg>) {
+    /// Runs queued work while the core is home.
+    async fn pump(&mut self, myself: &ActorRef<ThreadMsg>) -> Result<(), ActorProcessingErr> {
         while !self.busy {
             let Some(input) = self.queue.pop_front() else {
-                return;
+                return Ok(());
             };
-            if let Some(work) = self.validate(input) {
-                self.spawn_segment(work, myself);
+            let Some(work) = self.validate(input) else {
+                continue;
+            };
+            match self.run_segment(work, myself) {
+                Some(ThreadMsg::SegmentDone(done)) => self.on_segment_done(*done, myself).await,
+                Some(ThreadMsg::SegmentPanicked(message)) => return Err(segment_panic(&message)),
+                _ => {}
             }
         }
+        Ok(())
     }
 
     /// Turns an input into work, or answers/drops it when it no longer applies.
@@ -730,15 +737,17 @@ impl ThreadActorState {
         }
     }
 
-    fn spawn_segment(&mut self, work: Work, myself: &ActorRef<ThreadMsg>) {
+    /// Runs one segment: in place when it completes at once (the common case with
+    /// a local store), otherwise on a task that reports `SegmentDone` (see
+    /// `crate::inline`). Returns the segment's report when it completed in place.
+    fn run_segment(&mut self, work: Work, myself: &ActorRef<ThreadMsg>) -> Option<ThreadMsg> {
         let (Some(mut thread), Some(mut run)) = (self.core.take(), self.run.take()) else {
-            return;
+            return None;
         };
         self.busy = true;
         let deps = Arc::clone(&self.deps);
-        let myself = myself.clone();
-        tokio::spawn(async move {
-            let segment = AssertUnwindSafe(async {
+        let segment = async move {
+            let outcome = AssertUnwindSafe(async {
                 let mut driver = Driver {
                     thread: &mut thread,
                     run: &mut run,
@@ -760,19 +769,20 @@ impl ThreadActorState {
             })
             .catch_unwind()
             .await;
-            // If the actor is gone, the cores go with it; the store has the last
-            // checkpoint.
-            let _ = match segment {
-                Ok(next) => myself.send_message(ThreadMsg::SegmentDone(Box::new(SegmentDone {
-                    thread,
-                    run,
-                    next,
-                }))),
-                Err(panic) => myself.send_message(ThreadMsg::SegmentPanicked(
-                    crate::tool_call::panic_message(panic.as_ref()),
-                )),
-            };
-        });
+            match outcome {
+                Ok(next) => ThreadMsg::SegmentDone(Box::new(SegmentDone { thread, run, next })),
+                // The borrowed cores are in an unknown state: drop them.
+                Err(panic) => {
+                    ThreadMsg::SegmentPanicked(crate::tool_call::panic_message(panic.as_ref()))
+                }
+            }
+        };
+        let myself = myself.clone();
+        // If the actor is gone when a spawned segment ends, the cores go with it; the
+        // store has the last checkpoint.
+        crate::inline::ready_or_spawn(segment, move |report| {
+            let _ = myself.send_message(report);
+        })
     }
 
     async fn on_segment_done(&mut self, done: SegmentDone, myself: &ActorRef<ThreadMsg>) {
@@ -817,7 +827,10 @@ impl ThreadActorState {
         let mut thread = thread;
         thread.last_agent = Some(agent_id);
         self.core = Some(thread);
-        self.run = Some(run);
+        // A finished run's core is dead weight on an idle thread.
+        if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {
+            self.run = Some(run);
+        }
     }
 
     fn spawn_inference(
@@ -830,7 +843,8 @@ impl ThreadActorState {
         let cancellation = run.cancellation.clone();
         let run_id = run.identity.run_id.clone();
         let myself = myself.clone();
-        tokio::spawn(async move {
+        // A model that answers at once (scripted, cached) needs no task.
+        let inference = async move {
             let started = Instant::now();
             let mut stream = executor.execute_stream(request);
             let result = loop {
@@ -856,7 +870,8 @@ impl ThreadActorState {
                 result,
                 duration_ms,
             });
-        });
+        };
+        crate::inline::ready_or_spawn(inference, |()| {});
     }
 
     async fn launch(&mut self, run_id: &RunId, mut launch: Launch, myself: &ActorRef<ThreadMsg>) {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::cancellation::CancellationToken;
-use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread, ToolDescriptor};
+use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread};
 use crate::error::StateError;
 use crate::ids::{AgentId, MessageId, ThreadId};
 use crate::llm::StreamResult;
@@ -85,7 +85,6 @@ impl ThreadCore {
 /// The current run of a thread.
 pub(crate) struct RunCore {
     pub(crate) agent: ResolvedAgent,
-    pub(crate) tools: Vec<ToolDescriptor>,
     pub(crate) identity: Arc<RunIdentity>,
     pub(crate) record: RunRecord,
     pub(crate) cancellation: CancellationToken,
@@ -103,10 +102,8 @@ impl RunCore {
         events: Arc<RunEmitter>,
         overrides: Option<InferenceOverride>,
     ) -> Self {
-        let tools = agent.tools.values().map(|tool| tool.descriptor()).collect();
         Self {
             agent,
-            tools,
             identity: Arc::new(identity),
             record,
             cancellation: CancellationToken::new(),

@@ -281,9 +281,10 @@ impl Driver<'_> {
         strip_unpaired_tool_calls(&mut history);
         messages.extend(history);
 
+        let offered = self.run.agent.tool_descriptors.to_vec();
         let tools = match snapshot.get::<ToolFilterKey>() {
-            Some(filter) => filter.apply(self.run.tools.clone()),
-            None => self.run.tools.clone(),
+            Some(filter) => filter.apply(offered),
+            None => offered,
         };
         let mut request =
             InferenceRequest::new(self.run.agent.model.model.clone(), messages).with_tools(tools);

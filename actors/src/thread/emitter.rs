@@ -27,14 +27,18 @@ impl EventHub for NullEventHub {
 
 struct Inner {
     next_seq: u64,
-    sink: Option<mpsc::UnboundedSender<AgentEvent>>,
+    sink: Option<Arc<dyn EventSink>>,
+    /// Set once the sink was slow: later events queue behind the pending one.
+    pump: Option<mpsc::UnboundedSender<AgentEvent>>,
 }
 
 /// Stamps a run's events with `seq` and a timestamp and delivers them, in order, to
 /// the hub and to the attached sink.
 ///
-/// Emission is synchronous and never blocks: the attached [`EventSink`] is driven by
-/// a forwarding task, so a slow sink cannot stall the thread actor.
+/// Emission is synchronous and never blocks. A sink that accepts an event at once
+/// (in-memory collectors, channels) is called in place; the first time a sink is not
+/// ready, a forwarding task takes over that event and every later one, in order, so a
+/// slow sink cannot stall the thread actor.
 pub(crate) struct RunEmitter {
     thread_id: ThreadId,
     run_id: RunId,
@@ -56,6 +60,7 @@ impl RunEmitter {
             inner: Mutex::new(Inner {
                 next_seq,
                 sink: None,
+                pump: None,
             }),
         }
     }
@@ -70,18 +75,16 @@ impl RunEmitter {
 
     /// Sends future events to `sink` (replacing any earlier one).
     pub(crate) fn attach(&self, sink: Arc<dyn EventSink>) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
-        tokio::spawn(async move {
-            while let Some(event) = rx.recv().await {
-                sink.emit(event).await;
-            }
-        });
-        self.inner().sink = Some(tx);
+        let mut inner = self.inner();
+        inner.sink = Some(sink);
+        inner.pump = None;
     }
 
     /// Stops sending events to the attached sink.
     pub(crate) fn detach(&self) {
-        self.inner().sink = None;
+        let mut inner = self.inner();
+        inner.sink = None;
+        inner.pump = None;
     }
 
     /// The sequence number the next event will get.
@@ -96,12 +99,36 @@ impl RunEmitter {
         inner.next_seq += 1;
         let stamped = StreamEvent::new(seq, now_rfc3339(), event);
         self.hub.publish(&self.thread_id, &self.run_id, &stamped);
-        if let Some(sink) = &inner.sink
-            && sink.send(stamped.event).is_err()
-        {
+        deliver(&mut inner, stamped.event);
+    }
+}
+
+fn deliver(inner: &mut Inner, event: AgentEvent) {
+    if let Some(pump) = &inner.pump {
+        if pump.send(event).is_err() {
+            inner.pump = None;
             inner.sink = None;
         }
+        return;
     }
+    let Some(sink) = inner.sink.clone() else {
+        return;
+    };
+    let forward = Arc::clone(&sink);
+    let mut delivery = Box::pin(async move { sink.emit(event).await });
+    if crate::inline::poll_once(delivery.as_mut()).is_ready() {
+        return;
+    }
+    // The sink was not ready: a forwarding task finishes this delivery and owns the
+    // order of every later one.
+    let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
+    tokio::spawn(async move {
+        delivery.await;
+        while let Some(next) = rx.recv().await {
+            forward.emit(next).await;
+        }
+    });
+    inner.pump = Some(tx);
 }
 
 fn now_rfc3339() -> String {

@@ -1,0 +1,75 @@
+//! Running work that is already complete without a task hop.
+//!
+//! The actor rules say long work runs on a task that reports back. Much of that work
+//! — a run segment against an in-memory store, a scripted model, a quick tool — is
+//! in fact finished the first time it is polled, and a task plus a message costs more
+//! than the work itself (each hop may wake another worker thread). [`ready_or_spawn`]
+//! polls the work once where it is; only if it is not finished does it move, as is,
+//! to a task. A spawned task is always polled again, so the throwaway waker of the
+//! first poll is never relied on.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Polls `future` once. If it is complete, returns its output; otherwise spawns it
+/// on the current tokio runtime and hands its output to `then` when it completes.
+pub(crate) fn ready_or_spawn<T, F, C>(future: F, then: C) -> Option<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+    C: FnOnce(T) + Send + 'static,
+{
+    let mut future: Pin<Box<F>> = Box::pin(future);
+    match poll_once(future.as_mut()) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => {
+            tokio::spawn(async move { then(future.await) });
+            None
+        }
+    }
+}
+
+/// Polls a future once with a waker that does nothing. Only for futures that are
+/// either complete now or then handed to a task (which polls them again).
+pub(crate) fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Poll<F::Output> {
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    future.poll(&mut cx)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn ready_work_runs_in_place() {
+        let called = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&called);
+        let out = ready_or_spawn(async { 7 }, move |_| flag.store(true, Ordering::SeqCst));
+        assert_eq!(out, Some(7));
+        assert!(!called.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn pending_work_moves_to_a_task_and_completes() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let wait = Arc::clone(&gate);
+        let out = ready_or_spawn(
+            async move {
+                wait.notified().await;
+                5
+            },
+            move |v| {
+                let _ = tx.send(v);
+            },
+        );
+        assert_eq!(out, None);
+        gate.notify_one();
+        assert_eq!(rx.await.unwrap(), 5);
+    }
+}
