@@ -18,6 +18,10 @@ use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
 use awaken_actors::{AgentId, JsonValue, ThreadId, ToolError};
 use criterion::{Criterion, criterion_group, criterion_main};
 
+// The allocator production binaries use; glibc malloc dominates profiles otherwise.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Lookup;
 
 #[async_trait]
