@@ -41,6 +41,9 @@ pub enum GatewayError {
     /// The runtime answered in a way the command did not expect.
     #[error("unexpected runtime answer: {0}")]
     Unexpected(String),
+    /// A benchmark could not complete.
+    #[error("benchmark failed: {0}")]
+    Bench(String),
 }
 
 impl GatewayError {

@@ -203,3 +203,26 @@ fn bad_flags_are_usage_errors() {
     let bad_thread = awaken(&["run", "--agent", "demo", "--thread", "", "x"], None);
     assert_eq!(bad_thread.status.code(), Some(2));
 }
+
+#[test]
+fn bench_local_prints_one_json_line() {
+    let output = awaken(
+        &[
+            "bench",
+            "local",
+            "--runs",
+            "5",
+            "--concurrency",
+            "2",
+            "--quiet",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let lines = stdout_lines(&output);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let json: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(json["scenario"], "workload-w");
+    assert_eq!(json["runs"], 5);
+    assert!(output.stderr.is_empty(), "--quiet prints no progress");
+}
