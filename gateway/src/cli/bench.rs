@@ -1,0 +1,183 @@
+//! `awaken bench local`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use crate::bench::{self, BenchOptions, Scenario};
+use crate::error::Result;
+
+/// Flags of `awaken bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Where the load runs.
+    #[command(subcommand)]
+    pub target: BenchTarget,
+}
+
+/// Where `awaken bench` generates load.
+#[derive(Debug, Clone, Subcommand)]
+pub enum BenchTarget {
+    /// On an embedded single-node runtime in this process.
+    Local(LocalArgs),
+}
+
+/// Flags of `awaken bench local`.
+#[derive(Debug, Clone, Args)]
+pub struct LocalArgs {
+    /// The scenario to run; repeat the flag for several, or say `all`.
+    #[arg(long, value_enum, default_value = "workload-w", value_name = "NAME")]
+    pub scenario: Vec<ScenarioArg>,
+    /// Runs per scenario (workload-w, sequential, hitl).
+    #[arg(long, default_value_t = BenchOptions::default().runs, value_name = "N",
+          value_parser = at_least_one)]
+    pub runs: usize,
+    /// Runs in flight at once (sequential always uses 1).
+    #[arg(long, default_value_t = BenchOptions::default().concurrency, value_name = "C",
+          value_parser = at_least_one)]
+    pub concurrency: usize,
+    /// Threads per phase of idle-threads.
+    #[arg(long, default_value_t = BenchOptions::default().threads, value_name = "N",
+          value_parser = at_least_one)]
+    pub threads: usize,
+    /// Time limit of each scenario, seconds; no run starts after it.
+    #[arg(long, default_value_t = BenchOptions::default().timeout.as_secs(), value_name = "S")]
+    pub timeout_s: u64,
+    /// Time limit of each run, seconds; a slower run counts as an error.
+    #[arg(long, default_value_t = BenchOptions::default().run_timeout.as_secs(), value_name = "S")]
+    pub run_timeout_s: u64,
+    /// Print no progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// A scenario name on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScenarioArg {
+    /// Workload W: new thread, inference → tool → inference → text.
+    WorkloadW,
+    /// Workload W, one run at a time.
+    Sequential,
+    /// Workload W with an approval per run (decision latency).
+    Hitl,
+    /// Memory per idle thread, live and passivated.
+    IdleThreads,
+    /// Every scenario above, in that order.
+    All,
+}
+
+impl LocalArgs {
+    /// The scenarios to run, in order, each once.
+    pub fn scenarios(&self) -> Vec<Scenario> {
+        let mut chosen = Vec::new();
+        for arg in &self.scenario {
+            let add: &[Scenario] = match arg {
+                ScenarioArg::WorkloadW => &[Scenario::WorkloadW],
+                ScenarioArg::Sequential => &[Scenario::Sequential],
+                ScenarioArg::Hitl => &[Scenario::Hitl],
+                ScenarioArg::IdleThreads => &[Scenario::IdleThreads],
+                ScenarioArg::All => &Scenario::ALL,
+            };
+            for scenario in add {
+                if !chosen.contains(scenario) {
+                    chosen.push(*scenario);
+                }
+            }
+        }
+        chosen
+    }
+
+    /// The sizes and limits these flags ask for.
+    pub fn options(&self) -> BenchOptions {
+        BenchOptions {
+            runs: self.runs,
+            concurrency: self.concurrency,
+            threads: self.threads,
+            timeout: Duration::from_secs(self.timeout_s),
+            run_timeout: Duration::from_secs(self.run_timeout_s),
+            progress: !self.quiet,
+        }
+    }
+}
+
+/// Parses a count that must be at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Runs the chosen scenarios, printing each report as soon as it is ready; 1 when
+/// any run failed.
+pub(super) async fn execute(args: BenchArgs) -> Result<u8> {
+    let BenchTarget::Local(local) = args.target;
+    let options = local.options();
+    let mut failed = false;
+    for scenario in local.scenarios() {
+        if options.progress {
+            eprintln!("{}: starting", scenario.name());
+        }
+        let report = bench::run(scenario, &options).await?;
+        failed |= report.errors > 0;
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", report.to_json_line())?;
+        stdout.flush()?;
+    }
+    Ok(u8::from(failed))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn local(args: &[&str]) -> LocalArgs {
+        let cli = Cli::try_parse_from(["awaken", "bench", "local"].iter().chain(args)).unwrap();
+        let Command::Bench(BenchArgs {
+            target: BenchTarget::Local(local),
+        }) = cli.command
+        else {
+            panic!("not bench local");
+        };
+        local
+    }
+
+    #[test]
+    fn defaults_to_workload_w() {
+        let args = local(&[]);
+        assert_eq!(args.scenarios(), [Scenario::WorkloadW]);
+        assert_eq!(args.options(), BenchOptions::default());
+    }
+
+    #[test]
+    fn all_and_repeats_run_each_scenario_once() {
+        let args = local(&[
+            "--scenario",
+            "hitl",
+            "--scenario",
+            "all",
+            "--runs",
+            "7",
+            "-q",
+        ]);
+        assert_eq!(
+            args.scenarios(),
+            [
+                Scenario::Hitl,
+                Scenario::WorkloadW,
+                Scenario::Sequential,
+                Scenario::IdleThreads
+            ]
+        );
+        assert_eq!(args.options().runs, 7);
+        assert!(!args.options().progress);
+        assert!(Cli::try_parse_from(["awaken", "bench", "local", "--concurrency", "0"]).is_err());
+    }
+}

@@ -1,0 +1,58 @@
+//! The command line: clap definitions and dispatch.
+//!
+//! ```text
+//! awaken run --agent ID [--thread ID] [--approve | --deny] MESSAGE
+//! awaken bench local [--scenario NAME]... [--runs N] [--concurrency C] [--threads N]
+//!                    [--timeout-s S] [--run-timeout-s S] [--quiet]
+//! ```
+//!
+//! [`dispatch`] returns the process exit code for commands that completed; errors
+//! carry their own ([`GatewayError::exit_code`](crate::GatewayError::exit_code)).
+
+mod bench;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+pub use bench::{BenchArgs, BenchTarget, LocalArgs, ScenarioArg};
+pub use run::RunArgs;
+
+use crate::error::Result;
+
+/// `awaken`: run agents on an embedded single-node runtime, and measure it.
+#[derive(Debug, Parser)]
+#[command(name = "awaken", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The `awaken` commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run an agent once on the embedded runtime and stream its events.
+    Run(RunArgs),
+    /// Generate load and print one JSON line per scenario.
+    Bench(BenchArgs),
+}
+
+/// Runs the parsed command; returns the exit code (0 when everything went well).
+pub async fn dispatch(cli: Cli) -> Result<u8> {
+    match cli.command {
+        Command::Run(args) => run::execute(args).await,
+        Command::Bench(args) => bench::execute(args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

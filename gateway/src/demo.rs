@@ -1,0 +1,314 @@
+//! The embedded defaults: a single-node runtime that needs no external service.
+//!
+//! [`runtime`] builds an [`AgentRuntime`] with the in-memory store, scripted models
+//! ([`ScriptedExecutor`]) and these agents:
+//!
+//! | agent | script | tools | permission |
+//! |---|---|---|---|
+//! | [`DEMO_AGENT`] | call `delete_file {"path": "notes.txt"}`, then report the tool's answer | `delete_file` | `delete_file` asks |
+//! | [`BENCH_AGENT`] | workload W: call `echo`, then answer with text | `echo` | none |
+//! | [`BENCH_HITL_AGENT`] | workload W, but `echo` asks for approval | `echo` | `echo` asks |
+//! | [`BENCH_TEXT_AGENT`] | one inference answering with text | none | none |
+//!
+//! The `delete_file` tool is real code with a fake disk: it removes names from an
+//! in-memory set of files ([`FakeFiles`]) and reports what it did, so trying the
+//! approval flow never touches the real file system.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use awaken_actors::contract::{AgentSpec, ModelSpec, ToolDescriptor, ToolResult};
+use awaken_actors::llm::{ScriptError, ScriptSpec, ScriptStep, ScriptedExecutor};
+use awaken_actors::permission::{
+    PermissionBehavior, PermissionConfigKey, PermissionPlugin, PermissionRuleEntry,
+    PermissionRules, PermissionRulesConfig,
+};
+use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
+use awaken_actors::thread::ThreadConfig;
+use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
+use awaken_actors::{AgentId, BuildError, JsonValue, ToolError};
+use serde_json::json;
+
+/// The interactive demo agent: deletes `notes.txt` after asking for approval.
+pub const DEMO_AGENT: &str = "demo";
+/// Workload W without approvals: inference → `echo` → inference → final text.
+pub const BENCH_AGENT: &str = "bench";
+/// Workload W whose tool call suspends for approval.
+pub const BENCH_HITL_AGENT: &str = "bench-hitl";
+/// One inference answering with text: the shortest possible run.
+pub const BENCH_TEXT_AGENT: &str = "bench-text";
+
+/// The final text of the W agents; benchmarks check every run ends with it.
+pub const BENCH_ANSWER_PREFIX: &str = "echoed: ";
+
+/// The files [`FakeFiles`] starts with.
+pub const DEMO_FILES: [&str; 3] = ["draft.md", "notes.txt", "todo.md"];
+
+/// Builds the embedded runtime with `config` for its thread actors.
+pub fn runtime(config: ThreadConfig) -> Result<AgentRuntime, BuildError> {
+    runtime_with_files(config, Arc::new(FakeFiles::with_demo_files()))
+}
+
+/// Builds the embedded runtime whose `delete_file` tool works on `files`.
+pub fn runtime_with_files(
+    config: ThreadConfig,
+    files: Arc<FakeFiles>,
+) -> Result<AgentRuntime, BuildError> {
+    let permission = PermissionPlugin::new(PermissionRules::new(PermissionBehavior::Allow));
+    let builder = AgentRuntimeBuilder::new()
+        .with_thread_config(config)
+        .with_plugin(PermissionPlugin::ID, Arc::new(permission))
+        .with_tool(DeleteFileTool::ID, Arc::new(DeleteFileTool { files }))
+        .with_tool(EchoTool::ID, Arc::new(EchoTool));
+    let builder = with_scripted_agent(builder, demo_spec()?, demo_script())?;
+    let builder = with_scripted_agent(builder, bench_spec(BENCH_AGENT, false)?, w_script())?;
+    let builder = with_scripted_agent(builder, bench_spec(BENCH_HITL_AGENT, true)?, w_script())?;
+    let builder = with_scripted_agent(
+        builder,
+        only_tools(bench_spec(BENCH_TEXT_AGENT, false)?, &[]),
+        ScriptSpec::new(vec![ScriptStep::text("ok")]),
+    )?;
+    builder.build()
+}
+
+/// Ids of the agents [`runtime`] knows, sorted.
+pub fn agent_ids(runtime: &AgentRuntime) -> Vec<String> {
+    let mut ids: Vec<String> = runtime
+        .registries()
+        .agents
+        .ids()
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Registers `spec` with a scripted model and provider of its own, named after it.
+fn with_scripted_agent(
+    builder: AgentRuntimeBuilder,
+    spec: AgentSpec,
+    script: ScriptSpec,
+) -> Result<AgentRuntimeBuilder, BuildError> {
+    let id = spec.id.to_string();
+    let executor = ScriptedExecutor::new(script).map_err(script_error)?;
+    Ok(builder
+        .with_model(
+            id.clone(),
+            ModelSpec::new(id.clone(), id.clone(), "scripted"),
+        )
+        .with_provider(id.clone(), Arc::new(executor))
+        .with_agent_spec(spec.with_model(id)))
+}
+
+fn script_error(error: ScriptError) -> BuildError {
+    BuildError::ValidationFailed(format!("embedded script: {error}"))
+}
+
+fn agent_id(id: &str) -> Result<AgentId, BuildError> {
+    AgentId::new(id).map_err(|e| BuildError::ValidationFailed(e.to_string()))
+}
+
+/// Adds the permission plugin to `spec`, asking before every call of `tool`.
+fn ask_before(spec: AgentSpec, tool: &str) -> Result<AgentSpec, BuildError> {
+    let rules = PermissionRulesConfig {
+        default_behavior: None,
+        rules: vec![PermissionRuleEntry::new(tool, PermissionBehavior::Ask)],
+    };
+    Ok(spec
+        .with_plugin(PermissionPlugin::ID)
+        .with_config::<PermissionConfigKey>(rules)?)
+}
+
+/// Offers the agent exactly `tools`.
+fn only_tools(mut spec: AgentSpec, tools: &[&str]) -> AgentSpec {
+    spec.allowed_tools = Some(tools.iter().map(|t| (*t).to_owned()).collect());
+    spec
+}
+
+fn demo_spec() -> Result<AgentSpec, BuildError> {
+    let spec = AgentSpec::new(agent_id(DEMO_AGENT)?)
+        .with_system_prompt("You tidy up files. Always ask before deleting anything.");
+    ask_before(only_tools(spec, &[DeleteFileTool::ID]), DeleteFileTool::ID)
+}
+
+fn demo_script() -> ScriptSpec {
+    ScriptSpec::new(vec![
+        ScriptStep::tool_call(DeleteFileTool::ID, json!({"path": "notes.txt"})),
+        ScriptStep::text("Done. delete_file answered: {last_tool_result}"),
+    ])
+}
+
+fn bench_spec(id: &str, hitl: bool) -> Result<AgentSpec, BuildError> {
+    let spec = AgentSpec::new(agent_id(id)?).with_system_prompt("You are a benchmark agent.");
+    let spec = only_tools(spec, &[EchoTool::ID]);
+    if hitl {
+        ask_before(spec, EchoTool::ID)
+    } else {
+        Ok(spec)
+    }
+}
+
+/// Workload W: one tool call, then a final text that quotes the tool's answer.
+fn w_script() -> ScriptSpec {
+    ScriptSpec::new(vec![
+        ScriptStep::tool_call(EchoTool::ID, json!({"value": 42})),
+        ScriptStep::text(format!("{BENCH_ANSWER_PREFIX}{{last_tool_result}}")),
+    ])
+}
+
+/// An in-memory stand-in for a directory: the names of the files it holds.
+#[derive(Debug, Default)]
+pub struct FakeFiles {
+    names: Mutex<BTreeSet<String>>,
+}
+
+impl FakeFiles {
+    /// A fake directory holding [`DEMO_FILES`].
+    pub fn with_demo_files() -> Self {
+        Self::with_files(DEMO_FILES)
+    }
+
+    /// A fake directory holding `names`.
+    pub fn with_files<S: Into<String>>(names: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            names: Mutex::new(names.into_iter().map(Into::into).collect()),
+        }
+    }
+
+    /// The files present now, sorted.
+    pub fn list(&self) -> Vec<String> {
+        self.lock().iter().cloned().collect()
+    }
+
+    /// Removes `name`; `false` when there was no such file.
+    pub fn remove(&self, name: &str) -> bool {
+        self.lock().remove(name)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // Every critical section is one set operation: a poisoned set is still whole.
+        self.names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `delete_file {"path": ...}`: deletes a file from [`FakeFiles`].
+#[derive(Debug)]
+pub struct DeleteFileTool {
+    files: Arc<FakeFiles>,
+}
+
+impl DeleteFileTool {
+    /// The tool's id and name.
+    pub const ID: &'static str = "delete_file";
+
+    /// A tool deleting from `files`.
+    pub fn new(files: Arc<FakeFiles>) -> Self {
+        Self { files }
+    }
+}
+
+#[async_trait]
+impl Tool for DeleteFileTool {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor::new(Self::ID, Self::ID, "Deletes a file from the demo directory")
+            .with_parameters(json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "the file's name"}},
+                "required": ["path"],
+                "additionalProperties": false
+            }))
+    }
+
+    fn validate_args(&self, args: &JsonValue) -> Result<(), ToolError> {
+        match args.get("path").and_then(JsonValue::as_str) {
+            Some(path) if !path.is_empty() => Ok(()),
+            _ => Err(ToolError::InvalidArguments(
+                "`path` must be a non-empty string".into(),
+            )),
+        }
+    }
+
+    async fn execute(
+        &self,
+        args: JsonValue,
+        _ctx: &ToolCallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let path = args
+            .get("path")
+            .and_then(JsonValue::as_str)
+            .unwrap_or_default();
+        if !self.files.remove(path) {
+            return Ok(ToolResult::error_with_code(
+                Self::ID,
+                "not_found",
+                format!("no such file: {path}"),
+            )
+            .into());
+        }
+        let result = ToolResult::success_with_message(
+            Self::ID,
+            json!({"deleted": path, "remaining": self.files.list()}),
+            format!("deleted {path}"),
+        );
+        Ok(result.into())
+    }
+}
+
+/// `echo`: answers with its arguments (the trivial tool of workload W).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoTool;
+
+impl EchoTool {
+    /// The tool's id and name.
+    pub const ID: &'static str = "echo";
+}
+
+#[async_trait]
+impl Tool for EchoTool {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor::new(Self::ID, Self::ID, "Answers with its arguments")
+    }
+
+    async fn execute(
+        &self,
+        args: JsonValue,
+        _ctx: &ToolCallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        Ok(ToolResult::success(Self::ID, args).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn builds_with_every_agent() {
+        let runtime = runtime(ThreadConfig::default()).unwrap();
+        assert_eq!(
+            agent_ids(&runtime),
+            [BENCH_AGENT, BENCH_HITL_AGENT, BENCH_TEXT_AGENT, DEMO_AGENT]
+        );
+    }
+
+    #[test]
+    fn fake_files_forget_deleted_names() {
+        let files = FakeFiles::with_demo_files();
+        assert!(files.remove("notes.txt"));
+        assert!(!files.remove("notes.txt"));
+        assert_eq!(files.list(), ["draft.md", "todo.md"]);
+    }
+
+    #[test]
+    fn delete_file_wants_a_path() {
+        let tool = DeleteFileTool::new(Arc::new(FakeFiles::default()));
+        assert!(tool.validate_args(&json!({"path": "a"})).is_ok());
+        assert!(tool.validate_args(&json!({"path": ""})).is_err());
+        assert!(tool.validate_args(&json!({})).is_err());
+    }
+}

@@ -1,0 +1,15 @@
+//! The `awaken` binary's library: the embedded single-node runtime ([`demo`]), the
+//! `run` command ([`run_cmd`]), the load generator ([`bench`]) and the command line
+//! that dispatches to them ([`cli`]).
+//!
+//! Everything the binary does is reachable from here, so tests drive the commands
+//! without a process; `main.rs` only builds the async runtime and maps errors to exit
+//! codes.
+
+pub mod bench;
+pub mod cli;
+pub mod demo;
+pub mod error;
+pub mod run_cmd;
+
+pub use error::{GatewayError, Result};

@@ -1,0 +1,35 @@
+//! The `awaken` binary: parses the command line, runs the command on a two-worker
+//! tokio runtime, and turns failures into exit codes (2: bad input, 1: failure).
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use awaken_gateway::GatewayError;
+use awaken_gateway::cli::{self, Cli};
+use clap::Parser;
+
+/// Async worker threads: the target machine has two cores.
+const WORKERS: usize = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            let code = error
+                .downcast_ref::<GatewayError>()
+                .map_or(1, GatewayError::exit_code);
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    Ok(runtime.block_on(cli::dispatch(cli))?)
+}

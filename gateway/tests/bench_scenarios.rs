@@ -1,0 +1,94 @@
+//! Every `bench local` scenario, run through the library with tiny sizes: the report
+//! has the documented fields with sane values (no timing is asserted).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic
+
+use std::time::Duration;
+
+use awaken_gateway::bench::{self, BenchOptions, Scenario};
+use serde_json::Value;
+
+fn tiny() -> BenchOptions {
+    BenchOptions {
+        runs: 12,
+        concurrency: 4,
+        threads: 6,
+        timeout: Duration::from_secs(60),
+        run_timeout: Duration::from_secs(20),
+        progress: false,
+    }
+}
+
+/// Runs `scenario`, checks the fields every report has, returns the JSON object.
+async fn checked(scenario: Scenario, expected_runs: u64, concurrency: u64) -> Value {
+    let report = bench::run(scenario, &tiny()).await.unwrap();
+    let line = report.to_json_line();
+    assert!(!line.contains('\n'), "one line: {line}");
+    let json: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(json["scenario"], scenario.name());
+    assert_eq!(json["runs"], expected_runs, "{line}");
+    assert_eq!(json["concurrency"], concurrency);
+    assert_eq!(json["errors"], 0, "{line}");
+    assert_eq!(json["timed_out"], false);
+    assert_eq!(json["nodes"], 1);
+    let number = |key: &str| {
+        json[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("`{key}` is a number: {line}"))
+    };
+    assert!(number("runs_per_s") > 0.0);
+    assert!(number("p50_us") > 0.0);
+    assert!(number("p50_us") <= number("p90_us"));
+    assert!(number("p90_us") <= number("p99_us"));
+    assert!(number("p99_us") <= number("max_us"));
+    if cfg!(target_os = "linux") {
+        assert!(number("peak_rss_kb") > 0.0);
+    }
+    json
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_w_reports_every_run() {
+    let json = checked(Scenario::WorkloadW, 12, 4).await;
+    assert_eq!(
+        json["live_threads_at_end"], 12,
+        "default: threads stay live"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_runs_one_at_a_time() {
+    checked(Scenario::Sequential, 12, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hitl_reports_decision_latency() {
+    let json = checked(Scenario::Hitl, 12, 4).await;
+    let p50 = json["decision_p50_us"].as_u64().unwrap();
+    let p99 = json["decision_p99_us"].as_u64().unwrap();
+    assert!(0 < p50 && p50 <= p99, "{json}");
+    assert!(p99 <= json["max_us"].as_u64().unwrap());
+    assert_eq!(json["passivate_while_waiting"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_threads_passivate() {
+    let json = checked(Scenario::IdleThreads, 12, 4).await;
+    assert_eq!(json["threads"], 6);
+    assert_eq!(json["live_threads"], 0, "{json}");
+    assert_eq!(json["live_threads_without_passivation"], 6);
+    assert!(json["bytes_per_live_thread"].is_u64());
+    assert!(json["bytes_per_passivated_thread"].is_u64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scenario_stops_at_its_time_limit() {
+    let options = BenchOptions {
+        runs: 1_000_000,
+        timeout: Duration::from_millis(200),
+        ..tiny()
+    };
+    let report = bench::run(Scenario::WorkloadW, &options).await.unwrap();
+    assert!(report.timed_out);
+    assert!(report.runs < 1_000_000);
+}

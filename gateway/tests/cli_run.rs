@@ -1,0 +1,228 @@
+//! `awaken run` as a real process: the built binary, real stdin and stdout, the
+//! approval prompt answered by typing, by flags, or not at all.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one `awaken` process may take.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `awaken args...` with `stdin` (none when `None`), killing it after [`LIMIT`].
+fn awaken(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_awaken"))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(text.as_bytes()).unwrap();
+        // Dropping the pipe closes it: the process sees end of input after `text`.
+    }
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > LIMIT {
+            child.kill().unwrap();
+            panic!("awaken {args:?} did not finish within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stdout_lines(output: &Output) -> Vec<String> {
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Asserts that `expected` appear in `lines` in this order (other lines may sit
+/// between them).
+fn assert_in_order(lines: &[String], expected: &[&str]) {
+    let mut rest = lines.iter();
+    for want in expected {
+        assert!(
+            rest.any(|line| line.starts_with(want)),
+            "missing (in order) {want:?} in:\n{}",
+            lines.join("\n")
+        );
+    }
+}
+
+const DELETED: &str = r#"{"deleted":"notes.txt","remaining":["draft.md","todo.md"]}"#;
+
+#[test]
+fn typing_y_approves_the_deletion() {
+    let output = awaken(&["run", "--agent", "demo", "delete notes.txt"], Some("y\n"));
+    let lines = stdout_lines(&output);
+    assert_eq!(output.status.code(), Some(0), "{lines:#?}");
+    assert_in_order(
+        &lines,
+        &[
+            r#"→ tool call delete_file({"path":"notes.txt"})"#,
+            "⏸ approval needed: Allow tool `delete_file` with arguments {\"path\":\"notes.txt\"}?",
+            "■ run finished: suspended",
+            "Approve? [y/N/a(lways)] y",
+            &format!("✓ tool result: {DELETED}"),
+            &format!("Done. delete_file answered: {DELETED}"),
+            "■ run finished: natural_end",
+        ],
+    );
+    assert_eq!(lines.last().unwrap(), "■ run finished: natural_end");
+}
+
+#[test]
+fn typing_n_refuses_and_the_run_still_ends() {
+    let output = awaken(&["run", "--agent", "demo", "delete notes.txt"], Some("n\n"));
+    let lines = stdout_lines(&output);
+    assert_eq!(output.status.code(), Some(0), "{lines:#?}");
+    assert_in_order(
+        &lines,
+        &[
+            "⏸ approval needed:",
+            "Approve? [y/N/a(lways)] n",
+            "✗ tool failed:",
+            "Done. delete_file answered: {\"",
+            "■ run finished: natural_end",
+        ],
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("✓ tool result")),
+        "nothing deleted: {lines:#?}"
+    );
+}
+
+#[test]
+fn typing_a_allows_always() {
+    let output = awaken(&["run", "--agent", "demo", "go"], Some("a\n"));
+    let lines = stdout_lines(&output);
+    assert_eq!(output.status.code(), Some(0), "{lines:#?}");
+    assert_in_order(
+        &lines,
+        &[
+            "Approve? [y/N/a(lways)] a",
+            &format!("✓ tool result: {DELETED}"),
+            "■ run finished: natural_end",
+        ],
+    );
+}
+
+#[test]
+fn end_of_input_counts_as_no() {
+    let output = awaken(&["run", "--agent", "demo", "go"], Some(""));
+    let lines = stdout_lines(&output);
+    assert_eq!(output.status.code(), Some(0), "{lines:#?}");
+    assert_in_order(
+        &lines,
+        &[
+            "Approve? [y/N/a(lways)] n (end of input)",
+            "✗ tool failed:",
+            "■ run finished: natural_end",
+        ],
+    );
+}
+
+#[test]
+fn flags_answer_without_stdin() {
+    let approved = awaken(
+        &[
+            "run",
+            "--agent",
+            "demo",
+            "--thread",
+            "t-1",
+            "--approve",
+            "go",
+        ],
+        None,
+    );
+    let lines = stdout_lines(&approved);
+    assert_eq!(approved.status.code(), Some(0), "{lines:#?}");
+    assert_in_order(
+        &lines,
+        &[
+            "Approve? [y/N/a(lways)] y (flag)",
+            &format!("✓ tool result: {DELETED}"),
+        ],
+    );
+
+    let denied = awaken(&["run", "--agent", "demo", "--deny", "go"], None);
+    let lines = stdout_lines(&denied);
+    assert_eq!(denied.status.code(), Some(0), "{lines:#?}");
+    assert_in_order(
+        &lines,
+        &["Approve? [y/N/a(lways)] n (flag)", "✗ tool failed:"],
+    );
+}
+
+#[test]
+fn agents_without_approvals_run_straight_through() {
+    let output = awaken(&["run", "--agent", "bench", "hi"], None);
+    let lines = stdout_lines(&output);
+    assert_eq!(output.status.code(), Some(0), "{lines:#?}");
+    assert_in_order(
+        &lines,
+        &[
+            r#"→ tool call echo({"value":42})"#,
+            r#"✓ tool result: {"value":42}"#,
+            r#"echoed: {"value":42}"#,
+            "■ run finished: natural_end",
+        ],
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("Approve?")));
+}
+
+#[test]
+fn unknown_agent_is_a_usage_error() {
+    let output = awaken(&["run", "--agent", "nope", "hi"], None);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("unknown agent `nope`"), "{stderr}");
+    assert!(stderr.contains("demo"), "lists the agents: {stderr}");
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    let both = awaken(
+        &["run", "--agent", "demo", "--approve", "--deny", "x"],
+        None,
+    );
+    assert_eq!(both.status.code(), Some(2));
+    let bad_thread = awaken(&["run", "--agent", "demo", "--thread", "", "x"], None);
+    assert_eq!(bad_thread.status.code(), Some(2));
+}
+
+#[test]
+fn bench_local_prints_one_json_line() {
+    let output = awaken(
+        &[
+            "bench",
+            "local",
+            "--runs",
+            "5",
+            "--concurrency",
+            "2",
+            "--quiet",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let lines = stdout_lines(&output);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let json: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(json["scenario"], "workload-w");
+    assert_eq!(json["runs"], 5);
+    assert!(output.stderr.is_empty(), "--quiet prints no progress");
+}
