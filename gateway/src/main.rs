@@ -9,6 +9,7 @@ use awaken_gateway::cli::{self, Cli};
 use clap::Parser;
 
 // mimalloc: glibc malloc dominated the run loop's profile under concurrency.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -361,7 +361,7 @@ impl Actor for ThreadActor {
             ThreadMsg::Status { reply } => {
                 let _ = reply.send(state.status());
             }
-            ThreadMsg::SegmentDone(done) => state.on_segment_done(*done, &myself).await,
+            ThreadMsg::SegmentDone(done) => Box::pin(state.on_segment_done(*done, &myself)).await,
             ThreadMsg::InferenceDelta { run_id, delta } => state.on_delta(&run_id, delta),
             ThreadMsg::InferenceDone {
                 run_id,
@@ -410,7 +410,8 @@ impl Actor for ThreadActor {
                 state.maybe_passivate_idle(&myself);
             }
         }
-        state.pump(&myself).await
+        // Boxed: every live actor keeps its handler future's frame, so it stays small.
+        Box::pin(state.pump(&myself)).await
     }
 
     async fn handle_supervisor_evt(
@@ -616,7 +617,9 @@ impl ThreadActorState {
                 continue;
             };
             match self.run_segment(work, myself) {
-                Some(ThreadMsg::SegmentDone(done)) => self.on_segment_done(*done, myself).await,
+                Some(ThreadMsg::SegmentDone(done)) => {
+                    Box::pin(self.on_segment_done(*done, myself)).await;
+                }
                 Some(ThreadMsg::SegmentPanicked(message)) => return Err(segment_panic(&message)),
                 _ => {}
             }
@@ -886,7 +889,14 @@ impl ThreadActorState {
             run_id: run_id.clone(),
             launch,
         };
-        match Actor::spawn_linked(None, ToolCallActor, args, myself.get_cell()).await {
+        match Box::pin(Actor::spawn_linked(
+            None,
+            ToolCallActor,
+            args,
+            myself.get_cell(),
+        ))
+        .await
+        {
             Ok((actor, _)) => {
                 if let Some(ctl) = self.ctl.as_mut().filter(|c| &c.run_id == run_id) {
                     ctl.tools.insert(call_id, actor);
