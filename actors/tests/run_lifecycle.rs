@@ -10,26 +10,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use awaken_actors::contract::{
     AgentEvent, ResumeDecisionAction, RunStatus, StopConditionSpec, StoppedReason,
-    TerminationReason, ToolCallOutcome, ToolCallResume, ToolExecutionMode,
+    TerminationReason, ToolCallOutcome, ToolExecutionMode,
 };
 use awaken_actors::permission::{PermissionPlugin, PermissionRules};
 use awaken_actors::phase::PhaseContext;
 use awaken_actors::plugin::{PhaseHook, Plugin, PluginDescriptor, PluginRegistrar};
 use awaken_actors::state::{KeyScope, StateCommand, StateKey, StateKeyOptions};
 use awaken_actors::thread::{RunRequest, ThreadConfig};
-use awaken_actors::{DecisionId, Phase, StateError};
+use awaken_actors::{Phase, StateError};
 use serde_json::json;
 use support::*;
-
-fn decision(id: &str, action: ResumeDecisionAction, result: serde_json::Value) -> ToolCallResume {
-    ToolCallResume {
-        decision_id: DecisionId::new(id).unwrap(),
-        action,
-        result,
-        reason: None,
-        updated_at: 0,
-    }
-}
 
 #[tokio::test]
 async fn max_rounds_stops_a_looping_agent() {

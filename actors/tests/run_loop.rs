@@ -115,36 +115,12 @@ fn approval(
     })
 }
 
-fn resume(id: &str, result: serde_json::Value) -> awaken_actors::contract::ToolCallResume {
-    awaken_actors::contract::ToolCallResume {
-        decision_id: awaken_actors::DecisionId::new(id).unwrap(),
-        action: awaken_actors::contract::ResumeDecisionAction::Resume,
-        result,
-        reason: None,
-        updated_at: 0,
-    }
-}
-
 fn cancel_decision(id: &str) -> awaken_actors::contract::ToolCallResume {
     awaken_actors::contract::ToolCallResume {
         action: awaken_actors::contract::ResumeDecisionAction::Cancel,
         reason: Some("no thanks".into()),
         ..resume(id, serde_json::Value::Null)
     }
-}
-
-fn suspended_call(events: &[AgentEvent]) -> awaken_actors::ToolCallId {
-    events
-        .iter()
-        .find_map(|e| match e {
-            AgentEvent::ToolCallDone {
-                id,
-                outcome: ToolCallOutcome::Suspended,
-                ..
-            } => Some(id.clone()),
-            _ => None,
-        })
-        .expect("a suspended call")
 }
 
 #[tokio::test]
@@ -271,40 +247,11 @@ async fn decisions_are_idempotent_and_validated() {
 
 #[tokio::test]
 async fn duplicate_decision_while_waiting_is_acknowledged_not_reapplied() {
-    use awaken_actors::contract::ToolCallResumeMode;
     // Two calls: deciding the first leaves the run waiting on the second, so the
     // duplicate arrives while the run is still open.
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("echo", json!({"n": 1})), ("echo", json!({"n": 2}))]),
-        Turn::Text("ok"),
-    ]);
-    let echo = Arc::new(Echo::default());
-    let rt = runtime(
-        llm,
-        agent_spec(ToolExecutionMode::ParallelStreaming),
-        vec![("echo", echo.clone())],
-        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
-        None,
-        ThreadConfig::default(),
-    );
     let thread = tid("t-dup");
-    let sink = Arc::new(Collector::default());
-    rt.run(RunRequest::new(thread.clone(), user("go")), sink.clone())
-        .await
-        .unwrap();
-    let events = sink.take();
-    let calls: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            AgentEvent::ToolCallDone {
-                id,
-                outcome: ToolCallOutcome::Suspended,
-                ..
-            } => Some(id.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(calls.len(), 2);
+    let (rt, echo, calls) =
+        two_suspended_echo_calls(ToolExecutionMode::ParallelStreaming, &thread).await;
     let waiting = rt
         .decide_and_wait(&thread, calls[0].clone(), resume("d-1", json!(true)), None)
         .await
@@ -556,38 +503,9 @@ async fn parallel_streaming_replays_a_decision_while_a_sibling_runs() {
 
 #[tokio::test]
 async fn batch_approval_waits_for_every_decision() {
-    use awaken_actors::contract::ToolCallResumeMode;
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("echo", json!({"n": 1})), ("echo", json!({"n": 2}))]),
-        Turn::Text("done"),
-    ]);
-    let echo = Arc::new(Echo::default());
-    let rt = runtime(
-        llm,
-        agent_spec(ToolExecutionMode::ParallelBatchApproval),
-        vec![("echo", echo.clone())],
-        approval(&["echo"], ToolCallResumeMode::ReplayToolCall),
-        None,
-        ThreadConfig::default(),
-    );
     let thread = tid("t-batch");
-    let sink = Arc::new(Collector::default());
-    rt.run(RunRequest::new(thread.clone(), user("go")), sink.clone())
-        .await
-        .unwrap();
-    let calls: Vec<_> = sink
-        .take()
-        .into_iter()
-        .filter_map(|e| match e {
-            AgentEvent::ToolCallDone {
-                id,
-                outcome: ToolCallOutcome::Suspended,
-                ..
-            } => Some(id),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(calls.len(), 2);
+    let (rt, echo, calls) =
+        two_suspended_echo_calls(ToolExecutionMode::ParallelBatchApproval, &thread).await;
     let first = rt
         .decide_and_wait(&thread, calls[0].clone(), resume("a", json!(true)), None)
         .await

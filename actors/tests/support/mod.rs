@@ -412,3 +412,86 @@ pub fn assert_well_formed(events: &[AgentEvent]) {
 pub fn event_types(events: &[AgentEvent]) -> Vec<&'static str> {
     events.iter().map(AgentEvent::event_type).collect()
 }
+
+/// A decision on a suspended call.
+pub fn decision(
+    id: &str,
+    action: awaken_actors::contract::ResumeDecisionAction,
+    result: JsonValue,
+) -> awaken_actors::contract::ToolCallResume {
+    awaken_actors::contract::ToolCallResume {
+        decision_id: awaken_actors::DecisionId::new(id).unwrap(),
+        action,
+        result,
+        reason: None,
+        updated_at: 0,
+    }
+}
+
+/// An approval carrying `result`.
+pub fn resume(id: &str, result: JsonValue) -> awaken_actors::contract::ToolCallResume {
+    decision(
+        id,
+        awaken_actors::contract::ResumeDecisionAction::Resume,
+        result,
+    )
+}
+
+/// The calls reported suspended, in order.
+pub fn suspended_calls(events: &[AgentEvent]) -> Vec<ToolCallId> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCallDone {
+                id,
+                outcome: awaken_actors::contract::ToolCallOutcome::Suspended,
+                ..
+            } => Some(id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first call reported suspended.
+pub fn suspended_call(events: &[AgentEvent]) -> ToolCallId {
+    suspended_calls(events)
+        .into_iter()
+        .next()
+        .expect("a suspended call")
+}
+
+/// A thread whose run suspended two echo calls for approval, in `mode`.
+pub async fn two_suspended_echo_calls(
+    mode: ToolExecutionMode,
+    thread: &ThreadId,
+) -> (AgentRuntime, Arc<Echo>, Vec<ToolCallId>) {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![
+            ("echo", serde_json::json!({"n": 1})),
+            ("echo", serde_json::json!({"n": 2})),
+        ]),
+        Turn::Text("done"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm,
+        agent_spec(mode),
+        vec![("echo", echo.clone())],
+        Some(Approval {
+            tools: ["echo"].into_iter().collect(),
+            mode: ToolCallResumeMode::ReplayToolCall,
+        }),
+        None,
+        ThreadConfig::default(),
+    );
+    let sink = Arc::new(Collector::default());
+    rt.run(
+        awaken_actors::thread::RunRequest::new(thread.clone(), user("go")),
+        sink.clone(),
+    )
+    .await
+    .unwrap();
+    let calls = suspended_calls(&sink.take());
+    assert_eq!(calls.len(), 2);
+    (rt, echo, calls)
+}
