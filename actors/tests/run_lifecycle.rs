@@ -654,3 +654,103 @@ async fn a_decision_for_a_running_call_is_refused() {
         "the refused decision changed nothing"
     );
 }
+
+/// Answers summarization requests with a fixed summary and everything else from the
+/// script; records what the model was sent.
+struct SummarizingLlm {
+    inner: Arc<ScriptedLlm>,
+    summaries: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl awaken_actors::llm::LlmExecutor for SummarizingLlm {
+    async fn execute(
+        &self,
+        request: awaken_actors::llm::InferenceRequest,
+    ) -> Result<awaken_actors::llm::StreamResult, awaken_actors::InferenceExecutionError> {
+        if request.messages[0].text().contains("summarizer") {
+            self.summaries
+                .lock()
+                .unwrap()
+                .push(request.messages[1].text());
+            return Ok(awaken_actors::llm::StreamResult {
+                content: vec![awaken_actors::contract::ContentBlock::text("THE GIST")],
+                ..Default::default()
+            });
+        }
+        self.inner.execute(request).await
+    }
+    fn name(&self) -> &str {
+        "summarizing"
+    }
+}
+
+#[tokio::test]
+async fn long_histories_are_compacted_before_inference() {
+    let script = ScriptedLlm::new(vec![Turn::Text("noted")]);
+    let llm = Arc::new(SummarizingLlm {
+        inner: script.clone(),
+        summaries: std::sync::Mutex::new(Vec::new()),
+    });
+    let mut spec = agent_spec(ToolExecutionMode::Sequential);
+    spec.context_policy = Some(awaken_actors::contract::ContextWindowPolicy {
+        autocompact_threshold: Some(3000),
+        compaction_raw_suffix_messages: 2,
+        ..Default::default()
+    });
+    let rt = runtime_with(
+        llm.clone(),
+        spec,
+        vec![],
+        vec![],
+        None,
+        ThreadConfig::default(),
+    );
+    let thread = tid("t-compact");
+    let first = format!("first {}", "x".repeat(16_000));
+    rt.run(
+        RunRequest::new(thread.clone(), user(&first)),
+        Arc::new(Collector::default()),
+    )
+    .await
+    .unwrap();
+    assert!(
+        llm.summaries.lock().unwrap().is_empty(),
+        "under the threshold"
+    );
+    rt.run(
+        RunRequest::new(thread.clone(), user("second question")),
+        Arc::new(Collector::default()),
+    )
+    .await
+    .unwrap();
+    let summaries = llm.summaries.lock().unwrap().clone();
+    assert_eq!(summaries.len(), 1);
+    assert!(
+        summaries[0].contains("first xxx"),
+        "the old turn was summarized"
+    );
+    let sent = script.requests.lock().unwrap().last().cloned().unwrap();
+    let texts: Vec<String> = sent.messages.iter().map(|m| m.text()).collect();
+    assert!(texts.iter().any(|t| t.contains("THE GIST")), "{texts:?}");
+    assert!(
+        !texts.iter().any(|t| t.starts_with("first xxx")),
+        "covered history is not resent"
+    );
+    assert!(texts.iter().any(|t| t == "second question"));
+    // The log itself is append-only: nothing was removed.
+    let snapshot = rt
+        .store()
+        .load_thread_snapshot(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(snapshot.messages[0].text().starts_with("first xxx"));
+    assert!(
+        snapshot
+            .state
+            .unwrap()
+            .extensions
+            .contains_key("runtime.compaction")
+    );
+}

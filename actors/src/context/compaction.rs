@@ -16,7 +16,7 @@ use crate::contract::{
     ContextCompactionMode, ContextWindowPolicy, Message, PluginConfigKey, Role, Visibility,
 };
 use crate::error::InferenceExecutionError;
-use crate::ids::ToolCallId;
+use crate::ids::{MessageId, ToolCallId};
 use crate::llm::{InferenceRequest, LlmExecutor};
 use crate::state::{KeyScope, StateKey};
 
@@ -78,6 +78,37 @@ pub struct CompactionRecord {
     pub post_tokens: usize,
     /// When it happened, unix millis.
     pub at_ms: u64,
+    /// The first message the summary does not cover; the history sent to the model
+    /// is the summary followed by the log from this message on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boundary: Option<MessageId>,
+}
+
+impl CompactionRecord {
+    /// The summary as the internal system message sent in place of what it covers.
+    pub fn summary_message(&self) -> Message {
+        Message::internal_system(format!(
+            "{SUMMARY_OPEN_TAG}\n{}\n{SUMMARY_CLOSE_TAG}",
+            self.summary
+        ))
+    }
+}
+
+/// The history to send to the model: after a compaction, its summary followed by the
+/// messages from its boundary on; otherwise the whole log. The log itself is never
+/// rewritten (it is append-only); compactions live in [`CompactionState`].
+pub fn compacted_view(messages: &[Message], compactions: &[CompactionRecord]) -> Vec<Message> {
+    let latest = compactions.iter().rev().find_map(|record| {
+        let boundary = record.boundary.as_ref()?;
+        let index = messages.iter().position(|m| &m.id == boundary)?;
+        Some((record, index))
+    });
+    match latest {
+        Some((record, index)) => std::iter::once(record.summary_message())
+            .chain(messages[index..].iter().cloned())
+            .collect(),
+        None => messages.to_vec(),
+    }
 }
 
 /// Thread-scoped history of compactions.
@@ -302,6 +333,7 @@ pub async fn compact(
             pre_tokens: total,
             post_tokens,
             at_ms: now_ms,
+            boundary: messages.get(boundary).map(|m| m.id.clone()),
         },
         summary_message,
     }))

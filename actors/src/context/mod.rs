@@ -14,8 +14,8 @@ mod window;
 pub use compaction::{
     Compaction, CompactionConfig, CompactionConfigKey, CompactionRecord, CompactionState,
     ContextSummarizer, DefaultSummarizer, MIN_COMPACTION_GAIN_TOKENS, SUMMARY_CLOSE_TAG,
-    SUMMARY_OPEN_TAG, compact, find_compaction_boundary, is_summary, render_transcript,
-    trim_to_compaction_boundary,
+    SUMMARY_OPEN_TAG, compact, compacted_view, find_compaction_boundary, is_summary,
+    render_transcript, trim_to_compaction_boundary,
 };
 
 pub use window::{

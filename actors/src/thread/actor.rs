@@ -16,6 +16,7 @@ use std::panic::AssertUnwindSafe;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
+use crate::context::Compaction;
 use crate::contract::{
     AgentEvent, Message, RunIdentity, RunRecord, RunStatus, Thread, ToolCallResume, ToolCallStatus,
 };
@@ -88,6 +89,13 @@ pub enum ThreadMsg {
         /// How long it took.
         duration_ms: u64,
     },
+    /// The current history summarization ended.
+    CompactionDone {
+        /// The run it belongs to.
+        run_id: RunId,
+        /// The compaction, if one was worth making.
+        result: Result<Option<Compaction>, InferenceExecutionError>,
+    },
     /// A tool call actor finished its execution.
     ToolFinished {
         /// The run it belongs to.
@@ -125,6 +133,7 @@ impl std::fmt::Debug for ThreadMsg {
             Self::SegmentDone(_) => "SegmentDone",
             Self::InferenceDelta { .. } => "InferenceDelta",
             Self::InferenceDone { .. } => "InferenceDone",
+            Self::CompactionDone { .. } => "CompactionDone",
             Self::ToolFinished { .. } => "ToolFinished",
             Self::ToolEvent { .. } => "ToolEvent",
             Self::SegmentPanicked(_) => "SegmentPanicked",
@@ -165,6 +174,10 @@ enum Input {
         attempt: u32,
         outcome: ToolOutcome,
     },
+    Compaction {
+        run_id: RunId,
+        result: Result<Option<Compaction>, InferenceExecutionError>,
+    },
     Cancel {
         run_id: RunId,
     },
@@ -178,6 +191,7 @@ enum Work {
     Decide(ToolCallId, ToolCallResume),
     Inference(Result<StreamResult, InferenceExecutionError>, u64),
     ToolFinished(ToolCallId, u32, ToolOutcome),
+    Compaction(Result<Option<Compaction>, InferenceExecutionError>),
     Cancel,
     Restarted,
     GiveUp(String),
@@ -392,6 +406,9 @@ impl Actor for ThreadActor {
                     attempt,
                     outcome: *outcome.0,
                 });
+            }
+            ThreadMsg::CompactionDone { run_id, result } => {
+                state.queue.push_back(Input::Compaction { run_id, result });
             }
             ThreadMsg::ToolEvent { run_id, event } => {
                 if let Some(ctl) = state.ctl.as_ref().filter(|c| c.run_id == run_id) {
@@ -690,6 +707,9 @@ impl ThreadActorState {
                 outcome,
             } => (current.as_ref() == Some(&run_id))
                 .then_some(Work::ToolFinished(call_id, attempt, outcome)),
+            Input::Compaction { run_id, result } => {
+                (current.as_ref() == Some(&run_id)).then_some(Work::Compaction(result))
+            }
             Input::Cancel { run_id } => (current.as_ref() == Some(&run_id)).then_some(Work::Cancel),
             Input::Restarted => current.map(|_| Work::Restarted),
             Input::GiveUp(reason) => current.map(|_| Work::GiveUp(reason)),
@@ -765,6 +785,7 @@ impl ThreadActorState {
                     Work::ToolFinished(call_id, attempt, outcome) => {
                         driver.tool_finished(call_id, attempt, outcome).await
                     }
+                    Work::Compaction(result) => driver.compaction_done(result).await,
                     Work::Cancel => driver.cancel().await,
                     Work::Restarted => driver.resume_after_restart().await,
                     Work::GiveUp(reason) => driver.give_up(reason).await,
@@ -799,6 +820,15 @@ impl ThreadActorState {
                 if let Some(ctl) = &mut self.ctl {
                     ctl.step_inferring = true;
                 }
+            }
+            Next::Compact(job) => {
+                let run_id = run_id.clone();
+                let myself = myself.clone();
+                let summarize = async move {
+                    let result = job.run().await;
+                    let _ = myself.send_message(ThreadMsg::CompactionDone { run_id, result });
+                };
+                crate::inline::ready_or_spawn(summarize, |()| {});
             }
             Next::Launch(launches) => {
                 for launch in launches {

@@ -16,12 +16,15 @@ use crate::actions::{
     InferenceOverrideUpdate, ToolFilterKey, ToolFilterUpdate, ToolInterceptKey,
     ToolInterceptPayload, ToolInterceptUpdate,
 };
-use crate::context::trim_to_compaction_boundary;
+use crate::context::{
+    Compaction, CompactionConfig, CompactionConfigKey, CompactionState, DefaultSummarizer, compact,
+    compacted_view, estimate_message_tokens,
+};
 use crate::contract::{
-    AgentEvent, ContentBlock, Message, PendingToolCall, ResumeDecisionAction, RunStatus,
-    RunWaitingState, RunWaitingTicket, StoppedReason, SuspendTicket, Suspension, TerminationReason,
-    ToolCallOutcome, ToolCallResume, ToolCallResumeMode, ToolCallState, ToolCallStatus,
-    ToolExecutionMode, ToolResult, ToolStatus, Visibility, WaitingReason,
+    AgentEvent, ContentBlock, ContextWindowPolicy, Message, PendingToolCall, ResumeDecisionAction,
+    RunStatus, RunWaitingState, RunWaitingTicket, StoppedReason, SuspendTicket, Suspension,
+    TerminationReason, ToolCallOutcome, ToolCallResume, ToolCallResumeMode, ToolCallState,
+    ToolCallStatus, ToolExecutionMode, ToolResult, ToolStatus, Visibility, WaitingReason,
     strip_unpaired_tool_calls,
 };
 use crate::error::{InferenceExecutionError, StateError, StorageError, ToolError};
@@ -29,7 +32,7 @@ use crate::ids::{MessageId, ToolCallId};
 use crate::llm::truncation::{
     TruncationRecovery, TruncationState, TruncationUpdate, is_truncated_tool_call, plan_recovery,
 };
-use crate::llm::{InferenceRequest, StreamResult};
+use crate::llm::{InferenceRequest, LlmExecutor, StreamResult};
 use crate::phase::{Phase, PhaseContext, ToolCallView};
 use crate::policies::StopRequest;
 use crate::state::{PendingScheduledActions, Snapshot, StateCommand};
@@ -44,6 +47,8 @@ use super::keys::{RunLifecycle, RunLifecycleKey, ToolCallStates, ToolCalls, Tool
 pub(crate) enum Next {
     /// Run inference with this request.
     Infer(InferenceRequest),
+    /// Summarize older history first (the agent's `autocompact_threshold` was passed).
+    Compact(Box<CompactionJob>),
     /// Start these tool calls (possibly none: calls already running will report).
     Launch(Vec<Launch>),
     /// The run waits for decisions; it was checkpointed.
@@ -52,6 +57,30 @@ pub(crate) enum Next {
     Finished,
     /// Another node owns the thread now: stop without writing anything else.
     Fenced,
+}
+
+/// An LLM summarization of older history, run outside the thread like inference.
+pub(crate) struct CompactionJob {
+    pub(crate) history: Vec<Message>,
+    pub(crate) policy: ContextWindowPolicy,
+    pub(crate) config: CompactionConfig,
+    pub(crate) executor: Arc<dyn LlmExecutor>,
+    pub(crate) model: String,
+}
+
+impl CompactionJob {
+    /// Runs the summarization.
+    pub(crate) async fn run(self) -> Result<Option<Compaction>, InferenceExecutionError> {
+        let summarizer = DefaultSummarizer::new(self.executor, &self.model, self.config.clone());
+        compact(
+            &self.history,
+            &self.policy,
+            &self.config,
+            &summarizer,
+            now_ms(),
+        )
+        .await
+    }
 }
 
 /// One tool call execution for a `ToolCallActor`.
@@ -256,8 +285,79 @@ impl Driver<'_> {
             self.emit(AgentEvent::StepEnd);
             return self.finish(TerminationReason::BehaviorRequested).await;
         }
+        if let Some(job) = self.compaction_job(lifecycle.step)? {
+            return Ok(Next::Compact(Box::new(job)));
+        }
         let request = self.build_request(lifecycle.step)?;
         Ok(Next::Infer(request))
+    }
+
+    /// A summarization of older history, when the agent's context policy asks for one
+    /// and this step has not been checked yet.
+    fn compaction_job(&mut self, step: u32) -> Step<Option<CompactionJob>> {
+        let spec = Arc::clone(&self.run.agent.spec);
+        let Some(policy) = spec.context_policy.clone() else {
+            return Ok(None);
+        };
+        let Some(threshold) = policy.autocompact_threshold else {
+            return Ok(None);
+        };
+        let mut lifecycle = self.lifecycle();
+        if lifecycle.compaction_checked_step == step {
+            return Ok(None);
+        }
+        lifecycle.compaction_checked_step = step;
+        self.set_lifecycle(lifecycle)?;
+        let history = self.history_view();
+        let tokens: usize = history.iter().map(estimate_message_tokens).sum();
+        if (tokens as u64) < threshold {
+            return Ok(None);
+        }
+        Ok(Some(CompactionJob {
+            history,
+            policy,
+            config: spec.config::<CompactionConfigKey>()?,
+            executor: Arc::clone(&self.run.agent.executor),
+            model: self.run.agent.model.model.clone(),
+        }))
+    }
+
+    /// The summarization finished: record it (a failure only skips it), then infer.
+    pub(crate) async fn compaction_done(
+        &mut self,
+        result: Result<Option<Compaction>, InferenceExecutionError>,
+    ) -> Next {
+        let outcome = self.try_compaction_done(result);
+        self.settle(outcome).await
+    }
+
+    fn try_compaction_done(
+        &mut self,
+        result: Result<Option<Compaction>, InferenceExecutionError>,
+    ) -> Step<Next> {
+        match result {
+            Ok(Some(compaction)) => {
+                let mut command = StateCommand::new();
+                command.update::<CompactionState>(compaction.record);
+                self.thread.store.commit(command)?;
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(run_id = %self.run.identity.run_id, %error, "compaction failed; continuing with the full history");
+            }
+        }
+        let step = self.lifecycle().step;
+        let request = self.build_request(step)?;
+        Ok(Next::Infer(request))
+    }
+
+    /// The history as the model sees it: after the latest compaction, its summary and
+    /// the messages it did not cover.
+    fn history_view(&self) -> Vec<Message> {
+        match self.thread.store.get::<CompactionState>() {
+            Some(compactions) => compacted_view(&self.thread.messages, compactions),
+            None => self.thread.messages.clone(),
+        }
     }
 
     fn build_request(&mut self, step: u32) -> Step<InferenceRequest> {
@@ -277,7 +377,7 @@ impl Driver<'_> {
                 messages.push(message);
             }
         }
-        let mut history = trim_to_compaction_boundary(&self.thread.messages);
+        let mut history = self.history_view();
         strip_unpaired_tool_calls(&mut history);
         messages.extend(history);
 

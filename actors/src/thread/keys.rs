@@ -76,6 +76,9 @@ pub struct RunLifecycle {
     pub step: u32,
     /// Sequence number of the next event of the run.
     pub next_event_seq: u64,
+    /// The step whose history was last checked for compaction (once per step).
+    #[serde(default)]
+    pub compaction_checked_step: u32,
 }
 
 /// State key: [`RunLifecycle`] (`__runtime.run_lifecycle`).
