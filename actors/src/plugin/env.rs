@@ -14,8 +14,8 @@ use crate::error::StateError;
 use crate::llm::InferenceRequest;
 use crate::phase::Phase;
 use crate::state::{
-    FailedScheduledActions, HandlerCatalog, KeyRegistration, PendingScheduledActions, Snapshot,
-    StateKey, StateStore,
+    FailedScheduledActions, HandlerCatalog, KeyRegistration, KeyRegistry, PendingScheduledActions,
+    Snapshot, StateKey, StateKeyOptions, StateStore,
 };
 use crate::tool::Tool;
 
@@ -90,6 +90,9 @@ pub struct ExecutionEnv {
     profile_keys: Vec<&'static str>,
     plugins: Vec<PluginEntry>,
     catalog: HandlerCatalog,
+    /// Every key a thread running this environment has (the runtime's own included),
+    /// shared by all those threads.
+    registry: Arc<KeyRegistry>,
 }
 
 impl fmt::Debug for ExecutionEnv {
@@ -186,6 +189,17 @@ impl ExecutionEnv {
             }
             env.plugins.push(entry);
         }
+        let mut registry = KeyRegistry::default();
+        for registration in [
+            KeyRegistration::of::<PendingScheduledActions>(StateKeyOptions::default()),
+            KeyRegistration::of::<FailedScheduledActions>(StateKeyOptions::default()),
+        ]
+        .into_iter()
+        .chain(env.keys.iter().copied())
+        {
+            registry.insert(registration)?;
+        }
+        env.registry = Arc::new(registry);
         Ok(env)
     }
 
@@ -245,6 +259,11 @@ impl ExecutionEnv {
     /// no plugin declares any more (keeping those marked `retain_on_uninstall`), and
     /// sets the accepted action and effect keys. Existing values are kept.
     pub fn install(&self, store: &mut StateStore) -> Result<(), StateError> {
+        // Fast path: a fresh store, or one that ran this environment before.
+        if store.adopt_registry(Arc::clone(&self.registry)).is_ok() {
+            store.set_handlers(self.catalog.clone());
+            return Ok(());
+        }
         let declared: HashMap<&str, &KeyRegistration> =
             self.keys.iter().map(|k| (k.key, k)).collect();
         // Keys no plugin declares any more, or declared now with another type.

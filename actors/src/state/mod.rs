@@ -29,6 +29,6 @@ pub use pending::{
 };
 pub use persisted::{PersistedState, UnknownKeyPolicy};
 pub use profile::{InMemoryProfileStore, ProfileAccess, ProfileKey, ProfileStore, StateScope};
-pub use registry::KeyRegistration;
+pub use registry::{KeyRegistration, KeyRegistry};
 pub use snapshot::Snapshot;
 pub use store::{CommitEvent, CommitHook, CommitOutcome, HandlerCatalog, StateStore};

@@ -33,6 +33,7 @@ pub struct KeyRegistration {
     decode_into: fn(&mut StateMap, JsonValue) -> Result<(), StateError>,
     reset: fn(&mut StateMap),
     remove: fn(&mut StateMap),
+    encode_default: fn() -> Result<JsonValue, StateError>,
 }
 
 impl KeyRegistration {
@@ -55,6 +56,7 @@ impl KeyRegistration {
             remove: |map| {
                 map.remove::<K>();
             },
+            encode_default: || K::encode(&K::Value::default()),
         }
     }
 
@@ -98,14 +100,20 @@ impl fmt::Debug for KeyRegistration {
 }
 
 /// The set of registered keys, addressable by string and by key type.
+///
+/// Built once per execution environment and shared (`Arc`) by every thread that runs
+/// it; a thread copies it only if its keys diverge.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct KeyRegistry {
+pub struct KeyRegistry {
     by_name: HashMap<&'static str, KeyRegistration>,
     by_type: HashMap<TypeId, &'static str, BuildHasherDefault<TypeIdHasher>>,
+    /// Encodings of default values: checkpoints leave keys at their default out.
+    defaults: HashMap<&'static str, JsonValue>,
 }
 
 impl KeyRegistry {
-    pub(crate) fn insert(&mut self, registration: KeyRegistration) -> Result<(), StateError> {
+    /// Adds a key; a key string or type already present is refused.
+    pub fn insert(&mut self, registration: KeyRegistration) -> Result<(), StateError> {
         if self.by_name.contains_key(registration.key)
             || self.by_type.contains_key(&registration.type_id)
         {
@@ -115,12 +123,29 @@ impl KeyRegistry {
         }
         self.by_type.insert(registration.type_id, registration.key);
         self.by_name.insert(registration.key, registration);
+        // A default that cannot be encoded is simply always exported.
+        if let Ok(json) = (registration.encode_default)() {
+            self.defaults.insert(registration.key, json);
+        }
         Ok(())
+    }
+
+    /// Whether `json` is the encoding of `key`'s default value.
+    pub(crate) fn is_default(&self, key: &str, json: &JsonValue) -> bool {
+        self.defaults.get(key) == Some(json)
+    }
+
+    /// Whether `key` is registered here with the same type as in `registration`.
+    pub(crate) fn has_same(&self, registration: &KeyRegistration) -> bool {
+        self.by_name
+            .get(registration.key)
+            .is_some_and(|r| r.type_id == registration.type_id)
     }
 
     pub(crate) fn remove(&mut self, key: &str) -> Option<KeyRegistration> {
         let registration = self.by_name.remove(key)?;
         self.by_type.remove(&registration.type_id);
+        self.defaults.remove(key);
         Some(registration)
     }
 

@@ -81,7 +81,7 @@ impl HandlerCatalog {
 /// It is owned by exactly one thread actor, so it takes `&mut self` and needs no
 /// locks. Readers get [`Snapshot`]s, which stay valid while later commits proceed.
 pub struct StateStore {
-    registry: KeyRegistry,
+    registry: Arc<KeyRegistry>,
     handlers: HandlerCatalog,
     current: Arc<StateMap>,
     revision: u64,
@@ -109,7 +109,7 @@ impl StateStore {
     /// An empty store with the runtime's own keys (pending and failed actions).
     pub fn new() -> Self {
         let mut store = Self {
-            registry: KeyRegistry::default(),
+            registry: Arc::new(KeyRegistry::default()),
             handlers: HandlerCatalog::default(),
             current: Arc::new(StateMap::new()),
             revision: 0,
@@ -138,7 +138,13 @@ impl StateStore {
 
     /// Registers a key; a value retained from an earlier uninstall is restored.
     pub fn register(&mut self, registration: KeyRegistration) -> Result<(), StateError> {
-        self.registry.insert(registration)?;
+        Arc::make_mut(&mut self.registry).insert(registration)?;
+        self.install_value(registration);
+        Ok(())
+    }
+
+    /// Gives a newly registered key its retained value, or its default.
+    fn install_value(&mut self, registration: KeyRegistration) {
         let map = Arc::make_mut(&mut self.current);
         match self.retained.remove(registration.key) {
             Some(json) => {
@@ -148,6 +154,29 @@ impl StateStore {
                 }
             }
             None => registration.reset(map),
+        }
+    }
+
+    /// Switches to a shared registry that contains every key registered here (with
+    /// the same types), giving its other keys their retained or default values.
+    /// Refused when the registry lacks a key of this store.
+    pub fn adopt_registry(&mut self, registry: Arc<KeyRegistry>) -> Result<(), StateError> {
+        if Arc::ptr_eq(&self.registry, &registry) {
+            return Ok(());
+        }
+        if let Some(missing) = self.registry.iter().find(|r| !registry.has_same(r)) {
+            return Err(StateError::KeyTypeMismatch {
+                key: missing.key.to_owned(),
+            });
+        }
+        let added: Vec<KeyRegistration> = registry
+            .iter()
+            .filter(|r| self.registry.get(r.key).is_none())
+            .copied()
+            .collect();
+        self.registry = registry;
+        for registration in added {
+            self.install_value(registration);
         }
         Ok(())
     }
@@ -165,7 +194,7 @@ impl StateStore {
         {
             self.retained.insert(key.to_owned(), json);
         }
-        self.registry.remove(key);
+        Arc::make_mut(&mut self.registry).remove(key);
         registration.remove_from(Arc::make_mut(&mut self.current));
         self.revision += 1;
         Ok(())
@@ -305,7 +334,11 @@ impl StateStore {
     pub fn export(&self) -> Result<PersistedState, StateError> {
         let mut extensions = BTreeMap::new();
         for registration in self.registry.iter().filter(|r| r.persistent) {
-            if let Some(json) = registration.encode(&self.current)? {
+            // Keys at their default are left out: restore leaves absent keys at their
+            // default, and most keys of a thread are.
+            if let Some(json) = registration.encode(&self.current)?
+                && !self.registry.is_default(registration.key, &json)
+            {
                 extensions.insert(registration.key.to_owned(), json);
             }
         }
@@ -601,6 +634,59 @@ mod tests {
         assert_eq!(fresh.read::<Counter>(), Some(4));
         assert_eq!(fresh.read::<Memory>().unwrap(), vec!["m".to_owned()]);
         assert!(fresh.revision() >= exported.revision);
+    }
+
+    #[test]
+    fn keys_at_their_default_are_left_out_of_exports() {
+        let mut store = store();
+        assert!(
+            store.export().unwrap().extensions.is_empty(),
+            "a fresh store exports nothing"
+        );
+        store
+            .commit({
+                let mut c = StateCommand::new();
+                c.update::<Counter>(2).update::<Counter>(-2);
+                c.update::<Memory>("x".into());
+                c
+            })
+            .unwrap();
+        let exported = store.export().unwrap();
+        assert!(
+            !exported.extensions.contains_key("test.counter"),
+            "back at 0"
+        );
+        assert!(exported.extensions.contains_key("test.memory"));
+        let mut fresh = self::store();
+        fresh.restore(&exported, UnknownKeyPolicy::Error).unwrap();
+        assert_eq!(fresh.read::<Counter>(), Some(0));
+        assert_eq!(fresh.read::<Memory>().unwrap(), vec!["x".to_owned()]);
+    }
+
+    #[test]
+    fn a_shared_registry_is_adopted_only_if_it_covers_the_store() {
+        let mut shared = KeyRegistry::default();
+        for registration in [
+            KeyRegistration::of::<PendingScheduledActions>(StateKeyOptions::default()),
+            KeyRegistration::of::<FailedScheduledActions>(StateKeyOptions::default()),
+            KeyRegistration::of::<Counter>(StateKeyOptions::default()),
+        ] {
+            shared.insert(registration).unwrap();
+        }
+        let shared = Arc::new(shared);
+        let mut fresh = StateStore::new();
+        fresh.adopt_registry(Arc::clone(&shared)).unwrap();
+        assert_eq!(
+            fresh.read::<Counter>(),
+            Some(0),
+            "new keys get their default"
+        );
+        let mut diverged = store();
+        assert!(matches!(
+            diverged.adopt_registry(shared),
+            Err(StateError::KeyTypeMismatch { .. })
+        ));
+        assert!(diverged.is_registered("test.memory"), "nothing changed");
     }
 
     #[test]
