@@ -58,9 +58,10 @@
 //!
 //! When the human answers, the run loop replays the call with the decision in
 //! `ToolCallView::decision`. The plugin then lets the call run instead of asking again
-//! — unless a deny rule matches now, or the decision refuses (`cancel`, or
-//! `"approved": false`), in which case the call gets an error result instead of
-//! running. An approval applies to that one call: asks are never cached. If the
+//! — unless a deny rule matches now, or the decision is a `resume` whose payload says
+//! `"approved": false`, in which case the call gets a `permission_denied` error result
+//! instead of running. (A `cancel` decision never reaches the plugin: the run loop
+//! cancels the call itself, with the error code `cancelled`.) An approval applies to that one call: asks are never cached. If the
 //! decision payload says `"always_allow": true`, the tool's exact name is recorded in
 //! the thread-scoped, persistent [`PermissionGrantsKey`]; later calls of that tool on
 //! the same thread, in this run and later ones, run without asking. Grants turn asks

@@ -232,7 +232,9 @@ enum HumanDecision {
 }
 
 impl HumanDecision {
-    /// `resume` approves unless the payload says `"approved": false`; `cancel` refuses.
+    /// `resume` approves unless the payload says `"approved": false`. (`cancel` is
+    /// handled by the run loop before any replay; it is read as a refusal here only
+    /// for callers that replay calls themselves.)
     fn of(decision: &ToolCallResume) -> Self {
         let flag = |name: &str| decision.result.get(name).and_then(JsonValue::as_bool);
         match decision.action {
