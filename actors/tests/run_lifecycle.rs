@@ -598,19 +598,7 @@ async fn tool_progress_streams_in_order() {
 
 #[tokio::test]
 async fn a_decision_for_a_running_call_is_refused() {
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("gate", json!({}))]),
-        Turn::Text("done"),
-    ]);
-    let gate = Arc::new(Gate::default());
-    let rt = runtime(
-        llm,
-        agent_spec(ToolExecutionMode::Sequential),
-        vec![("gate", gate.clone())],
-        None,
-        None,
-        ThreadConfig::default(),
-    );
+    let (rt, gate) = gated_runtime();
     let thread = tid("t-running");
     let sink = Arc::new(Collector::default());
     let started = gate.started.notified();

@@ -380,19 +380,7 @@ async fn use_decision_as_result_and_pass_decision_to_tool() {
 
 #[tokio::test]
 async fn cancelling_while_a_tool_runs() {
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("gate", json!({}))]),
-        Turn::Text("never"),
-    ]);
-    let gate = Arc::new(Gate::default());
-    let rt = runtime(
-        llm,
-        agent_spec(ToolExecutionMode::Sequential),
-        vec![("gate", gate.clone())],
-        None,
-        None,
-        ThreadConfig::default(),
-    );
+    let (rt, gate) = gated_runtime();
     let thread = tid("t-cancel");
     let sink = Arc::new(Collector::default());
     let started = gate.started.notified();

@@ -495,3 +495,21 @@ pub async fn two_suspended_echo_calls(
     assert_eq!(calls.len(), 2);
     (rt, echo, calls)
 }
+
+/// A sequential runtime whose model calls the `gate` tool once, then answers.
+pub fn gated_runtime() -> (AgentRuntime, Arc<Gate>) {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("gate", serde_json::json!({}))]),
+        Turn::Text("done"),
+    ]);
+    let gate = Arc::new(Gate::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("gate", gate.clone())],
+        None,
+        None,
+        ThreadConfig::default(),
+    );
+    (rt, gate)
+}
