@@ -849,6 +849,10 @@ impl ThreadActorState {
                 if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {
                     self.ctl = None;
                 }
+                // An idle thread keeps only what it needs to take the next input.
+                if self.queue.is_empty() {
+                    self.queue = VecDeque::new();
+                }
                 self.arm_idle_timer(myself);
             }
             Next::Fenced => {
@@ -859,6 +863,9 @@ impl ThreadActorState {
         }
         let mut thread = thread;
         thread.last_agent = Some(agent_id);
+        if self.ctl.is_none() {
+            thread.release_views();
+        }
         self.core = Some(thread);
         // A finished run's core is dead weight on an idle thread.
         if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {

@@ -73,6 +73,11 @@ impl ThreadCore {
         )
     }
 
+    /// Drops caches only a running run uses.
+    pub(crate) fn release_views(&mut self) {
+        self.messages_view = None;
+    }
+
     pub(crate) fn unpersisted_messages(&self) -> Vec<Message> {
         let start = usize::try_from(self.persisted_messages).unwrap_or(usize::MAX);
         self.messages
