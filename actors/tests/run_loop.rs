@@ -115,6 +115,16 @@ fn approval(
     })
 }
 
+fn first_step_message(events: &[AgentEvent]) -> awaken_actors::MessageId {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::StepStart { message_id } => Some(message_id.clone()),
+            _ => None,
+        })
+        .expect("a step")
+}
+
 fn cancel_decision(id: &str) -> awaken_actors::contract::ToolCallResume {
     awaken_actors::contract::ToolCallResume {
         action: awaken_actors::contract::ResumeDecisionAction::Cancel,
@@ -157,6 +167,7 @@ async fn suspension_then_replay_after_approval() {
     let events = sink.take();
     assert_well_formed(&events);
     let call = suspended_call(&events);
+    let step_message = first_step_message(&events);
     let record = rt.active_run(&thread).await.unwrap().expect("waiting run");
     assert_eq!(record.status, awaken_actors::contract::RunStatus::Waiting);
     assert_eq!(record.waiting.unwrap().tickets[0].tool_call_id, call);
@@ -190,6 +201,11 @@ async fn suspension_then_replay_after_approval() {
     let events = second_sink.take();
     assert_well_formed(&events);
     assert!(event_types(&events).contains(&"tool_call_resumed"));
+    assert_eq!(
+        first_step_message(&events),
+        step_message,
+        "the reopened step announces the same message, even after rehydration"
+    );
 }
 
 #[tokio::test]

@@ -295,10 +295,12 @@ impl Actor for ThreadActor {
                 match deps.resolver.resolve(record.agent_id.as_str()) {
                     Ok(agent) => {
                         core.install(&agent)?;
-                        let next_seq = core
+                        let lifecycle = core
                             .store
                             .get::<RunLifecycleKey>()
-                            .map_or(0, |l| l.next_event_seq);
+                            .cloned()
+                            .unwrap_or_default();
+                        let next_seq = lifecycle.next_event_seq;
                         let identity = identity_of(&record);
                         let events = Arc::new(RunEmitter::new(
                             thread_id.clone(),
@@ -307,7 +309,11 @@ impl Actor for ThreadActor {
                             next_seq,
                         ));
                         let status = record.status;
-                        let run = RunCore::new(agent, identity, record, Arc::clone(&events), None);
+                        let mut run =
+                            RunCore::new(agent, identity, record, Arc::clone(&events), None);
+                        if let Some(message_id) = lifecycle.step_message_id {
+                            run.step_message_id = message_id;
+                        }
                         state.ctl = Some(RunCtl {
                             run_id: run.identity.run_id.clone(),
                             status,

@@ -272,9 +272,11 @@ impl Driver<'_> {
         }
         let mut lifecycle = self.lifecycle();
         lifecycle.step += 1;
-        self.set_lifecycle(lifecycle)?;
-        self.run.record.steps = lifecycle.step;
+        let step = lifecycle.step;
         self.run.step_message_id = MessageId::generate();
+        lifecycle.step_message_id = Some(self.run.step_message_id.clone());
+        self.set_lifecycle(lifecycle)?;
+        self.run.record.steps = step;
         self.emit(AgentEvent::StepStart {
             message_id: self.run.step_message_id.clone(),
         });
@@ -285,10 +287,10 @@ impl Driver<'_> {
             self.emit(AgentEvent::StepEnd);
             return self.finish(TerminationReason::BehaviorRequested).await;
         }
-        if let Some(job) = self.compaction_job(lifecycle.step)? {
+        if let Some(job) = self.compaction_job(step)? {
             return Ok(Next::Compact(Box::new(job)));
         }
-        let request = self.build_request(lifecycle.step)?;
+        let request = self.build_request(step)?;
         Ok(Next::Infer(request))
     }
 
@@ -977,7 +979,7 @@ impl Driver<'_> {
         self.thread
             .store
             .get::<RunLifecycleKey>()
-            .copied()
+            .cloned()
             .unwrap_or_default()
     }
 

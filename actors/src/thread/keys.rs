@@ -70,12 +70,16 @@ impl StateKey for ToolCallStates {
 }
 
 /// Counters of the current run that must survive passivation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunLifecycle {
     /// Steps started so far (1-based once the first step starts).
     pub step: u32,
     /// Sequence number of the next event of the run.
     pub next_event_seq: u64,
+    /// The id of the current step's assistant message, kept so a step reopened after
+    /// rehydration announces the same message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_message_id: Option<crate::ids::MessageId>,
     /// The step whose history was last checked for compaction (once per step).
     #[serde(default)]
     pub compaction_checked_step: u32,
