@@ -37,16 +37,11 @@ async fn max_rounds_stops_a_looping_agent() {
         None,
         ThreadConfig::default(),
     );
-    let sink = Arc::new(Collector::default());
-    let result = rt
-        .run(RunRequest::new(tid("t-max"), user("loop")), sink.clone())
-        .await
-        .unwrap();
+    let (result, events) = run_once(&rt, "t-max", "loop").await;
     match result.termination {
         TerminationReason::Stopped(StoppedReason { code, .. }) => assert_eq!(code, "max_rounds"),
         other => panic!("expected max_rounds, got {other:?}"),
     }
-    let events = sink.take();
     assert_well_formed(&events);
     assert_eq!(
         event_types(&events)
@@ -95,21 +90,9 @@ async fn stop_conditions_section_adds_policies() {
 #[tokio::test]
 async fn model_failure_ends_the_run_with_error() {
     let llm = ScriptedLlm::new(vec![Turn::Fail]);
-    let rt = runtime(
-        llm,
-        agent_spec(ToolExecutionMode::Sequential),
-        vec![],
-        None,
-        None,
-        ThreadConfig::default(),
-    );
-    let sink = Arc::new(Collector::default());
-    let result = rt
-        .run(RunRequest::new(tid("t-error"), user("hi")), sink.clone())
-        .await
-        .unwrap();
+    let rt = plain_runtime(llm, ToolExecutionMode::Sequential, vec![]);
+    let (result, events) = run_once(&rt, "t-error", "hi").await;
     assert!(matches!(&result.termination, TerminationReason::Error(m) if m.contains("model down")));
-    let events = sink.take();
     assert_well_formed(&events);
     assert!(event_types(&events).contains(&"error"));
     let record = rt.store().load_run(&result.run_id).await.unwrap().unwrap();
@@ -239,22 +222,14 @@ async fn a_panicking_tool_fails_only_its_call() {
         Turn::Calls(vec![("boom", json!({}))]),
         Turn::Text("recovered"),
     ]);
-    let rt = runtime(
+    let rt = plain_runtime(
         llm.clone(),
-        agent_spec(ToolExecutionMode::Sequential),
+        ToolExecutionMode::Sequential,
         vec![("boom", Arc::new(Boom))],
-        None,
-        None,
-        ThreadConfig::default(),
     );
-    let sink = Arc::new(Collector::default());
-    let result = rt
-        .run(RunRequest::new(tid("t-boom"), user("go")), sink.clone())
-        .await
-        .unwrap();
+    let (result, events) = run_once(&rt, "t-boom", "go").await;
     assert_eq!(result.termination, TerminationReason::NaturalEnd);
     assert_eq!(result.response, "recovered");
-    let events = sink.take();
     assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolCallDone { outcome: ToolCallOutcome::Failed, result, .. } if result.error_code.as_deref() == Some("tool_panicked"))));
 }
 
@@ -536,13 +511,10 @@ async fn tool_progress_streams_in_order() {
         Turn::Calls(vec![("index", json!({}))]),
         Turn::Text("indexed"),
     ]);
-    let rt = runtime(
+    let rt = plain_runtime(
         llm,
-        agent_spec(ToolExecutionMode::Sequential),
+        ToolExecutionMode::Sequential,
         vec![("index", Arc::new(Progressing))],
-        None,
-        None,
-        ThreadConfig::default(),
     );
     let sink = Arc::new(Collector::default());
     rt.run(

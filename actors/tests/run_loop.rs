@@ -17,22 +17,10 @@ use support::*;
 #[tokio::test]
 async fn natural_end_with_text_only() {
     let llm = ScriptedLlm::new(vec![Turn::Text("hello there")]);
-    let rt = runtime(
-        llm.clone(),
-        agent_spec(ToolExecutionMode::Sequential),
-        vec![],
-        None,
-        None,
-        ThreadConfig::default(),
-    );
-    let sink = Arc::new(Collector::default());
-    let result = rt
-        .run(RunRequest::new(tid("t-natural"), user("hi")), sink.clone())
-        .await
-        .unwrap();
+    let rt = plain_runtime(llm.clone(), ToolExecutionMode::Sequential, vec![]);
+    let (result, events) = run_once(&rt, "t-natural", "hi").await;
     assert_eq!(result.termination, TerminationReason::NaturalEnd);
     assert_eq!(result.response, "hello there");
-    let events = sink.take();
     assert_well_formed(&events);
     assert_eq!(
         event_types(&events),
@@ -67,22 +55,14 @@ async fn tool_call_then_answer() {
         Turn::Text("echoed"),
     ]);
     let echo = Arc::new(Echo::default());
-    let rt = runtime(
+    let rt = plain_runtime(
         llm.clone(),
-        agent_spec(ToolExecutionMode::Sequential),
+        ToolExecutionMode::Sequential,
         vec![("echo", echo.clone())],
-        None,
-        None,
-        ThreadConfig::default(),
     );
-    let sink = Arc::new(Collector::default());
-    let result = rt
-        .run(RunRequest::new(tid("t-tool"), user("go")), sink.clone())
-        .await
-        .unwrap();
+    let (result, events) = run_once(&rt, "t-tool", "go").await;
     assert_eq!(result.termination, TerminationReason::NaturalEnd);
     assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
-    let events = sink.take();
     assert_well_formed(&events);
     let done = events.iter().find_map(|e| match e {
         AgentEvent::ToolCallDone {

@@ -513,3 +513,36 @@ pub fn gated_runtime() -> (AgentRuntime, Arc<Gate>) {
     );
     (rt, gate)
 }
+
+/// A runtime with the scripted model and `tools`, no plugins, default settings.
+pub fn plain_runtime(
+    llm: Arc<ScriptedLlm>,
+    mode: ToolExecutionMode,
+    tools: Vec<(&'static str, Arc<dyn Tool>)>,
+) -> AgentRuntime {
+    runtime(
+        llm,
+        agent_spec(mode),
+        tools,
+        None,
+        None,
+        ThreadConfig::default(),
+    )
+}
+
+/// Runs one user message on `thread` to its end (or suspension), collecting events.
+pub async fn run_once(
+    rt: &AgentRuntime,
+    thread: &str,
+    text: &str,
+) -> (awaken_actors::runtime::AgentRunResult, Vec<AgentEvent>) {
+    let sink = Arc::new(Collector::default());
+    let result = rt
+        .run(
+            awaken_actors::thread::RunRequest::new(tid(thread), user(text)),
+            sink.clone(),
+        )
+        .await
+        .unwrap();
+    (result, sink.take())
+}
