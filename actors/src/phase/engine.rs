@@ -23,6 +23,13 @@ pub struct EffectBatch {
 }
 
 impl EffectBatch {
+    /// The effects of one commit, with its post-commit snapshot.
+    pub fn from_commit(effects: Vec<TypedEffect>, snapshot: &Snapshot) -> Self {
+        let mut batch = Self::default();
+        batch.push_all(effects, snapshot);
+        batch
+    }
+
     fn push_all(&mut self, effects: Vec<TypedEffect>, snapshot: &Snapshot) {
         self.items
             .extend(effects.into_iter().map(|e| (e, snapshot.clone())));

@@ -33,7 +33,7 @@ use crate::llm::truncation::{
     TruncationRecovery, TruncationState, TruncationUpdate, is_truncated_tool_call, plan_recovery,
 };
 use crate::llm::{InferenceRequest, LlmExecutor, StreamResult};
-use crate::phase::{Phase, PhaseContext, ToolCallView};
+use crate::phase::{EffectBatch, Phase, PhaseContext, ToolCallView};
 use crate::policies::StopRequest;
 use crate::state::{PendingScheduledActions, Snapshot, StateCommand};
 use crate::store::Checkpoint;
@@ -1039,15 +1039,9 @@ impl Driver<'_> {
             return;
         }
         let env = Arc::clone(&self.run.agent.env);
-        let snapshot = self.thread.store.snapshot();
+        let batch = EffectBatch::from_commit(effects, &self.thread.store.snapshot());
         tokio::spawn(async move {
-            for effect in effects {
-                if let Some(handler) = env.effect_handler(&effect.key)
-                    && let Err(error) = handler.handler.handle(effect.payload, &snapshot).await
-                {
-                    tracing::warn!(effect = %effect.key, %error, "effect handler failed");
-                }
-            }
+            batch.dispatch(&env).await;
         });
     }
 
