@@ -286,7 +286,7 @@ async fn thread_state_survives_runs_and_passivation_run_state_resets() {
         vec![("counting", Arc::new(Counting))],
         None,
         ThreadConfig {
-            idle_passivation: std::time::Duration::from_millis(1),
+            idle_passivation: std::time::Duration::ZERO,
             ..ThreadConfig::default()
         },
     );

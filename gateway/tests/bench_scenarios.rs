@@ -50,9 +50,10 @@ async fn checked(scenario: Scenario, expected_runs: u64, concurrency: u64) -> Va
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workload_w_reports_every_run() {
     let json = checked(Scenario::WorkloadW, 12, 4).await;
+    assert_eq!(json["live_threads_at_end"], 0, "idle threads hold no actor");
     assert_eq!(
-        json["live_threads_at_end"], 12,
-        "default: threads stay live"
+        json["warm_threads_at_end"], 12,
+        "default: idle threads stay warm"
     );
 }
 
@@ -76,9 +77,10 @@ async fn idle_threads_passivate() {
     let json = checked(Scenario::IdleThreads, 12, 4).await;
     assert_eq!(json["threads"], 6);
     assert_eq!(json["live_threads"], 0, "{json}");
-    assert_eq!(json["live_threads_without_passivation"], 6);
-    assert!(json["bytes_per_live_thread"].is_u64());
+    assert_eq!(json["warm_threads"], 6, "{json}");
+    assert!(json["bytes_per_warm_thread"].is_u64());
     assert!(json["bytes_per_passivated_thread"].is_u64());
+    assert!(json["bytes_per_warm_core"].is_u64());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -276,12 +276,38 @@ impl AgentRuntime {
         self.region.get().map_or(0, ThreadRegion::live_threads)
     }
 
+    /// Number of idle threads without an actor whose core is still in memory.
+    pub fn warm_threads(&self) -> usize {
+        self.region.get().map_or(0, ThreadRegion::warm_threads)
+    }
+
     /// Whether the thread currently has an actor on this node.
     pub fn is_thread_live(&self, thread_id: &ThreadId) -> bool {
         self.region.get().is_some_and(|r| r.is_live(thread_id))
     }
 
-    /// Resolves once the thread's actor has passivated (immediately if it has none).
+    /// Whether the thread is idle without an actor, its core still in memory.
+    pub fn is_thread_warm(&self, thread_id: &ThreadId) -> bool {
+        self.region.get().is_some_and(|r| r.is_warm(thread_id))
+    }
+
+    /// Resolves once the thread has no actor (immediately if it has none).
+    pub async fn thread_stopped(&self, thread_id: &ThreadId) {
+        if let Some(region) = self.region.get() {
+            region.stopped(thread_id).await;
+        }
+    }
+
+    /// Resolves once no thread has an actor on this node (every run finished or
+    /// waits, and every idle actor stopped).
+    pub async fn all_stopped(&self) {
+        if let Some(region) = self.region.get() {
+            region.all_stopped().await;
+        }
+    }
+
+    /// Resolves once the thread holds no memory on this node: no actor and no warm
+    /// core (immediately if it has neither).
     pub async fn thread_passivated(&self, thread_id: &ThreadId) {
         if let Some(region) = self.region.get() {
             region.passivated(thread_id).await;

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use std::panic::AssertUnwindSafe;
@@ -28,12 +28,12 @@ use crate::runtime::ResolvedAgent;
 use crate::tool_call::{ToolCallActor, ToolCallArgs, ToolCallMsg, ToolOutcomeBox};
 
 use super::control::{ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
-use super::core::{RunCore, ThreadCore};
+use super::core::{LatestRun, RunCore, ThreadCore, WarmThread};
 use super::deps::ThreadDeps;
 use super::driver::{Driver, Launch, Next, ToolOutcome, now_ms};
 use super::emitter::RunEmitter;
 use super::keys::{RunLifecycleKey, ToolCallStates};
-use super::region::Passivation;
+use super::region::{Kept, Passivation};
 use super::request::RunRequest;
 
 /// Messages a thread actor handles. The public ones come through the runtime's
@@ -117,10 +117,8 @@ pub enum ThreadMsg {
     /// A segment panicked; the thread's core is lost and the actor must restart from
     /// its last checkpoint.
     SegmentPanicked(String),
-    /// Second half of the passivation handshake.
+    /// Second half of the stop handshake with the region.
     Passivate,
-    /// Timer tick: passivate if idle long enough.
-    IdleCheck,
 }
 
 impl std::fmt::Debug for ThreadMsg {
@@ -138,7 +136,6 @@ impl std::fmt::Debug for ThreadMsg {
             Self::ToolEvent { .. } => "ToolEvent",
             Self::SegmentPanicked(_) => "SegmentPanicked",
             Self::Passivate => "Passivate",
-            Self::IdleCheck => "IdleCheck",
         };
         f.write_str(name)
     }
@@ -217,6 +214,7 @@ pub struct ThreadActorArgs {
     pub(crate) deps: Arc<ThreadDeps>,
     pub(crate) passivation: Arc<dyn Passivation>,
     pub(crate) restarts: u32,
+    pub(crate) warm: Option<WarmThread>,
 }
 
 /// The state of a thread actor.
@@ -230,10 +228,8 @@ pub struct ThreadActorState {
     queue: VecDeque<Input>,
     busy: bool,
     last_run: Option<RunId>,
-    last_activity: Instant,
     passivating: bool,
     active_since_passivation: bool,
-    idle_timer: bool,
 }
 
 impl std::fmt::Debug for ThreadActorState {
@@ -251,7 +247,8 @@ impl Actor for ThreadActor {
     type State = ThreadActorState;
     type Arguments = ThreadActorArgs;
 
-    /// Rehydrates the thread from its last checkpoint (a new thread when absent).
+    /// Starts from the thread's warm core, else rehydrates it from its last
+    /// checkpoint (a new thread when absent).
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
@@ -262,11 +259,15 @@ impl Actor for ThreadActor {
             deps,
             passivation,
             restarts,
+            warm,
         } = args;
-        let snapshot = deps.store.load_thread_snapshot(&thread_id).await?;
+        let (mut core, latest) = match warm {
+            Some(WarmThread { core, latest_run }) => (core, latest_run),
+            None => rehydrate(&deps, &thread_id).await?,
+        };
         let mut state = ThreadActorState {
-            thread_id: thread_id.clone(),
-            deps: Arc::clone(&deps),
+            thread_id,
+            deps,
             passivation,
             core: None,
             run: None,
@@ -274,74 +275,15 @@ impl Actor for ThreadActor {
             queue: VecDeque::new(),
             busy: false,
             last_run: None,
-            last_activity: Instant::now(),
             passivating: false,
             active_since_passivation: false,
-            idle_timer: false,
         };
-        let Some(snapshot) = snapshot else {
-            state.core = Some(Box::new(ThreadCore::new(
-                Thread::with_id(thread_id),
-                Vec::new(),
-                None,
-            )));
-            return Ok(state);
-        };
-        let mut core = ThreadCore::new(snapshot.thread, snapshot.messages, snapshot.state);
-        if let Some(record) = snapshot.latest_run {
-            core.last_agent = Some(record.agent_id.clone());
-            state.last_run = Some(record.run_id.clone());
-            if !record.status.is_terminal() {
-                match deps.resolver.resolve(record.agent_id.as_str()) {
-                    Ok(agent) => {
-                        core.install(&agent)?;
-                        let lifecycle = core
-                            .store
-                            .get::<RunLifecycleKey>()
-                            .cloned()
-                            .unwrap_or_default();
-                        let next_seq = lifecycle.next_event_seq;
-                        let identity = identity_of(&record);
-                        let events = Arc::new(RunEmitter::new(
-                            thread_id.clone(),
-                            record.run_id.clone(),
-                            Arc::clone(&deps.hub),
-                            next_seq,
-                        ));
-                        let status = record.status;
-                        let mut run =
-                            RunCore::new(agent, identity, record, Arc::clone(&events), None);
-                        if let Some(message_id) = lifecycle.step_message_id {
-                            run.step_message_id = message_id;
-                        }
-                        state.ctl = Some(RunCtl {
-                            run_id: run.identity.run_id.clone(),
-                            status,
-                            step_inferring: false,
-                            events,
-                            cancellation: run.cancellation.clone(),
-                            tools: HashMap::new(),
-                        });
-                        state.run = Some(Box::new(run));
-                        if status == RunStatus::Running {
-                            // The node or the actor died mid-run: continue from the
-                            // last checkpoint, unless it keeps dying.
-                            if restarts > deps.config.max_restarts {
-                                state.queue.push_back(Input::GiveUp(format!(
-                                    "the thread actor restarted {restarts} times"
-                                )));
-                            } else {
-                                state.queue.push_back(Input::Restarted);
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        tracing::error!(thread_id = %thread_id, %error, "cannot resolve the agent of an unfinished run");
-                    }
-                }
-            }
+        match latest {
+            LatestRun::None => {}
+            LatestRun::Finished(run_id) => state.last_run = Some(run_id),
+            LatestRun::Unfinished(record) => state.reopen(&mut core, *record, restarts)?,
         }
-        state.core = Some(Box::new(core));
+        state.core = Some(core);
         state.pump(&myself).await?;
         Ok(state)
     }
@@ -352,11 +294,8 @@ impl Actor for ThreadActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if !matches!(message, ThreadMsg::Passivate | ThreadMsg::IdleCheck) {
-            state.last_activity = Instant::now();
-            if state.passivating {
-                state.active_since_passivation = true;
-            }
+        if state.passivating && !matches!(message, ThreadMsg::Passivate) {
+            state.active_since_passivation = true;
         }
         match message {
             ThreadMsg::Start {
@@ -428,10 +367,6 @@ impl Actor for ThreadActor {
                     return Ok(());
                 }
             }
-            ThreadMsg::IdleCheck => {
-                state.idle_timer = false;
-                state.maybe_passivate_idle(&myself);
-            }
         }
         // Boxed: every live actor keeps its handler future's frame, so it stays small.
         Box::pin(state.pump(&myself)).await
@@ -475,6 +410,33 @@ fn segment_panic(message: &str) -> ActorProcessingErr {
     format!("run segment panicked: {message}").into()
 }
 
+/// Loads a thread's last checkpoint (a new, empty thread when the store has none).
+async fn rehydrate(
+    deps: &ThreadDeps,
+    thread_id: &ThreadId,
+) -> Result<(Box<ThreadCore>, LatestRun), ActorProcessingErr> {
+    let Some(snapshot) = deps.store.load_thread_snapshot(thread_id).await? else {
+        let thread = Thread::with_id(thread_id.clone());
+        return Ok((
+            Box::new(ThreadCore::new(thread, Vec::new(), None)),
+            LatestRun::None,
+        ));
+    };
+    let mut core = ThreadCore::new(snapshot.thread, snapshot.messages, snapshot.state);
+    let latest = match snapshot.latest_run {
+        None => LatestRun::None,
+        Some(record) => {
+            core.last_agent = Some(record.agent_id.clone());
+            if record.status.is_terminal() {
+                LatestRun::Finished(record.run_id)
+            } else {
+                LatestRun::Unfinished(Box::new(record))
+            }
+        }
+    };
+    Ok((Box::new(core), latest))
+}
+
 fn identity_of(record: &RunRecord) -> RunIdentity {
     let mut identity = RunIdentity::new(
         record.thread_id.clone(),
@@ -488,6 +450,63 @@ fn identity_of(record: &RunRecord) -> RunIdentity {
 }
 
 impl ThreadActorState {
+    /// Takes up an unfinished run again: a waiting one waits on, a running one
+    /// continues from the checkpoint (or gives up after too many restarts).
+    fn reopen(
+        &mut self,
+        core: &mut ThreadCore,
+        record: RunRecord,
+        restarts: u32,
+    ) -> Result<(), ActorProcessingErr> {
+        self.last_run = Some(record.run_id.clone());
+        let agent = match self.deps.resolver.resolve(record.agent_id.as_str()) {
+            Ok(agent) => agent,
+            Err(error) => {
+                tracing::error!(thread_id = %self.thread_id, %error, "cannot resolve the agent of an unfinished run");
+                return Ok(());
+            }
+        };
+        core.install(&agent)?;
+        let lifecycle = core
+            .store
+            .get::<RunLifecycleKey>()
+            .cloned()
+            .unwrap_or_default();
+        let events = Arc::new(RunEmitter::new(
+            self.thread_id.clone(),
+            record.run_id.clone(),
+            Arc::clone(&self.deps.hub),
+            lifecycle.next_event_seq,
+        ));
+        let status = record.status;
+        let identity = identity_of(&record);
+        let mut run = RunCore::new(agent, identity, record, Arc::clone(&events), None);
+        if let Some(message_id) = lifecycle.step_message_id {
+            run.step_message_id = message_id;
+        }
+        self.ctl = Some(RunCtl {
+            run_id: run.identity.run_id.clone(),
+            status,
+            step_inferring: false,
+            events,
+            cancellation: run.cancellation.clone(),
+            tools: HashMap::new(),
+        });
+        self.run = Some(Box::new(run));
+        if status == RunStatus::Running {
+            // The node or the actor died mid-run: continue from the last
+            // checkpoint, unless it keeps dying.
+            if restarts > self.deps.config.max_restarts {
+                self.queue.push_back(Input::GiveUp(format!(
+                    "the thread actor restarted {restarts} times"
+                )));
+            } else {
+                self.queue.push_back(Input::Restarted);
+            }
+        }
+        Ok(())
+    }
+
     fn agent_for(&self, request: &RunRequest) -> Result<AgentId, ControlError> {
         request
             .agent_id
@@ -846,20 +865,14 @@ impl ThreadActorState {
                     ctl.status = RunStatus::Waiting;
                 }
                 run.events.detach();
-                if self.deps.config.passivate_while_waiting {
-                    self.begin_passivation(myself);
-                }
+                self.begin_passivation(myself);
             }
             Next::Finished => {
                 run.events.detach();
                 if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {
                     self.ctl = None;
                 }
-                // An idle thread keeps only what it needs to take the next input.
-                if self.queue.is_empty() {
-                    self.queue = VecDeque::new();
-                }
-                self.arm_idle_timer(myself);
+                self.begin_passivation(myself);
             }
             Next::Fenced => {
                 tracing::warn!(thread_id = %self.thread_id, "another node owns this thread; stopping");
@@ -990,9 +1003,13 @@ impl ThreadActorState {
             }
             return false;
         }
-        match self.passivation.finish(&self.thread_id, myself) {
+        let warm = self.take_warm();
+        match self.passivation.finish(&self.thread_id, myself, warm) {
             Ok(()) => true,
-            Err(buffered) => {
+            Err(Kept { buffered, warm }) => {
+                if let Some(warm) = warm {
+                    self.core = Some(warm.core);
+                }
                 for message in buffered {
                     let _ = myself.send_message(message);
                 }
@@ -1001,33 +1018,22 @@ impl ThreadActorState {
         }
     }
 
-    fn arm_idle_timer(&mut self, myself: &ActorRef<ThreadMsg>) {
-        if self.idle_timer {
-            return;
+    /// The core an idle actor leaves in memory when it stops, if the thread stays
+    /// warm: idle threads do for `idle_passivation`; waiting ones only when
+    /// `passivate_while_waiting` is off.
+    fn take_warm(&mut self) -> Option<WarmThread> {
+        let config = &self.deps.config;
+        let waiting = self.ctl.is_some();
+        if config.idle_passivation.is_zero() || (waiting && config.passivate_while_waiting) {
+            return None;
         }
-        self.idle_timer = true;
-        let period = self.deps.config.idle_passivation;
-        let myself = myself.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(period).await;
-            let _ = myself.send_message(ThreadMsg::IdleCheck);
-        });
-    }
-
-    fn maybe_passivate_idle(&mut self, myself: &ActorRef<ThreadMsg>) {
-        let idle_for = self.last_activity.elapsed();
-        let limit = self.deps.config.idle_passivation;
-        if self.ctl.is_none() && idle_for >= limit {
-            self.begin_passivation(myself);
-        } else if self.ctl.is_none() {
-            self.idle_timer = true;
-            let myself = myself.clone();
-            let wait = limit.saturating_sub(idle_for).max(Duration::from_millis(1));
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                let _ = myself.send_message(ThreadMsg::IdleCheck);
-            });
-        }
+        let latest_run = match (waiting, &self.run, &self.last_run) {
+            (true, Some(run), _) => LatestRun::Unfinished(Box::new(run.record.clone())),
+            (_, _, Some(run_id)) => LatestRun::Finished(run_id.clone()),
+            _ => LatestRun::None,
+        };
+        let core = self.core.take()?;
+        Some(WarmThread { core, latest_run })
     }
 }
 

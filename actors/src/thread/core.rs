@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::cancellation::CancellationToken;
 use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread};
 use crate::error::StateError;
-use crate::ids::{AgentId, MessageId, ThreadId};
+use crate::ids::{AgentId, MessageId, RunId, ThreadId};
 use crate::llm::StreamResult;
 use crate::runtime::ResolvedAgent;
 use crate::state::{PersistedState, StateStore, UnknownKeyPolicy};
@@ -85,6 +85,25 @@ impl ThreadCore {
             .map(<[Message]>::to_vec)
             .unwrap_or_default()
     }
+}
+
+/// What an idle thread leaves in memory when its actor stops, so the next message
+/// starts a new actor without reading the store (see decision 0016).
+pub(crate) struct WarmThread {
+    /// The thread's core, exactly as checkpointed.
+    pub(crate) core: Box<ThreadCore>,
+    /// The latest run: its record while unfinished, else only its id.
+    pub(crate) latest_run: LatestRun,
+}
+
+/// The latest run of a thread that has no actor.
+pub(crate) enum LatestRun {
+    /// The thread never ran.
+    None,
+    /// The run ended; new input continues from it (`parent_run_id`).
+    Finished(RunId),
+    /// The run waits for a decision, or was running when its actor died.
+    Unfinished(Box<RunRecord>),
 }
 
 /// The current run of a thread.

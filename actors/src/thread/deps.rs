@@ -31,10 +31,14 @@ impl FenceSource for SingleNodeFence {
 /// Tunables of thread actors.
 #[derive(Debug, Clone)]
 pub struct ThreadConfig {
-    /// Passivate a thread with no run after this long without messages.
+    /// How long an idle thread stays warm. A thread's actor stops as soon as the
+    /// thread is idle; its core stays in memory this long, so the next message
+    /// starts a new actor without reading the store, then the thread passivates
+    /// (nothing left on the node). Zero passivates idle threads at once.
     pub idle_passivation: Duration,
-    /// Passivate as soon as a run waits for a human (the Hector rule: waiting must
-    /// not hold an actor). Turn off only to measure the cost of rehydration.
+    /// Passivate a run waiting for a human at once instead of keeping it warm (the
+    /// Hector rule: waiting must not hold memory). Off, waiting threads stay warm
+    /// like idle ones.
     pub passivate_while_waiting: bool,
     /// Agent used when neither the request nor the thread names one.
     pub default_agent: Option<AgentId>,

@@ -1,14 +1,18 @@
-//! `ThreadRegion`: finds, starts, passivates and restarts the thread actors of a node.
+//! `ThreadRegion`: finds, starts, stops and restarts the thread actors of a node.
 //!
 //! Every message for a thread goes through [`ThreadRegion::send`]. A thread without a
-//! live actor gets one, rehydrated from the store. Passivation is a handshake so no
-//! message is ever lost and no thread ever has two actors: the actor first asks the
-//! region to *buffer* new messages, then sends itself `Passivate`, which it handles
-//! only after every message already in its mailbox; if nothing arrived meanwhile it
-//! stops, otherwise the buffered messages are handed back and it stays.
+//! live actor gets one, started from the thread's warm core when it has one, else
+//! rehydrated from the store. An actor stops as soon as its thread is idle; stopping
+//! is a handshake so no message is ever lost and no thread ever has two actors: the
+//! actor first asks the region to *buffer* new messages, then sends itself
+//! `Passivate`, which it handles only after every message already in its mailbox; if
+//! nothing arrived meanwhile it stops (leaving its core warm), otherwise the buffered
+//! messages are handed back and it stays. Warm cores are dropped after
+//! `ThreadConfig::idle_passivation`: the thread is then passivated.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
@@ -18,6 +22,7 @@ use crate::ids::ThreadId;
 
 use super::actor::{ThreadActor, ThreadActorArgs, ThreadMsg};
 use super::control::ControlError;
+use super::core::WarmThread;
 use super::deps::ThreadDeps;
 
 /// The passivation handshake, as a thread actor sees its region.
@@ -26,13 +31,26 @@ pub(crate) trait Passivation: Send + Sync {
     fn begin(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> bool;
     /// Stops buffering and returns what was buffered (the actor stays).
     fn cancel(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> Vec<ThreadMsg>;
-    /// Removes the thread if nothing was buffered; otherwise keeps the actor and
-    /// returns the buffer.
+    /// Removes the actor if nothing was buffered, keeping `warm` (if any) for the
+    /// next message; otherwise keeps the actor and hands back the buffer and `warm`.
     fn finish(
         &self,
         thread_id: &ThreadId,
         actor: &ActorRef<ThreadMsg>,
-    ) -> Result<(), Vec<ThreadMsg>>;
+        warm: Option<WarmThread>,
+    ) -> Result<(), Kept>;
+}
+
+/// What a thread actor keeps when it cannot stop: messages that arrived meanwhile.
+pub(crate) struct Kept {
+    pub(crate) buffered: Vec<ThreadMsg>,
+    pub(crate) warm: Option<WarmThread>,
+}
+
+/// A thread without an actor, still in memory.
+struct Dormant {
+    warm: WarmThread,
+    since: Instant,
 }
 
 /// Messages waiting for a thread's actor.
@@ -76,9 +94,43 @@ enum Slot {
 
 #[derive(Default)]
 struct Slots {
+    /// Threads with an actor. Lock order: an entry of `map`, then one of `warm`.
     map: DashMap<ThreadId, Slot>,
-    /// Woken whenever a thread's actor passivates.
+    /// Idle threads without an actor; never holds a thread that is in `map`.
+    warm: DashMap<ThreadId, Dormant>,
+    /// Woken whenever a thread's actor stops or its warm core is dropped.
     passivated: tokio::sync::Notify,
+}
+
+impl Slots {
+    /// Drops warm cores idle for `keep` or longer.
+    fn sweep(&self, keep: Duration) {
+        let now = Instant::now();
+        let before = self.warm.len();
+        self.warm
+            .retain(|_, dormant| now.saturating_duration_since(dormant.since) < keep);
+        if self.warm.len() != before {
+            self.passivated.notify_waiters();
+        }
+    }
+}
+
+/// Sweeps warm cores every quarter of `keep` until the region is gone: one task per
+/// node instead of a timer per thread.
+fn spawn_sweeper(slots: Weak<Slots>, keep: Duration) {
+    if keep.is_zero() {
+        return;
+    }
+    let period = (keep / 4).clamp(Duration::from_millis(1), Duration::from_secs(30));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            let Some(slots) = slots.upgrade() else {
+                return;
+            };
+            slots.sweep(keep);
+        }
+    });
 }
 
 impl Passivation for Slots {
@@ -112,18 +164,25 @@ impl Passivation for Slots {
         &self,
         thread_id: &ThreadId,
         actor: &ActorRef<ThreadMsg>,
-    ) -> Result<(), Vec<ThreadMsg>> {
+        warm: Option<WarmThread>,
+    ) -> Result<(), Kept> {
         match self.map.entry(thread_id.clone()) {
             Entry::Occupied(mut occupied) => match occupied.get_mut() {
                 Slot::Passivating(owner, buffered) if owner.get_id() == actor.get_id() => {
                     let buffered = buffered.take();
                     if buffered.is_empty() {
+                        // Warm before the slot goes: a message that finds no slot
+                        // must find the warm core.
+                        if let Some(warm) = warm {
+                            let since = Instant::now();
+                            self.warm.insert(thread_id.clone(), Dormant { warm, since });
+                        }
                         occupied.remove();
                         self.passivated.notify_waiters();
                         Ok(())
                     } else {
                         occupied.insert(Slot::Live(actor.clone()));
-                        Err(buffered)
+                        Err(Kept { buffered, warm })
                     }
                 }
                 _ => Ok(()),
@@ -163,6 +222,7 @@ impl ThreadRegion {
         )
         .await
         .map_err(|e| ControlError::Unavailable(e.to_string()))?;
+        spawn_sweeper(Arc::downgrade(&slots), deps.config.idle_passivation);
         Ok(Self {
             deps,
             slots,
@@ -184,12 +244,14 @@ impl ThreadRegion {
                 },
                 Entry::Vacant(vacant) => {
                     vacant.insert(Slot::Starting(Parked::with(message)));
+                    // Nothing adds a warm core while the slot is `Starting`.
+                    let warm = self.slots.warm.remove(thread_id).map(|(_, d)| d.warm);
                     return start_actor(
                         Arc::clone(&self.deps),
                         Arc::clone(&self.slots),
                         self.supervisor.clone(),
                         thread_id.clone(),
-                        0,
+                        Start { restarts: 0, warm },
                     )
                     .await;
                 }
@@ -209,37 +271,72 @@ impl ThreadRegion {
         }
     }
 
-    /// Whether the thread has an actor on this node (live, starting or passivating).
+    /// Whether the thread has an actor on this node (live, starting or stopping).
     pub fn is_live(&self, thread_id: &ThreadId) -> bool {
         self.slots.map.contains_key(thread_id)
     }
 
+    /// Whether the thread is idle without an actor, its core still in memory.
+    pub fn is_warm(&self, thread_id: &ThreadId) -> bool {
+        self.slots.warm.contains_key(thread_id)
+    }
+
     /// Resolves once the thread has no actor on this node.
+    pub async fn stopped(&self, thread_id: &ThreadId) {
+        self.wait_until(|| !self.is_live(thread_id)).await;
+    }
+
+    /// Resolves once the thread holds no memory on this node: no actor, no warm core.
     pub async fn passivated(&self, thread_id: &ThreadId) {
+        self.wait_until(|| !self.is_live(thread_id) && !self.is_warm(thread_id))
+            .await;
+    }
+
+    /// Resolves once no thread has an actor on this node.
+    pub async fn all_stopped(&self) {
+        self.wait_until(|| self.slots.map.is_empty()).await;
+    }
+
+    async fn wait_until(&self, done: impl Fn() -> bool) {
         loop {
             let notified = self.slots.passivated.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !self.is_live(thread_id) {
+            if done() {
                 return;
             }
             notified.await;
         }
     }
 
-    /// Number of threads with a live (or starting, or passivating) actor.
+    /// Number of threads with a live (or starting, or stopping) actor.
     pub fn live_threads(&self) -> usize {
         self.slots.map.len()
     }
 
-    /// Stops every thread actor and the supervisor.
+    /// Number of idle threads whose core is still in memory.
+    pub fn warm_threads(&self) -> usize {
+        self.slots.warm.len()
+    }
+
+    /// Stops every thread actor and the supervisor, and drops warm cores.
     pub async fn shutdown(&self) {
         self.supervisor
             .get_cell()
             .stop_children_and_wait(None, None)
             .await;
         self.supervisor.stop(None);
+        self.slots.warm.clear();
+        self.slots.passivated.notify_waiters();
     }
+}
+
+/// How a thread's actor starts.
+struct Start {
+    /// Restarts after failures so far.
+    restarts: u32,
+    /// The thread's warm core; `None` rehydrates from the store.
+    warm: Option<WarmThread>,
 }
 
 /// Starts (or restarts) the actor of a thread whose slot is `Starting`, then hands
@@ -249,13 +346,15 @@ async fn start_actor(
     slots: Arc<Slots>,
     supervisor: ActorRef<SupervisorMsg>,
     thread_id: ThreadId,
-    restarts: u32,
+    start: Start,
 ) -> Result<(), ControlError> {
+    let Start { restarts, warm } = start;
     let args = ThreadActorArgs {
         thread_id: thread_id.clone(),
         deps,
         passivation: Arc::clone(&slots) as Arc<dyn Passivation>,
         restarts,
+        warm,
     };
     match Actor::spawn_linked(None, ThreadActor, args, supervisor.get_cell()).await {
         Ok((actor, _)) => {
@@ -387,6 +486,7 @@ impl Actor for ThreadSupervisor {
                             .slots
                             .map
                             .insert(thread_id.clone(), Slot::Starting(Parked::default()));
+                        state.slots.warm.remove(&thread_id);
                         true
                     }
                 };
@@ -394,7 +494,12 @@ impl Actor for ThreadSupervisor {
                     let deps = Arc::clone(&state.deps);
                     let slots = Arc::clone(&state.slots);
                     tokio::spawn(async move {
-                        let _ = start_actor(deps, slots, myself, thread_id, restarts + 1).await;
+                        // A restart never trusts memory: the last checkpoint is the truth.
+                        let start = Start {
+                            restarts: restarts + 1,
+                            warm: None,
+                        };
+                        let _ = start_actor(deps, slots, myself, thread_id, start).await;
                     });
                 }
             }

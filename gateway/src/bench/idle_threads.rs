@@ -1,20 +1,22 @@
-//! `idle-threads`: what an idle thread costs in memory, live and passivated.
+//! `idle-threads`: what an idle thread costs in memory, warm and passivated.
 //!
 //! Two phases, each on a runtime of its own, each starting `--threads` threads with
-//! one short run (one inference answering with text):
+//! one short run (one inference answering with text) and waiting until every
+//! thread's actor stopped (an idle thread holds no actor):
 //!
-//! 1. passivation off (an idle timeout longer than the benchmark: `ThreadConfig` has
-//!    no off switch): every thread keeps its actor; the growth of the resident set
-//!    divided by the thread count is `bytes_per_live_thread`;
-//! 2. passivation on (`ThreadConfig::idle_passivation` of [`PASSIVATE_AFTER`]): the
-//!    phase waits until every thread passivated; the growth per thread is
-//!    `bytes_per_passivated_thread` and `live_threads` is what is left live.
+//! 1. warm (an idle passivation longer than the benchmark): every thread keeps its
+//!    core in memory; the growth of the resident set divided by the thread count is
+//!    `bytes_per_warm_thread`, and `warm_threads` counts them;
+//! 2. passivated (`ThreadConfig::idle_passivation` of [`PASSIVATE_AFTER`]): the phase
+//!    waits until every thread passivated; the growth per thread is
+//!    `bytes_per_passivated_thread`.
 //!
-//! Both include what the in-memory store keeps per thread (messages, run, state).
-//! The first phase's runtime stays alive during the second, so the second cannot
-//! reuse memory the first freed, which would hide its cost; what the allocator keeps
-//! after actors stop is counted, as the operating system counts it. `runs` is twice
-//! `--threads`.
+//! Both include what the in-memory store keeps per thread (messages, run, state);
+//! `bytes_per_warm_core` is the difference, what keeping a thread warm costs. The
+//! first phase's runtime stays alive during the second, so the second cannot reuse
+//! memory the first freed, which would hide its cost; what the allocator keeps after
+//! actors stop is counted, as the operating system counts it. `live_threads` is the
+//! number of actors left after both phases (0). `runs` is twice `--threads`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,13 +38,13 @@ pub const NAME: &str = "idle-threads";
 /// The idle timeout of the passivating phase.
 pub const PASSIVATE_AFTER: Duration = Duration::from_millis(100);
 
-/// The idle timeout standing for "never" in the live phase.
+/// The idle passivation standing for "never" in the warm phase.
 const NEVER: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Measures `options.threads` live and passivated threads.
+/// Measures `options.threads` warm and passivated threads.
 pub async fn run(options: &BenchOptions) -> Result<BenchReport> {
     let threads = options.threads.max(1);
-    let live = Phase::run("idle-threads/live", NEVER, threads, options).await?;
+    let warm = Phase::run("idle-threads/warm", NEVER, threads, options).await?;
     let passivating =
         Phase::run("idle-threads/passivated", PASSIVATE_AFTER, threads, options).await?;
     let deadline = Instant::now() + options.timeout;
@@ -58,29 +60,34 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport> {
         }
     }
     let passivated_growth = rss_kb().saturating_sub(passivating.rss_before_kb);
-    let live_after = passivating.runtime.live_threads();
-    let live_without_passivation = live.runtime.live_threads();
+    let live_after = warm.runtime.live_threads() + passivating.runtime.live_threads();
+    let warm_threads = warm.runtime.warm_threads();
+    let (bytes_warm, bytes_passivated) = (
+        per_thread(warm.growth_kb, threads),
+        per_thread(passivated_growth, threads),
+    );
 
-    let mut driven = live.driven;
+    let mut driven = warm.driven;
     driven.latencies.merge(&passivating.driven.latencies)?;
     driven.completed += passivating.driven.completed;
     driven.errors += passivating.driven.errors;
     driven.first_error = driven.first_error.take().or(passivating.driven.first_error);
-    driven.timed_out |= passivating.driven.timed_out || !waited_out;
+    driven.timed_out |= warm.timed_out || passivating.timed_out || !waited_out;
     driven.elapsed += passivating.driven.elapsed;
 
-    live.runtime.shutdown().await;
+    warm.runtime.shutdown().await;
     passivating.runtime.shutdown().await;
     Ok(driven
         .report(NAME, options.concurrency)
         .with("threads", threads)
-        .with("bytes_per_live_thread", per_thread(live.growth_kb, threads))
+        .with("bytes_per_warm_thread", bytes_warm)
+        .with("bytes_per_passivated_thread", bytes_passivated)
         .with(
-            "bytes_per_passivated_thread",
-            per_thread(passivated_growth, threads),
+            "bytes_per_warm_core",
+            bytes_warm.saturating_sub(bytes_passivated),
         )
+        .with("warm_threads", warm_threads)
         .with("live_threads", live_after)
-        .with("live_threads_without_passivation", live_without_passivation)
         .with(
             "idle_passivation_ms",
             u64::try_from(PASSIVATE_AFTER.as_millis()).unwrap_or(u64::MAX),
@@ -94,6 +101,8 @@ struct Phase {
     driven: Driven,
     rss_before_kb: u64,
     growth_kb: u64,
+    /// Whether the actors did not all stop within the time limit.
+    timed_out: bool,
 }
 
 impl Phase {
@@ -117,6 +126,7 @@ impl Phase {
             short_run(job_runtime.clone(), agent.clone(), job_ids[index].clone())
         })
         .await?;
+        let stopped = tokio::time::timeout(options.timeout, runtime.all_stopped()).await;
         let growth_kb = rss_kb().saturating_sub(rss_before_kb);
         Ok(Self {
             runtime,
@@ -124,6 +134,7 @@ impl Phase {
             driven,
             rss_before_kb,
             growth_kb,
+            timed_out: stopped.is_err(),
         })
     }
 }

@@ -2,9 +2,10 @@
 //! inference → one tool call → inference → final text, with the scripted model and
 //! the in-memory store (the runtime checkpoints at every step).
 //!
-//! Extra fields: `live_threads_at_end` (thread actors still live when the last run
-//! finished; with the default idle passivation of minutes that is every thread) and
-//! `idle_passivation_s`.
+//! Extra fields, taken once every thread's actor stopped after the last run:
+//! `live_threads_at_end` (thread actors still live: 0), `warm_threads_at_end` (idle
+//! threads kept in memory; with the default idle passivation of minutes, every
+//! thread) and `idle_passivation_s`.
 
 use std::sync::Arc;
 
@@ -42,11 +43,16 @@ pub(crate) async fn run_named(
         one_run(job_runtime.clone(), agent.clone())
     })
     .await?;
-    let live = runtime.live_threads();
+    // Outside the timed part: actors stop right after their run's last event.
+    let settle = tokio::time::timeout(options.timeout, runtime.all_stopped()).await;
+    let (live, warm) = (runtime.live_threads(), runtime.warm_threads());
     runtime.shutdown().await;
+    let mut driven = driven;
+    driven.timed_out |= settle.is_err();
     Ok(driven
         .report(name, concurrency)
         .with("live_threads_at_end", live)
+        .with("warm_threads_at_end", warm)
         .with("idle_passivation_s", idle_passivation_s))
 }
 

@@ -1,0 +1,259 @@
+//! Idle threads: actors stop at once, cores stay warm for `idle_passivation`, then the
+//! thread passivates and the next message rehydrates it from the store.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use awaken_actors::contract::{
+    Message, ModelSpec, RunRecord, TerminationReason, Thread, ThreadMetadata, ToolCallResumeMode,
+    ToolExecutionMode,
+};
+use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
+use awaken_actors::store::{
+    Checkpoint, FencingToken, InMemoryStore, MessagePage, MessageQuery, RunPage, RunQuery,
+    ThreadRunStore, ThreadSnapshot, ThreadSummary,
+};
+use awaken_actors::thread::ThreadConfig;
+use awaken_actors::{RunId, StorageError, ThreadId};
+use serde_json::json;
+use support::*;
+
+/// The in-memory store, counting how often a thread is rehydrated from it.
+#[derive(Default)]
+struct CountingStore {
+    inner: InMemoryStore,
+    snapshot_loads: AtomicUsize,
+}
+
+impl CountingStore {
+    fn loads(&self) -> usize {
+        self.snapshot_loads.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl ThreadRunStore for CountingStore {
+    async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
+        self.inner.create_thread(thread).await
+    }
+    async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
+        self.inner.load_thread(id).await
+    }
+    async fn update_thread_metadata(
+        &self,
+        id: &ThreadId,
+        metadata: ThreadMetadata,
+    ) -> Result<(), StorageError> {
+        self.inner.update_thread_metadata(id, metadata).await
+    }
+    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+        self.inner.delete_thread(id).await
+    }
+    async fn list_threads(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ThreadId>, StorageError> {
+        self.inner.list_threads(offset, limit).await
+    }
+    async fn list_thread_summaries(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ThreadSummary>, StorageError> {
+        self.inner.list_thread_summaries(offset, limit).await
+    }
+    async fn load_messages(
+        &self,
+        id: &ThreadId,
+        query: &MessageQuery,
+    ) -> Result<MessagePage, StorageError> {
+        self.inner.load_messages(id, query).await
+    }
+    async fn load_thread_snapshot(
+        &self,
+        id: &ThreadId,
+    ) -> Result<Option<ThreadSnapshot>, StorageError> {
+        self.snapshot_loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load_thread_snapshot(id).await
+    }
+    async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
+        self.inner.create_run(record).await
+    }
+    async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError> {
+        self.inner.load_run(run_id).await
+    }
+    async fn latest_run(&self, thread_id: &ThreadId) -> Result<Option<RunRecord>, StorageError> {
+        self.inner.latest_run(thread_id).await
+    }
+    async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
+        self.inner.list_runs(query).await
+    }
+    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+        self.inner.checkpoint(checkpoint).await
+    }
+    async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
+        self.inner.fence(id, token).await
+    }
+}
+
+/// A runtime on a counting store; `approve` puts the echo tool behind an approval.
+fn counted_runtime(
+    llm: Arc<ScriptedLlm>,
+    echo: Arc<Echo>,
+    approve: bool,
+    config: ThreadConfig,
+) -> (AgentRuntime, Arc<CountingStore>) {
+    let store = Arc::new(CountingStore::default());
+    let mut spec = agent_spec(ToolExecutionMode::Sequential);
+    let mut builder = AgentRuntimeBuilder::new()
+        .with_model(
+            "m",
+            ModelSpec {
+                id: "m".into(),
+                provider: "scripted".into(),
+                model: "scripted-model".into(),
+            },
+        )
+        .with_provider("scripted", llm)
+        .with_tool("echo", echo)
+        .with_thread_run_store(store.clone())
+        .with_thread_config(config);
+    if approve {
+        spec = spec.with_plugin("approval");
+        builder = builder.with_plugin(
+            "approval",
+            Arc::new(Approval {
+                tools: ["echo"].into_iter().collect(),
+                mode: ToolCallResumeMode::ReplayToolCall,
+            }),
+        );
+    }
+    (builder.with_agent_spec(spec).build().unwrap(), store)
+}
+
+fn texts(messages: &[Message]) -> Vec<String> {
+    messages.iter().map(Message::text).collect()
+}
+
+#[tokio::test]
+async fn an_idle_thread_stops_its_actor_and_takes_the_next_message_from_memory() {
+    // Turns count from the last user message: every run answers "one".
+    let llm = ScriptedLlm::new(vec![Turn::Text("one")]);
+    let (rt, store) = counted_runtime(llm.clone(), Arc::default(), false, ThreadConfig::default());
+    let thread = tid("t-warm");
+    let (first, _) = run_once(&rt, "t-warm", "first").await;
+    assert_eq!(first.termination, TerminationReason::NaturalEnd);
+
+    rt.thread_stopped(&thread).await;
+    assert!(!rt.is_thread_live(&thread), "an idle thread holds no actor");
+    assert!(rt.is_thread_warm(&thread));
+    assert_eq!((rt.live_threads(), rt.warm_threads()), (0, 1));
+    assert_eq!(store.loads(), 1, "only the first start reads the store");
+
+    let (second, _) = run_once(&rt, "t-warm", "second").await;
+    assert_eq!(second.termination, TerminationReason::NaturalEnd);
+    assert_eq!(store.loads(), 1, "a warm thread starts without the store");
+    let seen = texts(&llm.requests.lock().unwrap()[1].messages);
+    assert!(
+        seen.ends_with(&["first".into(), "one".into(), "second".into()]),
+        "the second run sees the first: {seen:?}"
+    );
+    let record = store.inner.load_run(&second.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        record.parent_run_id,
+        Some(first.run_id),
+        "a continuation names the previous run, also from memory"
+    );
+}
+
+#[tokio::test]
+async fn warm_threads_passivate_after_idle_passivation() {
+    // Turns count from the last user message: every run answers "one".
+    let llm = ScriptedLlm::new(vec![Turn::Text("one")]);
+    let config = ThreadConfig {
+        idle_passivation: Duration::from_millis(20),
+        ..ThreadConfig::default()
+    };
+    let (rt, store) = counted_runtime(llm.clone(), Arc::default(), false, config);
+    let thread = tid("t-cold");
+    run_once(&rt, "t-cold", "first").await;
+
+    rt.thread_passivated(&thread).await;
+    assert!(!rt.is_thread_live(&thread) && !rt.is_thread_warm(&thread));
+    assert_eq!((rt.live_threads(), rt.warm_threads()), (0, 0));
+
+    let (second, _) = run_once(&rt, "t-cold", "second").await;
+    assert_eq!(second.termination, TerminationReason::NaturalEnd);
+    assert_eq!(
+        store.loads(),
+        2,
+        "a passivated thread rehydrates from the store"
+    );
+    let seen = texts(&llm.requests.lock().unwrap()[1].messages);
+    assert!(
+        seen.ends_with(&["first".into(), "one".into(), "second".into()]),
+        "history kept: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn zero_idle_passivation_keeps_nothing_warm() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("one")]);
+    let config = ThreadConfig {
+        idle_passivation: Duration::ZERO,
+        ..ThreadConfig::default()
+    };
+    let (rt, _) = counted_runtime(llm, Arc::default(), false, config);
+    let thread = tid("t-zero");
+    run_once(&rt, "t-zero", "first").await;
+    rt.thread_stopped(&thread).await;
+    assert!(!rt.is_thread_warm(&thread));
+    assert_eq!(rt.warm_threads(), 0);
+}
+
+/// A waiting run resumes from memory when kept warm, from the store by default.
+async fn approve_after_suspension(passivate_while_waiting: bool) -> usize {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"n": 1}))]),
+        Turn::Text("done"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let config = ThreadConfig {
+        passivate_while_waiting,
+        ..ThreadConfig::default()
+    };
+    let (rt, store) = counted_runtime(llm, echo.clone(), true, config);
+    let thread = tid("t-wait");
+    let (first, events) = run_once(&rt, "t-wait", "go").await;
+    assert_eq!(first.termination, TerminationReason::Suspended);
+    rt.thread_stopped(&thread).await;
+    assert!(!rt.is_thread_live(&thread), "waiting never holds an actor");
+    assert_eq!(rt.is_thread_warm(&thread), !passivate_while_waiting);
+
+    let call = suspended_call(&events);
+    let done = rt
+        .decide_and_wait(&thread, call, resume("d1", json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(done.run_id, first.run_id);
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+    store.loads()
+}
+
+#[tokio::test]
+async fn a_waiting_run_passivates_at_once_by_default() {
+    assert_eq!(approve_after_suspension(true).await, 2);
+}
+
+#[tokio::test]
+async fn a_waiting_run_kept_warm_resumes_without_the_store() {
+    assert_eq!(approve_after_suspension(false).await, 1);
+}
