@@ -6,10 +6,15 @@
 //! (time-ordered, so stores list them in creation order). Validation happens once, at
 //! construction and at deserialization: an id is non-empty, at most
 //! [`MAX_ID_LEN`] bytes and free of control characters.
+//!
+//! An id is a shared, immutable string (`Arc<str>`): events, records and messages
+//! carry the same ids many times per run, and cloning one is a reference count, not
+//! an allocation.
 
 use std::borrow::Borrow;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// Longest accepted id, in bytes; long enough for any UUID, URN or composite key.
 pub const MAX_ID_LEN: usize = 256;
@@ -58,21 +63,23 @@ fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
 macro_rules! define_id {
     ($(#[$meta:meta])* $name:ident, $kind:literal) => {
         $(#[$meta])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-        #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize)]
+        #[serde(try_from = "String")]
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Wraps a caller-chosen id after validating it.
             pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
                 let value = value.into();
                 validate($kind, &value)?;
-                Ok(Self(value))
+                Ok(Self(Arc::from(value)))
             }
 
             /// A fresh, time-ordered UUID v7 id.
             pub fn generate() -> Self {
-                Self(uuid::Uuid::now_v7().to_string())
+                let mut buffer = uuid::Uuid::encode_buffer();
+                let text = uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buffer);
+                Self(Arc::from(&*text))
             }
 
             /// The id as a string slice.
@@ -82,7 +89,13 @@ macro_rules! define_id {
 
             /// Consumes the id, returning the inner string.
             pub fn into_string(self) -> String {
-                self.0
+                String::from(&*self.0)
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
             }
         }
 
@@ -121,7 +134,7 @@ macro_rules! define_id {
 
         impl From<$name> for String {
             fn from(id: $name) -> String {
-                id.0
+                id.into_string()
             }
         }
 
@@ -139,13 +152,13 @@ macro_rules! define_id {
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                &*self.0 == other
             }
         }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
+                &*self.0 == *other
             }
         }
 
