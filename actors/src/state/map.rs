@@ -93,6 +93,26 @@ impl StateMap {
         make_mut::<K>(slot)
     }
 
+    /// Makes this map's value for `type_id` the very value `source` holds (a shared
+    /// pointer; a later write copies it first). Nothing happens if `source` has none.
+    pub(crate) fn share_from(&mut self, source: &StateMap, type_id: TypeId) -> bool {
+        match source.slots.get(&type_id) {
+            Some(slot) => {
+                self.slots.insert(type_id, Arc::clone(slot));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether this map's value for `type_id` is the very value `other` holds.
+    pub(crate) fn shares_with(&self, other: &StateMap, type_id: TypeId) -> bool {
+        match (self.slots.get(&type_id), other.slots.get(&type_id)) {
+            (Some(mine), Some(theirs)) => Arc::ptr_eq(mine, theirs),
+            _ => false,
+        }
+    }
+
     /// Number of values held.
     pub fn len(&self) -> usize {
         self.slots.len()

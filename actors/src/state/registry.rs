@@ -109,6 +109,9 @@ pub struct KeyRegistry {
     by_type: HashMap<TypeId, &'static str, BuildHasherDefault<TypeIdHasher>>,
     /// Encodings of default values: checkpoints leave keys at their default out.
     defaults: HashMap<&'static str, JsonValue>,
+    /// One default value per key, shared by every map reset from this registry: a
+    /// key nobody wrote costs a pointer, and checkpoints skip it without encoding.
+    default_values: StateMap,
 }
 
 impl KeyRegistry {
@@ -123,11 +126,29 @@ impl KeyRegistry {
         }
         self.by_type.insert(registration.type_id, registration.key);
         self.by_name.insert(registration.key, registration);
+        registration.reset(&mut self.default_values);
         // A default that cannot be encoded is simply always exported.
         if let Ok(json) = (registration.encode_default)() {
             self.defaults.insert(registration.key, json);
         }
         Ok(())
+    }
+
+    /// Gives `registration`'s key its default value in `map`.
+    pub(crate) fn reset(&self, registration: &KeyRegistration, map: &mut StateMap) {
+        if !map.share_from(&self.default_values, registration.type_id) {
+            registration.reset(map);
+        }
+    }
+
+    /// Whether `map` still holds the shared default of `registration`'s key (so it
+    /// holds the default value without anyone comparing it).
+    pub(crate) fn holds_shared_default(
+        &self,
+        registration: &KeyRegistration,
+        map: &StateMap,
+    ) -> bool {
+        map.shares_with(&self.default_values, registration.type_id)
     }
 
     /// Whether `json` is the encoding of `key`'s default value.
@@ -146,6 +167,7 @@ impl KeyRegistry {
         let registration = self.by_name.remove(key)?;
         self.by_type.remove(&registration.type_id);
         self.defaults.remove(key);
+        registration.remove_from(&mut self.default_values);
         Some(registration)
     }
 

@@ -150,10 +150,10 @@ impl StateStore {
             Some(json) => {
                 if let Err(err) = registration.decode_into(map, json) {
                     tracing::warn!(key = registration.key, error = %err, "dropping retained value that no longer decodes");
-                    registration.reset(map);
+                    self.registry.reset(&registration, map);
                 }
             }
-            None => registration.reset(map),
+            None => self.registry.reset(&registration, map),
         }
     }
 
@@ -317,7 +317,7 @@ impl StateStore {
             .collect();
         let map = Arc::make_mut(&mut self.current);
         for registration in &run_keys {
-            registration.reset(map);
+            self.registry.reset(registration, map);
         }
         self.revision += 1;
         let touched: Vec<TouchedKey> = run_keys
@@ -336,6 +336,12 @@ impl StateStore {
         for registration in self.registry.iter().filter(|r| r.persistent) {
             // Keys at their default are left out: restore leaves absent keys at their
             // default, and most keys of a thread are.
+            if self
+                .registry
+                .holds_shared_default(registration, &self.current)
+            {
+                continue;
+            }
             if let Some(json) = registration.encode(&self.current)?
                 && !self.registry.is_default(registration.key, &json)
             {
@@ -597,6 +603,46 @@ mod tests {
         assert_eq!(store.read::<Counter>(), Some(0));
         assert_eq!(store.read::<Scratch>(), Some(String::new()));
         assert_eq!(store.read::<Memory>().unwrap(), vec!["kept".to_owned()]);
+    }
+
+    #[test]
+    fn untouched_keys_share_the_registry_default_and_writes_copy_it() {
+        let mut first = store();
+        let mut second = StateStore::new();
+        second.adopt_registry(Arc::clone(&first.registry)).unwrap();
+        let registry = Arc::clone(&first.registry);
+        let counter = *registry.get(Counter::KEY).unwrap();
+        assert!(registry.holds_shared_default(&counter, &first.current));
+        assert!(registry.holds_shared_default(&counter, &second.current));
+
+        let mut cmd = StateCommand::new();
+        cmd.update::<Counter>(3);
+        first.commit(cmd).unwrap();
+        assert!(!registry.holds_shared_default(&counter, &first.current));
+        assert_eq!(first.read::<Counter>(), Some(3));
+        assert_eq!(
+            second.read::<Counter>(),
+            Some(0),
+            "the shared default is untouched"
+        );
+        assert!(
+            first
+                .export()
+                .unwrap()
+                .extensions
+                .contains_key(Counter::KEY)
+        );
+        assert!(
+            !second
+                .export()
+                .unwrap()
+                .extensions
+                .contains_key(Counter::KEY)
+        );
+
+        first.begin_run();
+        assert!(registry.holds_shared_default(&counter, &first.current));
+        assert_eq!(first.read::<Counter>(), Some(0));
     }
 
     #[test]
