@@ -14,6 +14,7 @@ pub mod event_sink;
 pub mod ids;
 mod inline;
 pub mod llm;
+pub mod mailbox;
 pub mod permission;
 pub mod phase;
 pub mod plugin;

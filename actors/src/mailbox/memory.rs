@@ -1,0 +1,491 @@
+//! `InMemoryMailboxStore`: the single-node twin of the JetStream mailbox.
+//!
+//! One mutex over the whole mailbox: every operation is a few map lookups, so a claim
+//! is trivially atomic (exactly one winner) and contention stays far below the cost
+//! of the runs the dispatches activate.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use super::{DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore};
+use crate::contract::{
+    MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus,
+};
+use crate::ids::{DispatchId, ThreadId};
+use crate::store::clamp_limit;
+
+/// Dispatches kept in process memory.
+#[derive(Debug, Default)]
+pub struct InMemoryMailboxStore {
+    config: MailboxConfig,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    dispatches: HashMap<DispatchId, Entry>,
+    /// Enqueue order: sequence number → dispatch.
+    order: BTreeMap<u64, DispatchId>,
+    threads: HashMap<ThreadId, ThreadMailbox>,
+    dedupe: HashMap<String, DispatchId>,
+    next_seq: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u64,
+    dispatch: RunDispatch,
+}
+
+#[derive(Debug, Default)]
+struct ThreadMailbox {
+    epoch: u64,
+    /// Sequence numbers of the thread's retained dispatches.
+    seqs: Vec<u64>,
+}
+
+impl InMemoryMailboxStore {
+    /// An empty mailbox with `config`.
+    pub fn new(config: MailboxConfig) -> Self {
+        Self {
+            config,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Inner {
+    fn get_mut(&mut self, id: &DispatchId) -> Result<&mut RunDispatch, MailboxError> {
+        self.dispatches
+            .get_mut(id)
+            .map(|entry| &mut entry.dispatch)
+            .ok_or_else(|| MailboxError::NotFound(id.clone()))
+    }
+
+    /// The dispatch, if it is claimed under `token`.
+    fn claimed(
+        &mut self,
+        id: &DispatchId,
+        token: &str,
+        operation: &'static str,
+    ) -> Result<&mut RunDispatch, MailboxError> {
+        let dispatch = self.get_mut(id)?;
+        if dispatch.status != RunDispatchStatus::Claimed {
+            return Err(wrong_state(dispatch, operation));
+        }
+        if dispatch.claim_token.as_deref() != Some(token) {
+            return Err(MailboxError::ClaimMismatch(id.clone()));
+        }
+        Ok(dispatch)
+    }
+
+    /// The thread's dispatches in enqueue order.
+    fn thread_entries(&self, thread_id: &ThreadId) -> impl Iterator<Item = &Entry> {
+        self.threads
+            .get(thread_id)
+            .into_iter()
+            .flat_map(|mailbox| mailbox.seqs.iter())
+            .filter_map(|seq| self.order.get(seq))
+            .filter_map(|id| self.dispatches.get(id))
+    }
+
+    fn remove(&mut self, id: &DispatchId) {
+        let Some(entry) = self.dispatches.remove(id) else {
+            return;
+        };
+        self.order.remove(&entry.seq);
+        if let Some(mailbox) = self.threads.get_mut(&entry.dispatch.thread_id) {
+            mailbox.seqs.retain(|seq| *seq != entry.seq);
+        }
+        if let Some(key) = &entry.dispatch.dedupe_key
+            && self.dedupe.get(key) == Some(id)
+        {
+            self.dedupe.remove(key);
+        }
+    }
+}
+
+fn wrong_state(dispatch: &RunDispatch, operation: &'static str) -> MailboxError {
+    MailboxError::WrongState {
+        dispatch_id: dispatch.dispatch_id.clone(),
+        status: dispatch.status,
+        operation,
+    }
+}
+
+fn claim_into(dispatch: &mut RunDispatch, consumer: &str, lease_ms: u64, now_ms: u64) {
+    dispatch.status = RunDispatchStatus::Claimed;
+    dispatch.claim_token = Some(uuid::Uuid::now_v7().to_string());
+    dispatch.claimed_by = Some(consumer.to_owned());
+    dispatch.lease_until = Some(now_ms.saturating_add(lease_ms));
+    dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
+    dispatch.updated_at = now_ms;
+}
+
+fn release(dispatch: &mut RunDispatch, status: RunDispatchStatus, now_ms: u64) {
+    dispatch.status = status;
+    dispatch.claim_token = None;
+    dispatch.claimed_by = None;
+    dispatch.lease_until = None;
+    dispatch.updated_at = now_ms;
+}
+
+/// A failed attempt: back to the queue after the back-off, or dead-lettered.
+fn fail_attempt(config: &MailboxConfig, dispatch: &mut RunDispatch, error: &str, now_ms: u64) {
+    dispatch.last_error = Some(error.to_owned());
+    if dispatch.attempt_count >= dispatch.max_attempts {
+        release(dispatch, RunDispatchStatus::DeadLetter, now_ms);
+    } else {
+        release(dispatch, RunDispatchStatus::Queued, now_ms);
+        dispatch.available_at =
+            now_ms.saturating_add(config.retry_delay_ms(dispatch.attempt_count));
+    }
+}
+
+fn claimable(dispatch: &RunDispatch, now_ms: u64) -> bool {
+    dispatch.status == RunDispatchStatus::Queued && dispatch.available_at <= now_ms
+}
+
+#[async_trait]
+impl MailboxStore for InMemoryMailboxStore {
+    async fn enqueue(
+        &self,
+        dispatch: RunDispatch,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        if inner.dispatches.contains_key(&dispatch.dispatch_id) {
+            return Err(MailboxError::Duplicate(format!(
+                "dispatch id {}",
+                dispatch.dispatch_id
+            )));
+        }
+        if let Some(key) = &dispatch.dedupe_key
+            && inner.dedupe.contains_key(key)
+        {
+            return Err(MailboxError::Duplicate(format!("dedupe key {key:?}")));
+        }
+        let mut dispatch = dispatch;
+        let epoch = inner
+            .threads
+            .get(&dispatch.thread_id)
+            .map_or(0, |mailbox| mailbox.epoch);
+        dispatch.dispatch_epoch = epoch;
+        dispatch.status = RunDispatchStatus::Queued;
+        dispatch.attempt_count = 0;
+        if dispatch.max_attempts == 0 {
+            dispatch.max_attempts = self.config.default_max_attempts;
+        }
+        dispatch.claim_token = None;
+        dispatch.claimed_by = None;
+        dispatch.lease_until = None;
+        dispatch.created_at = now_ms;
+        dispatch.updated_at = now_ms;
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        if let Some(key) = &dispatch.dedupe_key {
+            inner
+                .dedupe
+                .insert(key.clone(), dispatch.dispatch_id.clone());
+        }
+        inner.order.insert(seq, dispatch.dispatch_id.clone());
+        inner
+            .threads
+            .entry(dispatch.thread_id.clone())
+            .or_default()
+            .seqs
+            .push(seq);
+        inner.dispatches.insert(
+            dispatch.dispatch_id.clone(),
+            Entry {
+                seq,
+                dispatch: dispatch.clone(),
+            },
+        );
+        Ok(dispatch)
+    }
+
+    async fn claim(
+        &self,
+        thread_id: &ThreadId,
+        consumer: &str,
+        limit: usize,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<Vec<RunDispatch>, MailboxError> {
+        let mut inner = self.lock();
+        let mut candidates: Vec<(u8, u64, DispatchId)> = inner
+            .thread_entries(thread_id)
+            .filter(|entry| claimable(&entry.dispatch, now_ms))
+            .map(|entry| {
+                let d = &entry.dispatch;
+                (d.priority, entry.seq, d.dispatch_id.clone())
+            })
+            .collect();
+        candidates.sort_unstable_by_key(|(priority, seq, _)| (*priority, *seq));
+        let mut claimed = Vec::new();
+        for (_, _, id) in candidates.into_iter().take(limit) {
+            let dispatch = inner.get_mut(&id)?;
+            claim_into(dispatch, consumer, lease_ms, now_ms);
+            claimed.push(dispatch.clone());
+        }
+        Ok(claimed)
+    }
+
+    async fn claim_dispatch(
+        &self,
+        dispatch_id: &DispatchId,
+        consumer: &str,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.get_mut(dispatch_id)?;
+        if !claimable(dispatch, now_ms) {
+            return Err(wrong_state(dispatch, "claim"));
+        }
+        claim_into(dispatch, consumer, lease_ms, now_ms);
+        Ok(dispatch.clone())
+    }
+
+    async fn ack(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.claimed(dispatch_id, claim_token, "ack")?;
+        release(dispatch, RunDispatchStatus::Acked, now_ms);
+        Ok(dispatch.clone())
+    }
+
+    async fn nack(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.claimed(dispatch_id, claim_token, "nack")?;
+        fail_attempt(&self.config, dispatch, error, now_ms);
+        Ok(dispatch.clone())
+    }
+
+    async fn dead_letter(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.claimed(dispatch_id, claim_token, "dead-letter")?;
+        dispatch.last_error = Some(error.to_owned());
+        release(dispatch, RunDispatchStatus::DeadLetter, now_ms);
+        Ok(dispatch.clone())
+    }
+
+    async fn cancel(
+        &self,
+        dispatch_id: &DispatchId,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.get_mut(dispatch_id)?;
+        if dispatch.status != RunDispatchStatus::Queued {
+            return Err(wrong_state(dispatch, "cancel"));
+        }
+        release(dispatch, RunDispatchStatus::Cancelled, now_ms);
+        Ok(dispatch.clone())
+    }
+
+    async fn extend_lease(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.claimed(dispatch_id, claim_token, "extend the lease of")?;
+        dispatch.lease_until = Some(now_ms.saturating_add(lease_ms));
+        dispatch.updated_at = now_ms;
+        Ok(dispatch.clone())
+    }
+
+    async fn interrupt(
+        &self,
+        thread_id: &ThreadId,
+        now_ms: u64,
+    ) -> Result<MailboxInterrupt, MailboxError> {
+        let mut inner = self.lock();
+        let mailbox = inner.threads.entry(thread_id.clone()).or_default();
+        mailbox.epoch += 1;
+        let new_dispatch_epoch = mailbox.epoch;
+        let ids: Vec<DispatchId> = inner
+            .thread_entries(thread_id)
+            .map(|entry| &entry.dispatch)
+            .filter(|d| {
+                matches!(
+                    d.status,
+                    RunDispatchStatus::Queued | RunDispatchStatus::Claimed
+                )
+            })
+            .map(|d| d.dispatch_id.clone())
+            .collect();
+        let mut superseded_count = 0;
+        let mut active_dispatch = None;
+        for id in ids {
+            let dispatch = inner.get_mut(&id)?;
+            if dispatch.status == RunDispatchStatus::Queued {
+                release(dispatch, RunDispatchStatus::Superseded, now_ms);
+                superseded_count += 1;
+            } else if active_dispatch.is_none() {
+                active_dispatch = Some(dispatch.clone());
+            }
+        }
+        Ok(MailboxInterrupt {
+            new_dispatch_epoch,
+            active_dispatch,
+            superseded_count,
+        })
+    }
+
+    async fn supersede_claimed(
+        &self,
+        dispatch_id: &DispatchId,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.get_mut(dispatch_id)?;
+        if dispatch.status != RunDispatchStatus::Claimed {
+            return Err(wrong_state(dispatch, "supersede"));
+        }
+        release(dispatch, RunDispatchStatus::Superseded, now_ms);
+        Ok(dispatch.clone())
+    }
+
+    async fn record_dispatch_start(
+        &self,
+        dispatch_id: &DispatchId,
+        dispatch_instance_id: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.get_mut(dispatch_id)?;
+        dispatch.dispatch_instance_id = Some(dispatch_instance_id.to_owned());
+        dispatch.run_status = Some(RunStatus::Running);
+        dispatch.updated_at = now_ms;
+        Ok(dispatch.clone())
+    }
+
+    async fn record_run_result(
+        &self,
+        dispatch_id: &DispatchId,
+        result: RunDispatchResult,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        let mut inner = self.lock();
+        let dispatch = inner.get_mut(dispatch_id)?;
+        if result.run_id != dispatch.run_id {
+            return Err(MailboxError::InvalidInput(format!(
+                "result for run {} recorded on dispatch {} of run {}",
+                result.run_id, dispatch.dispatch_id, dispatch.run_id
+            )));
+        }
+        dispatch.dispatch_instance_id = Some(result.dispatch_instance_id);
+        dispatch.run_status = Some(result.status);
+        dispatch.termination = result.termination;
+        dispatch.run_response = result.response;
+        dispatch.run_error = result.error;
+        dispatch.completed_at = Some(now_ms);
+        dispatch.updated_at = now_ms;
+        Ok(dispatch.clone())
+    }
+
+    async fn load_dispatch(
+        &self,
+        dispatch_id: &DispatchId,
+    ) -> Result<Option<RunDispatch>, MailboxError> {
+        Ok(self
+            .lock()
+            .dispatches
+            .get(dispatch_id)
+            .map(|entry| entry.dispatch.clone()))
+    }
+
+    async fn list_dispatches(&self, query: &DispatchQuery) -> Result<DispatchPage, MailboxError> {
+        let inner = self.lock();
+        let matching: Vec<&RunDispatch> = match &query.thread_id {
+            Some(thread_id) => inner
+                .thread_entries(thread_id)
+                .map(|entry| &entry.dispatch)
+                .filter(|d| query.matches(d))
+                .collect(),
+            None => inner
+                .order
+                .values()
+                .filter_map(|id| inner.dispatches.get(id))
+                .map(|entry| &entry.dispatch)
+                .filter(|d| query.matches(d))
+                .collect(),
+        };
+        Ok(DispatchPage {
+            total: matching.len(),
+            dispatches: matching
+                .into_iter()
+                .skip(query.offset)
+                .take(clamp_limit(query.limit))
+                .cloned()
+                .collect(),
+        })
+    }
+
+    async fn reclaim_expired_leases(&self, now_ms: u64) -> Result<Vec<RunDispatch>, MailboxError> {
+        let mut inner = self.lock();
+        let expired: Vec<DispatchId> = inner
+            .order
+            .values()
+            .filter_map(|id| inner.dispatches.get(id))
+            .map(|entry| &entry.dispatch)
+            .filter(|d| {
+                d.status == RunDispatchStatus::Claimed
+                    && d.lease_until.is_some_and(|until| until <= now_ms)
+            })
+            .map(|d| d.dispatch_id.clone())
+            .collect();
+        let mut reclaimed = Vec::with_capacity(expired.len());
+        for id in expired {
+            let dispatch = inner.get_mut(&id)?;
+            fail_attempt(&self.config, dispatch, "lease expired", now_ms);
+            reclaimed.push(dispatch.clone());
+        }
+        Ok(reclaimed)
+    }
+
+    async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {
+        let ttl = self.config.gc_ttl_ms();
+        let mut inner = self.lock();
+        let expired: Vec<DispatchId> = inner
+            .dispatches
+            .values()
+            .map(|entry| &entry.dispatch)
+            .filter(|d| d.status.is_terminal() && d.updated_at.saturating_add(ttl) <= now_ms)
+            .map(|d| d.dispatch_id.clone())
+            .collect();
+        for id in &expired {
+            inner.remove(id);
+        }
+        Ok(expired.len())
+    }
+}

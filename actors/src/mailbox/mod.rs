@@ -1,0 +1,235 @@
+//! The mailbox: the durable queue of [`RunDispatch`]es that activate runs (seed 000).
+//!
+//! Two tracks live on one record and never mix: the *queue lifecycle* (`status`,
+//! attempts, claim and lease) and the *runtime projection* (`run_status`,
+//! `termination`, … written by [`MailboxStore::record_dispatch_start`] and
+//! [`MailboxStore::record_run_result`]). `Acked` closes the queue lifecycle; whether
+//! the run succeeded is the projection's (and the run record's) business.
+//!
+//! Every method takes the current time (`now_ms`, unix millis) from the caller, so
+//! leases, back-off and garbage collection are deterministic under test and every
+//! node of a cluster applies one clock per operation.
+
+mod config;
+mod memory;
+
+#[cfg(any(test, feature = "testsuite"))]
+pub mod conformance;
+
+use async_trait::async_trait;
+
+pub use config::MailboxConfig;
+pub use memory::InMemoryMailboxStore;
+
+use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
+use crate::ids::{DispatchId, ThreadId};
+
+/// Why a mailbox operation was refused. A refused operation changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MailboxError {
+    /// No dispatch with this id (never enqueued, or garbage-collected).
+    #[error("dispatch {0} not found")]
+    NotFound(DispatchId),
+    /// A retained dispatch already has this dispatch id or dedupe key.
+    #[error("duplicate dispatch: {0}")]
+    Duplicate(String),
+    /// The dispatch is not in a status that allows the operation.
+    #[error("dispatch {dispatch_id} is {status:?}; cannot {operation}")]
+    WrongState {
+        /// The dispatch.
+        dispatch_id: DispatchId,
+        /// Its current status.
+        status: RunDispatchStatus,
+        /// What was attempted.
+        operation: &'static str,
+    },
+    /// The claim token does not match the dispatch's current claim (a stale or
+    /// foreign consumer).
+    #[error("claim token does not match the current claim of dispatch {0}")]
+    ClaimMismatch(DispatchId),
+    /// The request itself is invalid.
+    #[error("invalid mailbox request: {0}")]
+    InvalidInput(String),
+    /// The backing service could not be reached or failed.
+    #[error("mailbox unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Which dispatches [`MailboxStore::list_dispatches`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DispatchQuery {
+    /// Only this thread's dispatches.
+    pub thread_id: Option<ThreadId>,
+    /// Only dispatches in one of these statuses (all when empty).
+    pub statuses: Vec<RunDispatchStatus>,
+    /// Dispatches to skip, in enqueue order.
+    pub offset: usize,
+    /// Page size, clamped to `1..=200`.
+    pub limit: usize,
+}
+
+impl DispatchQuery {
+    /// A query for one thread's dispatches.
+    pub fn thread(thread_id: ThreadId) -> Self {
+        Self {
+            thread_id: Some(thread_id),
+            ..Self::default()
+        }
+    }
+
+    /// Restricts the query to `statuses`.
+    pub fn with_statuses(mut self, statuses: impl IntoIterator<Item = RunDispatchStatus>) -> Self {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// Whether `dispatch` passes the filters.
+    pub fn matches(&self, dispatch: &RunDispatch) -> bool {
+        self.thread_id
+            .as_ref()
+            .is_none_or(|thread| &dispatch.thread_id == thread)
+            && (self.statuses.is_empty() || self.statuses.contains(&dispatch.status))
+    }
+}
+
+/// One page of dispatches, in enqueue order, with the number that matched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DispatchPage {
+    /// The page.
+    pub dispatches: Vec<RunDispatch>,
+    /// How many dispatches matched the filters in total.
+    pub total: usize,
+}
+
+/// The persistent queue of run activations (seed 000, `MailboxStore`).
+///
+/// Guarantees every implementation gives (the conformance suite checks them): a
+/// successful enqueue is durable; a claim has exactly one winner; ack, nack and
+/// dead-letter validate the claim token; an interrupt bumps the epoch and supersedes
+/// queued work atomically.
+#[async_trait]
+pub trait MailboxStore: Send + Sync + 'static {
+    /// Stores `dispatch` as `Queued` under the thread's current dispatch epoch and
+    /// returns it as stored. `max_attempts` of 0 takes the configured default.
+    /// `Duplicate` when a retained dispatch has the same id or dedupe key.
+    async fn enqueue(
+        &self,
+        dispatch: RunDispatch,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Claims up to `limit` of the thread's claimable dispatches (`Queued`, available
+    /// by `now_ms`), highest priority first (0 is highest), then in enqueue order.
+    /// Each gets a fresh claim token, `claimed_by = consumer`, a lease of `lease_ms`,
+    /// and one more attempt.
+    async fn claim(
+        &self,
+        thread_id: &ThreadId,
+        consumer: &str,
+        limit: usize,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<Vec<RunDispatch>, MailboxError>;
+
+    /// Claims one specific dispatch (inline streaming); `WrongState` unless it is
+    /// `Queued` and available.
+    async fn claim_dispatch(
+        &self,
+        dispatch_id: &DispatchId,
+        consumer: &str,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Closes the queue lifecycle of a claimed dispatch (`Acked`).
+    async fn ack(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Gives a claimed dispatch back for a retry after the configured exponential
+    /// back-off, or dead-letters it when its attempts are used up.
+    async fn nack(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Fails a claimed dispatch permanently (`DeadLetter`, kept and listable).
+    async fn dead_letter(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Cancels a `Queued` dispatch.
+    async fn cancel(
+        &self,
+        dispatch_id: &DispatchId,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Extends the lease of a claimed dispatch to `now_ms + lease_ms`.
+    async fn extend_lease(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Bumps the thread's dispatch epoch, supersedes its queued dispatches, and
+    /// returns its claimed dispatch (if any) so the caller cancels that run.
+    async fn interrupt(
+        &self,
+        thread_id: &ThreadId,
+        now_ms: u64,
+    ) -> Result<MailboxInterrupt, MailboxError>;
+
+    /// Supersedes a claimed dispatch that a newer epoch replaced.
+    async fn supersede_claimed(
+        &self,
+        dispatch_id: &DispatchId,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Projection: the run behind the dispatch started (`run_status = Running`).
+    async fn record_dispatch_start(
+        &self,
+        dispatch_id: &DispatchId,
+        dispatch_instance_id: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// Projection: the compact run result. Does not touch the queue lifecycle.
+    async fn record_run_result(
+        &self,
+        dispatch_id: &DispatchId,
+        result: RunDispatchResult,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError>;
+
+    /// The dispatch, if retained.
+    async fn load_dispatch(
+        &self,
+        dispatch_id: &DispatchId,
+    ) -> Result<Option<RunDispatch>, MailboxError>;
+
+    /// A page of dispatches matching `query`, in enqueue order.
+    async fn list_dispatches(&self, query: &DispatchQuery) -> Result<DispatchPage, MailboxError>;
+
+    /// Gives claimed dispatches whose lease ended by `now_ms` back to the queue
+    /// (counted as a failed attempt: dead-lettered when attempts are used up) and
+    /// returns them as they are now.
+    async fn reclaim_expired_leases(&self, now_ms: u64) -> Result<Vec<RunDispatch>, MailboxError>;
+
+    /// Purges terminal dispatches last updated `gc_ttl` or longer before `now_ms`;
+    /// returns how many. Their dedupe keys become free again.
+    async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError>;
+}
