@@ -714,3 +714,111 @@ async fn long_histories_are_compacted_before_inference() {
             .contains_key("runtime.compaction")
     );
 }
+
+/// Stops a run once `step` steps ran.
+struct StopAfterSteps(u32);
+
+impl awaken_actors::policies::StopPolicy for StopAfterSteps {
+    fn id(&self) -> &str {
+        "after_steps"
+    }
+
+    fn evaluate(
+        &self,
+        stats: &awaken_actors::policies::StopPolicyStats,
+    ) -> awaken_actors::policies::StopDecision {
+        if stats.step_count >= self.0 {
+            awaken_actors::policies::StopDecision::Stop {
+                code: "custom_limit".into(),
+                detail: format!("{} steps", stats.step_count),
+            }
+        } else {
+            awaken_actors::policies::StopDecision::Continue
+        }
+    }
+}
+
+/// A runtime with the scripted model and echo, built by `customize`.
+fn custom_runtime(
+    spec: awaken_actors::contract::AgentSpec,
+    customize: impl FnOnce(
+        awaken_actors::runtime::AgentRuntimeBuilder,
+    ) -> awaken_actors::runtime::AgentRuntimeBuilder,
+) -> awaken_actors::runtime::AgentRuntime {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"n": 1}))]),
+        Turn::Calls(vec![("echo", json!({"n": 2}))]),
+        Turn::Calls(vec![("echo", json!({"n": 3}))]),
+        Turn::Calls(vec![("echo", json!({"n": 4}))]),
+    ]);
+    let builder = awaken_actors::runtime::AgentRuntimeBuilder::new()
+        .with_model(
+            "m",
+            awaken_actors::contract::ModelSpec {
+                id: "m".into(),
+                provider: "scripted".into(),
+                model: "scripted-model".into(),
+            },
+        )
+        .with_provider("scripted", llm)
+        .with_tool("echo", Arc::new(Echo::default()));
+    customize(builder).with_agent_spec(spec).build().unwrap()
+}
+
+fn stop_code(termination: &TerminationReason) -> &str {
+    match termination {
+        TerminationReason::Stopped(StoppedReason { code, .. }) => code,
+        other => panic!("expected a stop, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn builder_stop_policies_apply_after_the_agents_own() {
+    let spec = agent_spec(ToolExecutionMode::Sequential);
+    let rt = custom_runtime(spec.clone(), |b| {
+        b.with_stop_policy(Arc::new(StopAfterSteps(2)))
+    });
+    let (result, events) = run_once(&rt, "t-custom", "loop").await;
+    assert_eq!(stop_code(&result.termination), "custom_limit");
+    assert_well_formed(&events);
+
+    // The agent's own max_rounds comes first.
+    let rt = custom_runtime(spec.with_max_rounds(1), |b| {
+        b.with_stop_policy(Arc::new(StopAfterSteps(2)))
+    });
+    let (result, _) = run_once(&rt, "t-custom", "loop").await;
+    assert_eq!(stop_code(&result.termination), "max_rounds");
+}
+
+#[tokio::test]
+async fn an_agent_listing_a_registered_stop_plugin_uses_it_instead() {
+    use awaken_actors::policies::{MaxRoundsPlugin, StopConditionPlugin};
+
+    let spec = agent_spec(ToolExecutionMode::Sequential)
+        .with_max_rounds(1)
+        .with_plugin(StopConditionPlugin::ID);
+    let rt = custom_runtime(spec, |b| {
+        b.with_plugin(
+            StopConditionPlugin::ID,
+            Arc::new(StopConditionPlugin::new(vec![Arc::new(StopAfterSteps(3))])),
+        )
+    });
+    let (result, events) = run_once(&rt, "t-own", "loop").await;
+    assert_eq!(
+        stop_code(&result.termination),
+        "custom_limit",
+        "the registered plugin replaces max_rounds"
+    );
+    let steps = event_types(&events)
+        .iter()
+        .filter(|t| **t == "step_start")
+        .count();
+    assert_eq!(steps, 3);
+
+    let spec = agent_spec(ToolExecutionMode::Sequential).with_plugin(MaxRoundsPlugin::ID);
+    let rt = custom_runtime(spec, |b| {
+        b.with_plugin(MaxRoundsPlugin::ID, Arc::new(MaxRoundsPlugin::new(2)))
+    });
+    let (result, _) = run_once(&rt, "t-max-plugin", "loop").await;
+    assert_eq!(stop_code(&result.termination), "max_rounds");
+}

@@ -166,6 +166,16 @@ impl StopConditionPlugin {
         Ok(Self::new(policies))
     }
 
+    /// The same plugin evaluating `more` after its own policies.
+    pub fn and_policies(self, more: &[Arc<dyn StopPolicy>]) -> Self {
+        if more.is_empty() {
+            return self;
+        }
+        let mut policies = self.policies.to_vec();
+        policies.extend(more.iter().cloned());
+        Self::new(policies).with_clock(self.clock)
+    }
+
     /// Reads time from `clock` instead of the system clock.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;

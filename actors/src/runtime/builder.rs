@@ -9,6 +9,7 @@ use crate::error::{BuildError, ResolveError};
 use crate::ids::AgentId;
 use crate::llm::LlmExecutor;
 use crate::plugin::Plugin;
+use crate::policies::StopPolicy;
 use crate::state::{ProfileAccess, ProfileStore};
 use crate::store::ThreadRunStore;
 use crate::thread::{EventHub, FenceSource, ThreadConfig};
@@ -102,6 +103,13 @@ impl AgentRuntimeBuilder {
         if self.registries.plugins.insert(id.clone(), plugin).is_err() {
             self.errors.push(BuildError::PluginRegistryConflict(id));
         }
+        self
+    }
+
+    /// Adds a custom stop policy every agent evaluates after its own `max_rounds` and
+    /// `stop_conditions` (book: "The StopPolicy Trait").
+    pub fn with_stop_policy(mut self, policy: Arc<dyn StopPolicy>) -> Self {
+        self.registries.stop_policies.push(policy);
         self
     }
 

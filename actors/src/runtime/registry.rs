@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::contract::{AgentSpec, ModelSpec};
 use crate::llm::{CircuitBreaker, CircuitBreakerConfig, LlmExecutor};
 use crate::plugin::Plugin;
+use crate::policies::StopPolicy;
 use crate::tool::Tool;
 
 /// An id-keyed registry of one kind of entry.
@@ -108,6 +109,9 @@ pub struct RegistrySet {
     pub providers: Registry<Arc<dyn LlmExecutor>>,
     /// Plugins by id.
     pub plugins: Registry<Arc<dyn Plugin>>,
+    /// Stop policies every agent evaluates after its own `max_rounds` and
+    /// `stop_conditions` (the builder's `with_stop_policy`).
+    pub stop_policies: Vec<Arc<dyn StopPolicy>>,
     /// Circuit breakers by provider and settings; they outlive single resolutions.
     pub(crate) breakers: BreakerCache,
 }

@@ -26,7 +26,7 @@ use crate::llm::{
     CircuitBreakerConfigKey, CircuitBreakerExecutor, LlmExecutor, RetryConfigKey, RetryingExecutor,
 };
 use crate::plugin::{ConfigSchema, ExecutionEnv, PluginEntry};
-use crate::policies::{StopConditionPlugin, StopConditionsConfigKey};
+use crate::policies::{MaxRoundsPlugin, StopConditionPlugin, StopConditionsConfigKey};
 use crate::tool::Tool;
 
 /// The owner name used for config sections the runtime itself claims.
@@ -164,7 +164,19 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         }
     }
 
-    // Stage 2: plugins. One stop plugin: `max_rounds`, then the `stop_conditions`.
+    // Stage 2: plugins. One stop plugin: the agent's own when it lists a registered
+    // `stop-condition` or `stop-condition:max-rounds` plugin (book: "register a
+    // StopConditionPlugin with the runtime builder"); otherwise `max_rounds`, then the
+    // `stop_conditions`, then the builder's custom policies.
+    let listed = |id: &str| {
+        registries.plugins.get(id).is_some()
+            && spec
+                .plugin_ids
+                .iter()
+                .chain(spec.active_hook_filter.iter())
+                .any(|p| p == id)
+    };
+    let own_stop_plugin = listed(StopConditionPlugin::ID) || listed(MaxRoundsPlugin::ID);
     let stop_conditions = spec.config::<StopConditionsConfigKey>().map_err(|e| {
         invalid_config(
             StopConditionPlugin::ID,
@@ -172,21 +184,25 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
             e.to_string(),
         )
     })?;
-    let stop_plugin =
-        StopConditionPlugin::for_agent(spec.max_rounds, &stop_conditions).map_err(|e| {
-            invalid_config(
-                StopConditionPlugin::ID,
-                StopConditionsConfigKey::KEY,
-                e.to_string(),
-            )
-        })?;
-    let mut entries = vec![
-        PluginEntry::required(
-            LoopActionHandlersPlugin::ID,
-            Arc::new(LoopActionHandlersPlugin),
-        ),
-        PluginEntry::required(StopConditionPlugin::ID, Arc::new(stop_plugin)),
-    ];
+    let mut entries = vec![PluginEntry::required(
+        LoopActionHandlersPlugin::ID,
+        Arc::new(LoopActionHandlersPlugin),
+    )];
+    if !own_stop_plugin {
+        let stop_plugin = StopConditionPlugin::for_agent(spec.max_rounds, &stop_conditions)
+            .map_err(|e| {
+                invalid_config(
+                    StopConditionPlugin::ID,
+                    StopConditionsConfigKey::KEY,
+                    e.to_string(),
+                )
+            })?
+            .and_policies(&registries.stop_policies);
+        entries.push(PluginEntry::required(
+            StopConditionPlugin::ID,
+            Arc::new(stop_plugin),
+        ));
+    }
     if let Some(policy) = &spec.context_policy {
         // The section is validated below with the other plugins' schemas; a section
         // that does not decode falls back to defaults only when absent.
