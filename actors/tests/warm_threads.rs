@@ -257,3 +257,22 @@ async fn a_waiting_run_passivates_at_once_by_default() {
 async fn a_waiting_run_kept_warm_resumes_without_the_store() {
     assert_eq!(approve_after_suspension(false).await, 1);
 }
+
+#[tokio::test]
+async fn a_query_wakes_a_thread_only_for_as_long_as_it_takes() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("one")]);
+    let (rt, _) = counted_runtime(llm, Arc::default(), false, ThreadConfig::default());
+    let thread = tid("t-query");
+    run_once(&rt, "t-query", "first").await;
+    rt.thread_stopped(&thread).await;
+
+    let status = rt.thread_status(&thread).await.unwrap();
+    assert!(status.run.is_none() && !status.busy);
+    rt.thread_stopped(&thread).await;
+    assert!(rt.is_thread_warm(&thread), "back to warm, not left live");
+
+    let never_ran = tid("t-never-ran");
+    rt.thread_status(&never_ran).await.unwrap();
+    rt.thread_stopped(&never_ran).await;
+    assert_eq!(rt.live_threads(), 0);
+}

@@ -285,6 +285,12 @@ impl Actor for ThreadActor {
         }
         state.core = Some(core);
         state.pump(&myself).await?;
+        if state.idle() {
+            // The region cannot take a stop request before the actor is live; this
+            // message runs the idle check once it is (work done during rehydration
+            // sends no message of its own).
+            let _ = myself.send_message(ThreadMsg::Passivate);
+        }
         Ok(state)
     }
 
@@ -369,7 +375,11 @@ impl Actor for ThreadActor {
             }
         }
         // Boxed: every live actor keeps its handler future's frame, so it stays small.
-        Box::pin(state.pump(&myself)).await
+        Box::pin(state.pump(&myself)).await?;
+        // Whatever woke the actor (a run, a query, a refused request), an idle thread
+        // gives its actor up.
+        state.begin_passivation(&myself);
+        Ok(())
     }
 
     async fn handle_supervisor_evt(
@@ -865,14 +875,12 @@ impl ThreadActorState {
                     ctl.status = RunStatus::Waiting;
                 }
                 run.events.detach();
-                self.begin_passivation(myself);
             }
             Next::Finished => {
                 run.events.detach();
                 if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {
                     self.ctl = None;
                 }
-                self.begin_passivation(myself);
             }
             Next::Fenced => {
                 tracing::warn!(thread_id = %self.thread_id, "another node owns this thread; stopping");
