@@ -1,0 +1,25 @@
+//! `ClusterError`: what can go wrong talking to NATS.
+
+/// Why a cluster operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The NATS server could not be reached or refused the request.
+    #[error("nats: {0}")]
+    Nats(String),
+    /// A payload could not be encoded or decoded.
+    #[error("codec: {0}")]
+    Codec(String),
+    /// A compare-and-set lost: someone else wrote first.
+    #[error("conflict on {key}: another writer won")]
+    Conflict {
+        /// The contested key.
+        key: String,
+    },
+}
+
+impl ClusterError {
+    /// Wraps any NATS client error.
+    pub(crate) fn nats(error: impl std::fmt::Display) -> Self {
+        Self::Nats(error.to_string())
+    }
+}

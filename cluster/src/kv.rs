@@ -1,0 +1,68 @@
+//! JetStream key-value buckets that work on nats-server 2.9.10.
+//!
+//! `create_key_value` fails against 2.9.10 (its account-info reply lacks fields the
+//! client expects), so a bucket's backing stream is created here by hand, with the
+//! settings a KV bucket has, and then opened with `get_key_value`.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+
+use crate::error::ClusterError;
+
+/// How a bucket is created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketSpec {
+    /// The bucket name (`[A-Za-z0-9_-]+`).
+    pub name: String,
+    /// Revisions kept per key.
+    pub history: i64,
+    /// Entries older than this expire; zero keeps them forever.
+    pub max_age: Duration,
+}
+
+impl BucketSpec {
+    /// A bucket keeping one revision per key, forever.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            history: 1,
+            max_age: Duration::ZERO,
+        }
+    }
+
+    /// Entries expire `max_age` after their last write.
+    pub fn with_max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
+    }
+}
+
+/// Opens the bucket, creating its stream first if it does not exist.
+pub async fn ensure_bucket(
+    js: &jetstream::Context,
+    spec: &BucketSpec,
+) -> Result<kv::Store, ClusterError> {
+    // JetStream refuses a duplicate window longer than max_age.
+    let duplicate_window = match spec.max_age {
+        Duration::ZERO => Duration::from_secs(120),
+        age => age.min(Duration::from_secs(120)),
+    };
+    js.get_or_create_stream(stream::Config {
+        name: format!("KV_{}", spec.name),
+        subjects: vec![format!("$KV.{}.>", spec.name)],
+        max_messages_per_subject: spec.history,
+        max_age: spec.max_age,
+        duplicate_window,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .map_err(ClusterError::nats)?;
+    js.get_key_value(&spec.name)
+        .await
+        .map_err(ClusterError::nats)
+}
