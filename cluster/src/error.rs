@@ -9,6 +9,9 @@ pub enum ClusterError {
     /// A payload could not be encoded or decoded.
     #[error("codec: {0}")]
     Codec(String),
+    /// The request itself is invalid.
+    #[error("invalid: {0}")]
+    InvalidInput(String),
     /// A compare-and-set lost: someone else wrote first.
     #[error("conflict on {key}: another writer won")]
     Conflict {

@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod kv;
+pub mod membership;
 
 #[cfg(feature = "testing")]
 pub mod testing;
