@@ -70,6 +70,20 @@ impl Inner {
             .ok_or_else(|| MailboxError::NotFound(id.clone()))
     }
 
+    /// The dispatch, if it is in `status`.
+    fn in_status(
+        &mut self,
+        id: &DispatchId,
+        status: RunDispatchStatus,
+        operation: &'static str,
+    ) -> Result<&mut RunDispatch, MailboxError> {
+        let dispatch = self.get_mut(id)?;
+        if dispatch.status != status {
+            return Err(wrong_state(dispatch, operation));
+        }
+        Ok(dispatch)
+    }
+
     /// The dispatch, if it is claimed under `token`.
     fn claimed(
         &mut self,
@@ -77,10 +91,7 @@ impl Inner {
         token: &str,
         operation: &'static str,
     ) -> Result<&mut RunDispatch, MailboxError> {
-        let dispatch = self.get_mut(id)?;
-        if dispatch.status != RunDispatchStatus::Claimed {
-            return Err(wrong_state(dispatch, operation));
-        }
+        let dispatch = self.in_status(id, RunDispatchStatus::Claimed, operation)?;
         if dispatch.claim_token.as_deref() != Some(token) {
             return Err(MailboxError::ClaimMismatch(id.clone()));
         }
@@ -301,10 +312,7 @@ impl MailboxStore for InMemoryMailboxStore {
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
-        let dispatch = inner.get_mut(dispatch_id)?;
-        if dispatch.status != RunDispatchStatus::Queued {
-            return Err(wrong_state(dispatch, "cancel"));
-        }
+        let dispatch = inner.in_status(dispatch_id, RunDispatchStatus::Queued, "cancel")?;
         release(dispatch, RunDispatchStatus::Cancelled, now_ms);
         Ok(dispatch.clone())
     }
@@ -367,10 +375,7 @@ impl MailboxStore for InMemoryMailboxStore {
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
-        let dispatch = inner.get_mut(dispatch_id)?;
-        if dispatch.status != RunDispatchStatus::Claimed {
-            return Err(wrong_state(dispatch, "supersede"));
-        }
+        let dispatch = inner.in_status(dispatch_id, RunDispatchStatus::Claimed, "supersede")?;
         release(dispatch, RunDispatchStatus::Superseded, now_ms);
         Ok(dispatch.clone())
     }
