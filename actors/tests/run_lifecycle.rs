@@ -751,17 +751,7 @@ fn custom_runtime(
         Turn::Calls(vec![("echo", json!({"n": 3}))]),
         Turn::Calls(vec![("echo", json!({"n": 4}))]),
     ]);
-    let builder = awaken_actors::runtime::AgentRuntimeBuilder::new()
-        .with_model(
-            "m",
-            awaken_actors::contract::ModelSpec {
-                id: "m".into(),
-                provider: "scripted".into(),
-                model: "scripted-model".into(),
-            },
-        )
-        .with_provider("scripted", llm)
-        .with_tool("echo", Arc::new(Echo::default()));
+    let builder = scripted_builder(llm).with_tool("echo", Arc::new(Echo::default()));
     customize(builder).with_agent_spec(spec).build().unwrap()
 }
 

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use awaken_actors::contract::{
-    Message, ModelSpec, RunRecord, TerminationReason, Thread, ThreadMetadata, ToolCallResumeMode,
+    Message, RunRecord, TerminationReason, Thread, ThreadMetadata, ToolCallResumeMode,
     ToolExecutionMode,
 };
-use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
+use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::store::{
     Checkpoint, FencingToken, InMemoryStore, MessagePage, MessageQuery, RunPage, RunQuery,
     ThreadRunStore, ThreadSnapshot, ThreadSummary,
@@ -112,16 +112,7 @@ fn counted_runtime(
 ) -> (AgentRuntime, Arc<CountingStore>) {
     let store = Arc::new(CountingStore::default());
     let mut spec = agent_spec(ToolExecutionMode::Sequential);
-    let mut builder = AgentRuntimeBuilder::new()
-        .with_model(
-            "m",
-            ModelSpec {
-                id: "m".into(),
-                provider: "scripted".into(),
-                model: "scripted-model".into(),
-            },
-        )
-        .with_provider("scripted", llm)
+    let mut builder = scripted_builder(llm)
         .with_tool("echo", echo)
         .with_thread_run_store(store.clone())
         .with_thread_config(config);

@@ -336,6 +336,20 @@ pub fn runtime(
     runtime_with(llm, spec, tools, plugins, hub, config)
 }
 
+/// A builder with model `m` served by `llm` (provider `scripted`), nothing else.
+pub fn scripted_builder(llm: Arc<dyn LlmExecutor>) -> AgentRuntimeBuilder {
+    AgentRuntimeBuilder::new()
+        .with_model(
+            "m",
+            ModelSpec {
+                id: "m".into(),
+                provider: "scripted".into(),
+                model: "scripted-model".into(),
+            },
+        )
+        .with_provider("scripted", llm)
+}
+
 /// A runtime with the scripted model, the given tools and plugins (all installed on
 /// the agent).
 pub fn runtime_with(
@@ -347,17 +361,7 @@ pub fn runtime_with(
     config: ThreadConfig,
 ) -> AgentRuntime {
     let mut spec = spec;
-    let mut builder = AgentRuntimeBuilder::new()
-        .with_model(
-            "m",
-            ModelSpec {
-                id: "m".into(),
-                provider: "scripted".into(),
-                model: "scripted-model".into(),
-            },
-        )
-        .with_provider("scripted", llm)
-        .with_thread_config(config);
+    let mut builder = scripted_builder(llm).with_thread_config(config);
     for (id, plugin) in plugins {
         spec = spec.with_plugin(id);
         builder = builder.with_plugin(id, plugin);
