@@ -19,6 +19,8 @@ pub struct BucketSpec {
     pub history: i64,
     /// Entries older than this expire; zero keeps them forever.
     pub max_age: Duration,
+    /// Copies kept on a clustered server (1 on a single server).
+    pub replicas: usize,
 }
 
 impl BucketSpec {
@@ -28,12 +30,19 @@ impl BucketSpec {
             name: name.into(),
             history: 1,
             max_age: Duration::ZERO,
+            replicas: 1,
         }
     }
 
     /// Entries expire `max_age` after their last write.
     pub fn with_max_age(mut self, max_age: Duration) -> Self {
         self.max_age = max_age;
+        self
+    }
+
+    /// Keeps `replicas` copies (at least one).
+    pub fn with_replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas.max(1);
         self
     }
 }
@@ -58,6 +67,7 @@ pub async fn ensure_bucket(
         deny_delete: true,
         allow_direct: true,
         discard: stream::DiscardPolicy::New,
+        num_replicas: spec.replicas,
         ..Default::default()
     })
     .await

@@ -3,11 +3,15 @@
 //! Everything here works on nats-server 2.9.10 and newer without 2.10+ features (see
 //! `docs/cluster.md` for every subject, stream, bucket and payload).
 
+pub mod codec;
 pub mod error;
 pub mod kv;
+mod kv_scan;
+pub mod mailbox;
 pub mod membership;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use error::ClusterError;
+pub use mailbox::JetStreamMailbox;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::codec;
 use crate::error::ClusterError;
 use crate::kv::{BucketSpec, ensure_bucket};
 
@@ -122,9 +123,7 @@ impl Membership {
     ) -> Result<Self, ClusterError> {
         let spec = BucketSpec::new(&config.bucket).with_max_age(config.ttl);
         let bucket = ensure_bucket(js, &spec).await?;
-        let payload = bytes::Bytes::from(
-            rmp_serde::to_vec_named(&record).map_err(|e| ClusterError::Codec(e.to_string()))?,
-        );
+        let payload = codec::encode(&record)?;
         let node_id = record.node_id;
         bucket
             .put(node_id.as_str(), payload.clone())

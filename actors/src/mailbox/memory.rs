@@ -9,10 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore};
-use crate::contract::{
-    MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus,
-};
+use super::{DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore, transition};
+use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};
 use crate::store::clamp_limit;
 
@@ -78,9 +76,7 @@ impl Inner {
         operation: &'static str,
     ) -> Result<&mut RunDispatch, MailboxError> {
         let dispatch = self.get_mut(id)?;
-        if dispatch.status != status {
-            return Err(wrong_state(dispatch, operation));
-        }
+        transition::check_status(dispatch, status, operation)?;
         Ok(dispatch)
     }
 
@@ -91,10 +87,8 @@ impl Inner {
         token: &str,
         operation: &'static str,
     ) -> Result<&mut RunDispatch, MailboxError> {
-        let dispatch = self.in_status(id, RunDispatchStatus::Claimed, operation)?;
-        if dispatch.claim_token.as_deref() != Some(token) {
-            return Err(MailboxError::ClaimMismatch(id.clone()));
-        }
+        let dispatch = self.get_mut(id)?;
+        transition::check_claimed(dispatch, token, operation)?;
         Ok(dispatch)
     }
 
@@ -124,47 +118,6 @@ impl Inner {
     }
 }
 
-fn wrong_state(dispatch: &RunDispatch, operation: &'static str) -> MailboxError {
-    MailboxError::WrongState {
-        dispatch_id: dispatch.dispatch_id.clone(),
-        status: dispatch.status,
-        operation,
-    }
-}
-
-fn claim_into(dispatch: &mut RunDispatch, consumer: &str, lease_ms: u64, now_ms: u64) {
-    dispatch.status = RunDispatchStatus::Claimed;
-    dispatch.claim_token = Some(uuid::Uuid::now_v7().to_string());
-    dispatch.claimed_by = Some(consumer.to_owned());
-    dispatch.lease_until = Some(now_ms.saturating_add(lease_ms));
-    dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
-    dispatch.updated_at = now_ms;
-}
-
-fn release(dispatch: &mut RunDispatch, status: RunDispatchStatus, now_ms: u64) {
-    dispatch.status = status;
-    dispatch.claim_token = None;
-    dispatch.claimed_by = None;
-    dispatch.lease_until = None;
-    dispatch.updated_at = now_ms;
-}
-
-/// A failed attempt: back to the queue after the back-off, or dead-lettered.
-fn fail_attempt(config: &MailboxConfig, dispatch: &mut RunDispatch, error: &str, now_ms: u64) {
-    dispatch.last_error = Some(error.to_owned());
-    if dispatch.attempt_count >= dispatch.max_attempts {
-        release(dispatch, RunDispatchStatus::DeadLetter, now_ms);
-    } else {
-        release(dispatch, RunDispatchStatus::Queued, now_ms);
-        dispatch.available_at =
-            now_ms.saturating_add(config.retry_delay_ms(dispatch.attempt_count));
-    }
-}
-
-fn claimable(dispatch: &RunDispatch, now_ms: u64) -> bool {
-    dispatch.status == RunDispatchStatus::Queued && dispatch.available_at <= now_ms
-}
-
 #[async_trait]
 impl MailboxStore for InMemoryMailboxStore {
     async fn enqueue(
@@ -189,17 +142,7 @@ impl MailboxStore for InMemoryMailboxStore {
             .threads
             .get(&dispatch.thread_id)
             .map_or(0, |mailbox| mailbox.epoch);
-        dispatch.dispatch_epoch = epoch;
-        dispatch.status = RunDispatchStatus::Queued;
-        dispatch.attempt_count = 0;
-        if dispatch.max_attempts == 0 {
-            dispatch.max_attempts = self.config.default_max_attempts;
-        }
-        dispatch.claim_token = None;
-        dispatch.claimed_by = None;
-        dispatch.lease_until = None;
-        dispatch.created_at = now_ms;
-        dispatch.updated_at = now_ms;
+        transition::prepare_enqueue(&self.config, &mut dispatch, epoch, now_ms);
         let seq = inner.next_seq;
         inner.next_seq += 1;
         if let Some(key) = &dispatch.dedupe_key {
@@ -235,7 +178,7 @@ impl MailboxStore for InMemoryMailboxStore {
         let mut inner = self.lock();
         let mut candidates: Vec<(u8, u64, DispatchId)> = inner
             .thread_entries(thread_id)
-            .filter(|entry| claimable(&entry.dispatch, now_ms))
+            .filter(|entry| transition::claimable(&entry.dispatch, now_ms))
             .map(|entry| {
                 let d = &entry.dispatch;
                 (d.priority, entry.seq, d.dispatch_id.clone())
@@ -245,7 +188,7 @@ impl MailboxStore for InMemoryMailboxStore {
         let mut claimed = Vec::new();
         for (_, _, id) in candidates.into_iter().take(limit) {
             let dispatch = inner.get_mut(&id)?;
-            claim_into(dispatch, consumer, lease_ms, now_ms);
+            transition::claim(dispatch, consumer, lease_ms, now_ms);
             claimed.push(dispatch.clone());
         }
         Ok(claimed)
@@ -260,10 +203,10 @@ impl MailboxStore for InMemoryMailboxStore {
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
         let dispatch = inner.get_mut(dispatch_id)?;
-        if !claimable(dispatch, now_ms) {
-            return Err(wrong_state(dispatch, "claim"));
+        if !transition::claimable(dispatch, now_ms) {
+            return Err(transition::wrong_state(dispatch, "claim"));
         }
-        claim_into(dispatch, consumer, lease_ms, now_ms);
+        transition::claim(dispatch, consumer, lease_ms, now_ms);
         Ok(dispatch.clone())
     }
 
@@ -275,7 +218,7 @@ impl MailboxStore for InMemoryMailboxStore {
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
         let dispatch = inner.claimed(dispatch_id, claim_token, "ack")?;
-        release(dispatch, RunDispatchStatus::Acked, now_ms);
+        transition::release(dispatch, RunDispatchStatus::Acked, now_ms);
         Ok(dispatch.clone())
     }
 
@@ -288,7 +231,7 @@ impl MailboxStore for InMemoryMailboxStore {
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
         let dispatch = inner.claimed(dispatch_id, claim_token, "nack")?;
-        fail_attempt(&self.config, dispatch, error, now_ms);
+        transition::fail_attempt(&self.config, dispatch, error, now_ms);
         Ok(dispatch.clone())
     }
 
@@ -302,7 +245,7 @@ impl MailboxStore for InMemoryMailboxStore {
         let mut inner = self.lock();
         let dispatch = inner.claimed(dispatch_id, claim_token, "dead-letter")?;
         dispatch.last_error = Some(error.to_owned());
-        release(dispatch, RunDispatchStatus::DeadLetter, now_ms);
+        transition::release(dispatch, RunDispatchStatus::DeadLetter, now_ms);
         Ok(dispatch.clone())
     }
 
@@ -313,7 +256,7 @@ impl MailboxStore for InMemoryMailboxStore {
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
         let dispatch = inner.in_status(dispatch_id, RunDispatchStatus::Queued, "cancel")?;
-        release(dispatch, RunDispatchStatus::Cancelled, now_ms);
+        transition::release(dispatch, RunDispatchStatus::Cancelled, now_ms);
         Ok(dispatch.clone())
     }
 
@@ -342,31 +285,13 @@ impl MailboxStore for InMemoryMailboxStore {
         let new_dispatch_epoch = mailbox.epoch;
         let ids: Vec<DispatchId> = inner
             .thread_entries(thread_id)
-            .map(|entry| &entry.dispatch)
-            .filter(|d| {
-                matches!(
-                    d.status,
-                    RunDispatchStatus::Queued | RunDispatchStatus::Claimed
-                )
-            })
-            .map(|d| d.dispatch_id.clone())
+            .map(|entry| entry.dispatch.dispatch_id.clone())
             .collect();
-        let mut superseded_count = 0;
-        let mut active_dispatch = None;
+        let mut interrupting = transition::Interrupting::default();
         for id in ids {
-            let dispatch = inner.get_mut(&id)?;
-            if dispatch.status == RunDispatchStatus::Queued {
-                release(dispatch, RunDispatchStatus::Superseded, now_ms);
-                superseded_count += 1;
-            } else if active_dispatch.is_none() {
-                active_dispatch = Some(dispatch.clone());
-            }
+            interrupting.visit(inner.get_mut(&id)?, now_ms);
         }
-        Ok(MailboxInterrupt {
-            new_dispatch_epoch,
-            active_dispatch,
-            superseded_count,
-        })
+        Ok(interrupting.finish(new_dispatch_epoch))
     }
 
     async fn supersede_claimed(
@@ -376,7 +301,7 @@ impl MailboxStore for InMemoryMailboxStore {
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
         let dispatch = inner.in_status(dispatch_id, RunDispatchStatus::Claimed, "supersede")?;
-        release(dispatch, RunDispatchStatus::Superseded, now_ms);
+        transition::release(dispatch, RunDispatchStatus::Superseded, now_ms);
         Ok(dispatch.clone())
     }
 
@@ -388,9 +313,7 @@ impl MailboxStore for InMemoryMailboxStore {
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
         let dispatch = inner.get_mut(dispatch_id)?;
-        dispatch.dispatch_instance_id = Some(dispatch_instance_id.to_owned());
-        dispatch.run_status = Some(RunStatus::Running);
-        dispatch.updated_at = now_ms;
+        transition::record_start(dispatch, dispatch_instance_id, now_ms);
         Ok(dispatch.clone())
     }
 
@@ -402,19 +325,7 @@ impl MailboxStore for InMemoryMailboxStore {
     ) -> Result<RunDispatch, MailboxError> {
         let mut inner = self.lock();
         let dispatch = inner.get_mut(dispatch_id)?;
-        if result.run_id != dispatch.run_id {
-            return Err(MailboxError::InvalidInput(format!(
-                "result for run {} recorded on dispatch {} of run {}",
-                result.run_id, dispatch.dispatch_id, dispatch.run_id
-            )));
-        }
-        dispatch.dispatch_instance_id = Some(result.dispatch_instance_id);
-        dispatch.run_status = Some(result.status);
-        dispatch.termination = result.termination;
-        dispatch.run_response = result.response;
-        dispatch.run_error = result.error;
-        dispatch.completed_at = Some(now_ms);
-        dispatch.updated_at = now_ms;
+        transition::record_result(dispatch, result, now_ms)?;
         Ok(dispatch.clone())
     }
 
@@ -463,16 +374,13 @@ impl MailboxStore for InMemoryMailboxStore {
             .values()
             .filter_map(|id| inner.dispatches.get(id))
             .map(|entry| &entry.dispatch)
-            .filter(|d| {
-                d.status == RunDispatchStatus::Claimed
-                    && d.lease_until.is_some_and(|until| until <= now_ms)
-            })
+            .filter(|d| transition::lease_expired(d, now_ms))
             .map(|d| d.dispatch_id.clone())
             .collect();
         let mut reclaimed = Vec::with_capacity(expired.len());
         for id in expired {
             let dispatch = inner.get_mut(&id)?;
-            fail_attempt(&self.config, dispatch, "lease expired", now_ms);
+            transition::fail_attempt(&self.config, dispatch, "lease expired", now_ms);
             reclaimed.push(dispatch.clone());
         }
         Ok(reclaimed)
@@ -485,7 +393,7 @@ impl MailboxStore for InMemoryMailboxStore {
             .dispatches
             .values()
             .map(|entry| &entry.dispatch)
-            .filter(|d| d.status.is_terminal() && d.updated_at.saturating_add(ttl) <= now_ms)
+            .filter(|d| transition::collectable(d, ttl, now_ms))
             .map(|d| d.dispatch_id.clone())
             .collect();
         for id in &expired {

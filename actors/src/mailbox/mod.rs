@@ -12,6 +12,7 @@
 
 mod config;
 mod memory;
+pub mod transition;
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;

@@ -1,0 +1,279 @@
+//! The JetStream mailbox passes every `MailboxStore` rule of seed 000 against a real
+//! nats-server 2.9, like the in-process twin does; plus what only a shared, durable
+//! mailbox can show: two processes' worth of stores racing, and a server restart.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+use async_nats::jetstream;
+use awaken_actors::mailbox::conformance::rules_config;
+use awaken_cluster::JetStreamMailbox;
+use awaken_cluster::mailbox::DEFAULT_MAILBOX_BUCKET;
+use awaken_cluster::testing::NatsServer;
+
+/// A mailbox on its own fresh server; the server is the guard.
+async fn jetstream_fixture() -> (JetStreamMailbox, NatsServer) {
+    let server = NatsServer::start().await.unwrap();
+    let js = jetstream::new(server.connect().await.unwrap());
+    let mailbox = JetStreamMailbox::open(&js, DEFAULT_MAILBOX_BUCKET, 1, rules_config())
+        .await
+        .unwrap();
+    (mailbox, server)
+}
+
+mod rules {
+    use super::*;
+
+    awaken_actors::mailbox_store_conformance!(jetstream_fixture());
+}
+
+mod cluster {
+    use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
+    use awaken_actors::ids::{DispatchId, RunId, ThreadId};
+    use awaken_actors::mailbox::{MailboxError, MailboxStore};
+    use awaken_cluster::codec;
+    use awaken_cluster::mailbox::ORPHAN_GRACE_MS;
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use serde::{Deserialize, Serialize};
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+
+    const T0: u64 = 1_000_000;
+    const LEASE: u64 = 30_000;
+
+    fn thread(id: &str) -> ThreadId {
+        ThreadId::new(id).unwrap()
+    }
+
+    fn dispatch(thread_id: &str, run: &str) -> RunDispatch {
+        RunDispatch::new(thread(thread_id), RunId::new(run).unwrap(), 0, T0)
+    }
+
+    /// A second node: its own connection and its own mailbox handle on the bucket.
+    async fn node(server: &NatsServer) -> JetStreamMailbox {
+        let js = jetstream::new(server.connect().await.unwrap());
+        JetStreamMailbox::open(&js, DEFAULT_MAILBOX_BUCKET, 1, rules_config())
+            .await
+            .unwrap()
+    }
+
+    async fn bucket(server: &NatsServer) -> async_nats::jetstream::kv::Store {
+        jetstream::new(server.connect().await.unwrap())
+            .get_key_value(DEFAULT_MAILBOX_BUCKET)
+            .await
+            .unwrap()
+    }
+
+    fn b64(text: &str) -> String {
+        URL_SAFE_NO_PAD.encode(text.as_bytes())
+    }
+
+    /// The documented index entry (`dispatch.<b64 id>`), as docs/cluster.md gives it.
+    #[derive(Serialize, Deserialize)]
+    struct IndexEntry {
+        dispatch_id: String,
+        thread_id: String,
+        created_at_ms: u64,
+    }
+
+    /// The documented dedupe entry (`dedupe.<b64 sha-256>`).
+    #[derive(Serialize, Deserialize)]
+    struct DedupeEntry {
+        dispatch_id: String,
+        thread_id: String,
+        created_at_ms: u64,
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_nodes_racing_for_one_dispatch_have_one_winner() {
+        let (a, server) = jetstream_fixture().await;
+        let b = node(&server).await;
+        for round in 0..10 {
+            let queued = a
+                .enqueue(dispatch("t1", &format!("r{round}")), T0)
+                .await
+                .unwrap();
+            let (a_won, b_won) = tokio::join!(
+                a.claim_dispatch(&queued.dispatch_id, "node-a", LEASE, T0),
+                b.claim_dispatch(&queued.dispatch_id, "node-b", LEASE, T0),
+            );
+            let winners = [&a_won, &b_won].iter().filter(|r| r.is_ok()).count();
+            assert_eq!(winners, 1, "round {round}: {a_won:?} / {b_won:?}");
+            let loser = if a_won.is_ok() { b_won } else { a_won };
+            assert!(matches!(
+                loser,
+                Err(MailboxError::WrongState {
+                    status: RunDispatchStatus::Claimed,
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_enqueued_dispatch_survives_a_server_crash() {
+        let (mailbox, mut server) = jetstream_fixture().await;
+        let queued = mailbox
+            .enqueue(dispatch("t1", "r1").with_dedupe_key("k1"), T0)
+            .await
+            .unwrap();
+        server.restart().await.unwrap();
+        let after = node(&server).await;
+        assert_eq!(
+            after.load_dispatch(&queued.dispatch_id).await.unwrap(),
+            Some(queued.clone())
+        );
+        assert!(matches!(
+            after
+                .enqueue(dispatch("t2", "r2").with_dedupe_key("k1"), T0)
+                .await,
+            Err(MailboxError::Duplicate(_))
+        ));
+        let claimed = after
+            .claim(&thread("t1"), "node-b", 1, LEASE, T0)
+            .await
+            .unwrap();
+        assert_eq!(claimed[0].dispatch_id, queued.dispatch_id);
+    }
+
+    /// A node that died after reserving a dispatch id but before writing the thread
+    /// record leaves an orphan index entry: a retry on the same thread takes it over
+    /// at once; another thread must wait out the grace; garbage collection removes it.
+    #[tokio::test]
+    async fn orphaned_reservations_are_taken_over_and_collected() {
+        let (mailbox, server) = jetstream_fixture().await;
+        let kv = bucket(&server).await;
+        let orphan = |id: &str, thread_id: &str| {
+            codec::encode(&IndexEntry {
+                dispatch_id: id.into(),
+                thread_id: thread_id.into(),
+                created_at_ms: T0,
+            })
+            .unwrap()
+        };
+        kv.put(
+            format!("dispatch.{}", b64("d-retry")),
+            orphan("d-retry", "t1"),
+        )
+        .await
+        .unwrap();
+        let mut retry = dispatch("t1", "r1");
+        retry.dispatch_id = DispatchId::new("d-retry").unwrap();
+        mailbox
+            .enqueue(retry, T0 + 1)
+            .await
+            .expect("a retry on the same thread takes over");
+
+        kv.put(
+            format!("dispatch.{}", b64("d-moved")),
+            orphan("d-moved", "t9"),
+        )
+        .await
+        .unwrap();
+        let mut moved = dispatch("t2", "r2");
+        moved.dispatch_id = DispatchId::new("d-moved").unwrap();
+        assert!(matches!(
+            mailbox.enqueue(moved.clone(), T0 + 1).await,
+            Err(MailboxError::Duplicate(_))
+        ));
+        mailbox
+            .enqueue(moved, T0 + ORPHAN_GRACE_MS)
+            .await
+            .expect("after the grace another thread may take the id");
+
+        let digest = URL_SAFE_NO_PAD.encode(Sha256::digest(b"key-of-the-dead"));
+        let dedupe_key = format!("dedupe.{digest}");
+        let entry = DedupeEntry {
+            dispatch_id: "d-dead".into(),
+            thread_id: "t3".into(),
+            created_at_ms: T0,
+        };
+        kv.put(&dedupe_key, codec::encode(&entry).unwrap())
+            .await
+            .unwrap();
+        kv.put(
+            format!("dispatch.{}", b64("d-dead")),
+            orphan("d-dead", "t3"),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(
+            mailbox
+                .enqueue(
+                    dispatch("t4", "r4").with_dedupe_key("key-of-the-dead"),
+                    T0 + 1
+                )
+                .await,
+            Err(MailboxError::Duplicate(_))
+        ));
+        assert_eq!(mailbox.gc(T0 + 1).await.unwrap(), 0);
+        assert!(
+            kv.get(&dedupe_key).await.unwrap().is_some(),
+            "too young to sweep"
+        );
+        assert_eq!(mailbox.gc(T0 + ORPHAN_GRACE_MS).await.unwrap(), 0);
+        assert!(
+            kv.get(&dedupe_key).await.unwrap().is_none(),
+            "orphans are swept"
+        );
+        assert!(
+            kv.get(format!("dispatch.{}", b64("d-dead")))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            kv.get(format!("dispatch.{}", b64("d-retry")))
+                .await
+                .unwrap()
+                .is_some(),
+            "a live dispatch keeps its index entry"
+        );
+        mailbox
+            .enqueue(
+                dispatch("t4", "r4").with_dedupe_key("key-of-the-dead"),
+                T0 + 1,
+            )
+            .await
+            .expect("the swept dedupe key is free");
+    }
+
+    /// The thread record is documented wire format: pin its field names.
+    #[tokio::test]
+    async fn the_thread_record_has_the_documented_shape() {
+        let (mailbox, server) = jetstream_fixture().await;
+        let queued = mailbox
+            .enqueue(dispatch("thread.with dots", "r1").with_priority(3), T0)
+            .await
+            .unwrap();
+        mailbox
+            .interrupt(&thread("thread.with dots"), T0)
+            .await
+            .unwrap();
+        let kv = bucket(&server).await;
+        let raw = kv
+            .get(format!("thread.{}", b64("thread.with dots")))
+            .await
+            .unwrap()
+            .expect("the record is under thread.<b64 id>");
+        let record: serde_json::Value = codec::decode(&raw).unwrap();
+        assert_eq!(record["epoch"], 1);
+        let entry = &record["dispatches"][0];
+        assert!(entry["seq"].as_u64().unwrap() > 0);
+        assert_eq!(
+            entry["dispatch"]["dispatch_id"],
+            queued.dispatch_id.as_str()
+        );
+        assert_eq!(entry["dispatch"]["thread_id"], "thread.with dots");
+        assert_eq!(entry["dispatch"]["status"], "superseded");
+        assert_eq!(entry["dispatch"]["priority"], 3);
+        let index = kv
+            .get(format!("dispatch.{}", b64(queued.dispatch_id.as_str())))
+            .await
+            .unwrap()
+            .unwrap();
+        let index: IndexEntry = codec::decode(&index).unwrap();
+        assert_eq!(index.thread_id, "thread.with dots");
+    }
+}
