@@ -9,6 +9,7 @@ pub mod kv;
 mod kv_scan;
 pub mod mailbox;
 pub mod membership;
+pub mod shards;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -1,0 +1,287 @@
+//! `ShardOwner`: the task that keeps this node's fair share of shard leases.
+//!
+//! Every `lease_ttl / 3` (and whenever membership changes) it renews the leases it
+//! holds, reads who holds what, gives up shards beyond its quota (draining them
+//! first) and takes free shards up to its quota, in its rendezvous order. A lease
+//! it could not renew within a TTL is lost: its threads are dropped at once, and
+//! their stale writes are refused by the fence anyway.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use awaken_actors::ids::ThreadId;
+use awaken_actors::store::FencingToken;
+use awaken_actors::thread::FenceSource;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::lease::{HeldLease, LeaseTable};
+use super::{ShardCount, ShardId, preference, quota};
+use crate::error::ClusterError;
+use crate::membership::NodeId;
+
+/// The shards this node owns, with the fencing token of each.
+pub type Ownership = BTreeMap<ShardId, FencingToken>;
+
+/// What the node must do when its shards change hands.
+#[async_trait]
+pub trait ShardEvent: Send + Sync + 'static {
+    /// The node now owns `shard` under `token`.
+    async fn acquired(&self, shard: ShardId, token: FencingToken);
+    /// The node is about to give `shard` up: stop its threads (checkpoint and
+    /// passivate) before the lease is released.
+    async fn draining(&self, shard: ShardId);
+    /// The node lost `shard` without draining (lease expired or taken): drop its
+    /// threads' memory now.
+    async fn lost(&self, shard: ShardId);
+}
+
+/// Tunables of shard ownership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardOwnerConfig {
+    /// How many shards the cluster has.
+    pub count: ShardCount,
+    /// A lease not renewed for this long expires (default 5 s).
+    pub lease_ttl: Duration,
+}
+
+impl Default for ShardOwnerConfig {
+    fn default() -> Self {
+        Self {
+            count: ShardCount::default(),
+            lease_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A running shard owner; [`ShardOwner::drain`] stops it gracefully.
+pub struct ShardOwner {
+    ownership: watch::Receiver<Ownership>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Keeper>,
+    count: ShardCount,
+}
+
+impl std::fmt::Debug for ShardOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardOwner")
+            .field("owned", &self.ownership.borrow().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The state of the ownership loop.
+struct Keeper {
+    node_id: NodeId,
+    config: ShardOwnerConfig,
+    table: LeaseTable,
+    members: watch::Receiver<BTreeSet<NodeId>>,
+    events: Arc<dyn ShardEvent>,
+    held: BTreeMap<ShardId, (HeldLease, Instant)>,
+    ownership: watch::Sender<Ownership>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl ShardOwner {
+    /// Starts keeping `node_id`'s share of the shards among `members`.
+    pub fn start(
+        node_id: NodeId,
+        config: ShardOwnerConfig,
+        table: LeaseTable,
+        members: watch::Receiver<BTreeSet<NodeId>>,
+        events: Arc<dyn ShardEvent>,
+    ) -> Self {
+        let (ownership, ownership_rx) = watch::channel(Ownership::new());
+        let (stop, stop_rx) = watch::channel(false);
+        let count = config.count;
+        let keeper = Keeper {
+            node_id,
+            config,
+            table,
+            members,
+            events,
+            held: BTreeMap::new(),
+            ownership,
+        };
+        Self {
+            ownership: ownership_rx,
+            stop,
+            task: tokio::spawn(keeper.run(stop_rx)),
+            count,
+        }
+    }
+
+    /// The shards owned now, updated as they change.
+    pub fn ownership(&self) -> watch::Receiver<Ownership> {
+        self.ownership.clone()
+    }
+
+    /// The fence source for this node's thread checkpoints.
+    pub fn fence(&self) -> ShardedFence {
+        ShardedFence {
+            count: self.count,
+            ownership: self.ownership.clone(),
+        }
+    }
+
+    /// Stops taking shards, drains every owned shard and releases its lease, within
+    /// `deadline`; leases not released by then expire on their own.
+    pub async fn drain(self, deadline: Duration) -> Result<(), ClusterError> {
+        let _ = self.stop.send(true);
+        let mut keeper = self
+            .task
+            .await
+            .map_err(|e| ClusterError::Nats(format!("shard owner task failed: {e}")))?;
+        match tokio::time::timeout(deadline, keeper.release_all()).await {
+            Ok(result) => result,
+            Err(_) => Err(ClusterError::Nats(format!(
+                "drain did not finish within {deadline:?}; the remaining leases expire"
+            ))),
+        }
+    }
+}
+
+impl Keeper {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) -> Self {
+        let mut tick = tokio::time::interval(self.config.lease_ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // When membership ends, the last view stays and only the timer drives rounds.
+        let mut members_open = true;
+        loop {
+            let members_changed = async {
+                if members_open {
+                    self.members.changed().await.is_ok()
+                } else {
+                    std::future::pending().await
+                }
+            };
+            tokio::select! {
+                _ = stop.changed() => return self,
+                _ = tick.tick() => {}
+                open = members_changed => members_open = open,
+            }
+            if let Err(error) = self.round().await {
+                tracing::warn!(%error, "shard ownership round failed; retrying");
+            }
+        }
+    }
+
+    /// One round: renew, then move towards the quota.
+    async fn round(&mut self) -> Result<(), ClusterError> {
+        self.renew().await;
+        let holders = self.table.holders().await?;
+        let members = self.members.borrow().clone();
+        let quota = quota(self.config.count, &members, &self.node_id) as usize;
+        if self.held.len() > quota {
+            let held: Vec<ShardId> = self.held.keys().copied().collect();
+            let mut least_wanted = preference(&self.node_id, held);
+            least_wanted.reverse();
+            for shard in least_wanted.into_iter().take(self.held.len() - quota) {
+                self.release(shard).await?;
+            }
+        }
+        if self.held.len() < quota {
+            let free = self
+                .config
+                .count
+                .all()
+                .filter(|shard| !holders.contains_key(shard) && !self.held.contains_key(shard));
+            for shard in preference(&self.node_id, free) {
+                if self.held.len() >= quota {
+                    break;
+                }
+                if let Some(lease) = self.table.acquire(shard, &self.node_id, now_ms()).await? {
+                    let token = lease.token;
+                    self.held.insert(shard, (lease, Instant::now()));
+                    self.publish();
+                    self.events.acquired(shard, token).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews every held lease; drops those lost or not renewed within a TTL.
+    async fn renew(&mut self) {
+        let mut lost = Vec::new();
+        for (shard, (lease, renewed_at)) in &mut self.held {
+            match self.table.renew(lease, &self.node_id).await {
+                Ok(true) => *renewed_at = Instant::now(),
+                Ok(false) => lost.push(*shard),
+                Err(error) => {
+                    tracing::warn!(%error, %shard, "lease renewal failed");
+                    if renewed_at.elapsed() >= self.config.lease_ttl {
+                        lost.push(*shard);
+                    }
+                }
+            }
+        }
+        for shard in lost {
+            tracing::warn!(%shard, "shard lease lost");
+            self.held.remove(&shard);
+            self.publish();
+            self.events.lost(shard).await;
+        }
+    }
+
+    async fn release(&mut self, shard: ShardId) -> Result<(), ClusterError> {
+        self.events.draining(shard).await;
+        if let Some((lease, _)) = self.held.remove(&shard) {
+            self.publish();
+            self.table.release(lease).await?;
+        }
+        Ok(())
+    }
+
+    async fn release_all(&mut self) -> Result<(), ClusterError> {
+        let shards: Vec<ShardId> = self.held.keys().copied().collect();
+        for shard in shards {
+            self.release(shard).await?;
+        }
+        Ok(())
+    }
+
+    fn publish(&self) {
+        let ownership = self
+            .held
+            .iter()
+            .map(|(shard, (lease, _))| (*shard, lease.token))
+            .collect();
+        self.ownership.send_replace(ownership);
+    }
+}
+
+/// Fencing tokens from shard leases: a thread's checkpoints carry its shard's lease
+/// token while this node owns the shard, and the lowest token otherwise, which any
+/// store that has seen an owner refuses.
+#[derive(Debug, Clone)]
+pub struct ShardedFence {
+    count: ShardCount,
+    ownership: watch::Receiver<Ownership>,
+}
+
+impl ShardedFence {
+    /// Whether this node owns the thread's shard now.
+    pub fn owns(&self, thread_id: &ThreadId) -> bool {
+        self.ownership
+            .borrow()
+            .contains_key(&self.count.shard_of(thread_id))
+    }
+}
+
+impl FenceSource for ShardedFence {
+    fn token(&self, thread_id: &ThreadId) -> FencingToken {
+        self.ownership
+            .borrow()
+            .get(&self.count.shard_of(thread_id))
+            .copied()
+            .unwrap_or_default()
+    }
+}

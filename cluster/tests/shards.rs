@@ -1,0 +1,237 @@
+//! Shard leases and fair ownership on a real nats-server 2.9.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_trait::async_trait;
+use awaken_actors::error::StorageError;
+use awaken_actors::ids::ThreadId;
+use awaken_actors::store::{FencingToken, InMemoryStore, ThreadRunStore};
+use awaken_actors::thread::FenceSource;
+use awaken_cluster::codec;
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::shards::{
+    DEFAULT_SHARDS_BUCKET, LeaseTable, Ownership, ShardCount, ShardEvent, ShardId, ShardLease,
+    ShardOwner, ShardOwnerConfig,
+};
+use awaken_cluster::testing::NatsServer;
+use tokio::sync::watch;
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn node(id: &str) -> NodeId {
+    NodeId::new(id).unwrap()
+}
+
+async fn table(server: &NatsServer) -> LeaseTable {
+    let js = jetstream::new(server.connect().await.unwrap());
+    LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, TTL, 1)
+        .await
+        .unwrap()
+}
+
+/// Waits until `condition` holds for the ownership, failing after `within`.
+async fn until(
+    rx: &mut watch::Receiver<Ownership>,
+    within: Duration,
+    condition: impl Fn(&Ownership) -> bool,
+) -> Ownership {
+    tokio::time::timeout(within, rx.wait_for(|o| condition(o)))
+        .await
+        .expect("ownership did not converge in time")
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn a_lease_has_one_holder_and_a_later_holder_fences_the_earlier() {
+    let server = NatsServer::start().await.unwrap();
+    let (a, b) = (table(&server).await, table(&server).await);
+    let shard = ShardId(7);
+    let mut held_a = a.acquire(shard, &node("a"), 0).await.unwrap().unwrap();
+    assert!(b.acquire(shard, &node("b"), 0).await.unwrap().is_none());
+    assert!(a.renew(&mut held_a, &node("a")).await.unwrap());
+    let holders = b.holders().await.unwrap();
+    assert_eq!(holders[&shard].node_id, node("a"));
+    assert_eq!(
+        holders[&shard].token, held_a.token,
+        "renewal keeps the token"
+    );
+
+    // Node a falls silent (paused): the server expires its lease.
+    let held_b = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(held) = b.acquire(shard, &node("b"), 0).await.unwrap() {
+                return held;
+            }
+            tokio::time::sleep(TTL / 10).await;
+        }
+    })
+    .await
+    .expect("the silent lease expires");
+    assert!(
+        held_b.token > held_a.token,
+        "a later holder has a higher token"
+    );
+    assert!(
+        !a.renew(&mut held_a, &node("a")).await.unwrap(),
+        "a learns it lost"
+    );
+
+    // The new owner raises the thread's fence before it reads; the old owner's
+    // writes are refused from then on.
+    let store = InMemoryStore::default();
+    let thread = ThreadId::new("t-fenced").unwrap();
+    store.fence(&thread, held_b.token).await.unwrap();
+    assert!(matches!(
+        store.fence(&thread, held_a.token).await,
+        Err(StorageError::Fenced { .. })
+    ));
+
+    // Releasing a lost lease leaves the new holder's alone.
+    a.release(held_a).await.unwrap();
+    assert_eq!(b.holders().await.unwrap()[&shard].node_id, node("b"));
+    b.release(held_b).await.unwrap();
+    assert!(b.holders().await.unwrap().is_empty());
+}
+
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<(&'static str, ShardId)>>,
+}
+
+impl Recorder {
+    fn of(&self, kind: &str) -> BTreeSet<ShardId> {
+        let events = self.events.lock().unwrap();
+        events
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, s)| *s)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl ShardEvent for Recorder {
+    async fn acquired(&self, shard: ShardId, _token: FencingToken) {
+        self.events.lock().unwrap().push(("acquired", shard));
+    }
+    async fn draining(&self, shard: ShardId) {
+        self.events.lock().unwrap().push(("draining", shard));
+    }
+    async fn lost(&self, shard: ShardId) {
+        self.events.lock().unwrap().push(("lost", shard));
+    }
+}
+
+struct Node {
+    owner: ShardOwner,
+    events: Arc<Recorder>,
+}
+
+async fn start_node(
+    server: &NatsServer,
+    id: &str,
+    members: &watch::Sender<BTreeSet<NodeId>>,
+    count: u32,
+) -> Node {
+    let events = Arc::new(Recorder::default());
+    let config = ShardOwnerConfig {
+        count: ShardCount::new(count).unwrap(),
+        lease_ttl: TTL,
+    };
+    let owner = ShardOwner::start(
+        node(id),
+        config,
+        table(server).await,
+        members.subscribe(),
+        Arc::clone(&events) as Arc<dyn ShardEvent>,
+    );
+    Node { owner, events }
+}
+
+fn total(nodes: &[&Node]) -> usize {
+    nodes
+        .iter()
+        .map(|n| n.owner.ownership().borrow().len())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_spread_fairly_and_move_on_leave() {
+    let server = NatsServer::start().await.unwrap();
+    let members = watch::Sender::new(BTreeSet::from([node("a"), node("b"), node("c")]));
+    let a = start_node(&server, "a", &members, 32).await;
+    let b = start_node(&server, "b", &members, 32).await;
+    let c = start_node(&server, "c", &members, 32).await;
+
+    // Quotas for 32 shards over a, b, c: 11, 11, 10.
+    for (n, share) in [(&a, 11), (&b, 11), (&c, 10)] {
+        until(&mut n.owner.ownership(), Duration::from_secs(10), |o| {
+            o.len() == share
+        })
+        .await;
+    }
+    assert_eq!(total(&[&a, &b, &c]), 32);
+    let owned_by_c: BTreeSet<ShardId> = c.owner.ownership().borrow().keys().copied().collect();
+
+    // c leaves gracefully: it drains every shard before releasing it, and a and b
+    // split the cluster between them.
+    members.send_replace(BTreeSet::from([node("a"), node("b")]));
+    let c_events = Arc::clone(&c.events);
+    c.owner.drain(Duration::from_secs(5)).await.unwrap();
+    assert!(owned_by_c.is_subset(&c_events.of("draining")));
+    for n in [&a, &b] {
+        until(&mut n.owner.ownership(), Duration::from_secs(10), |o| {
+            o.len() == 16
+        })
+        .await;
+    }
+    let fence = a.owner.fence();
+    let thread = (0..)
+        .map(|i| ThreadId::new(format!("t-{i}")).unwrap())
+        .find(|t| fence.owns(t))
+        .unwrap();
+    let shard = ShardCount::new(32).unwrap().shard_of(&thread);
+    assert_eq!(fence.token(&thread), a.owner.ownership().borrow()[&shard]);
+    assert!(a.events.of("lost").is_empty() && b.events.of("lost").is_empty());
+}
+
+#[tokio::test]
+async fn a_lease_taken_away_is_reported_lost() {
+    let server = NatsServer::start().await.unwrap();
+    let members = watch::Sender::new(BTreeSet::from([node("a")]));
+    let a = start_node(&server, "a", &members, 4).await;
+    let mut ownership = a.owner.ownership();
+    until(&mut ownership, Duration::from_secs(10), |o| o.len() == 4).await;
+
+    // Another writer replaces shard 2's lease, as a new owner would after expiry.
+    let kv = jetstream::new(server.connect().await.unwrap())
+        .get_key_value(DEFAULT_SHARDS_BUCKET)
+        .await
+        .unwrap();
+    let thief = ShardLease {
+        node_id: node("z"),
+        token: 0,
+        acquired_at_ms: 0,
+    };
+    kv.put("shard.2", codec::encode(&thief).unwrap())
+        .await
+        .unwrap();
+    until(&mut ownership, Duration::from_secs(10), |o| {
+        !o.contains_key(&ShardId(2))
+    })
+    .await;
+    assert_eq!(a.events.of("lost"), BTreeSet::from([ShardId(2)]));
+    let fence = a.owner.fence();
+    let lost_thread = (0..)
+        .map(|i| ThreadId::new(format!("t-{i}")).unwrap())
+        .find(|t| ShardCount::new(4).unwrap().shard_of(t) == ShardId(2))
+        .unwrap();
+    assert_eq!(fence.token(&lost_thread), FencingToken::default());
+    a.owner.drain(Duration::from_secs(5)).await.unwrap();
+}
