@@ -314,6 +314,15 @@ impl AgentRuntime {
         }
     }
 
+    /// Drops every thread `select` picks from this node (its shard moved away):
+    /// warm cores at once, live actors stopped at their last checkpoint. Resolves
+    /// once none of them has an actor here.
+    pub async fn evict_threads(&self, select: impl Fn(&ThreadId) -> bool) {
+        if let Some(region) = self.region.get() {
+            region.evict(select).await;
+        }
+    }
+
     /// Stops every thread actor.
     pub async fn shutdown(&self) {
         if let Some(region) = self.region.get() {

@@ -425,6 +425,11 @@ async fn rehydrate(
     deps: &ThreadDeps,
     thread_id: &ThreadId,
 ) -> Result<(Box<ThreadCore>, LatestRun), ActorProcessingErr> {
+    if deps.fence.fences_on_load() {
+        deps.store
+            .fence(thread_id, deps.fence.token(thread_id))
+            .await?;
+    }
     let Some(snapshot) = deps.store.load_thread_snapshot(thread_id).await? else {
         let thread = Thread::with_id(thread_id.clone());
         return Ok((

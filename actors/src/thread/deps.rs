@@ -16,6 +16,13 @@ use super::emitter::EventHub;
 pub trait FenceSource: Send + Sync {
     /// The current token for `thread_id`.
     fn token(&self, thread_id: &ThreadId) -> FencingToken;
+
+    /// Whether a thread's fence is raised to this node's token before its state is
+    /// loaded: needed where owners change (a cluster), so the previous owner's
+    /// writes are refused from the moment this node reads.
+    fn fences_on_load(&self) -> bool {
+        false
+    }
 }
 
 /// The token source of a single node that owns every thread.

@@ -319,6 +319,32 @@ impl ThreadRegion {
         self.slots.warm.len()
     }
 
+    /// Drops every thread `select` picks from this node: warm cores at once, live
+    /// actors stopped (their last checkpoint stands; whoever owns the thread next
+    /// resumes from it). Resolves once none of them has an actor left.
+    pub async fn evict(&self, select: impl Fn(&ThreadId) -> bool) {
+        loop {
+            let notified = self.slots.passivated.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // A stopping actor may still park its core in `warm`: clear every round.
+            self.slots.warm.retain(|thread_id, _| !select(thread_id));
+            let mut remaining = false;
+            for slot in self.slots.map.iter().filter(|slot| select(slot.key())) {
+                remaining = true;
+                if let Slot::Live(actor) | Slot::Passivating(actor, _) = slot.value() {
+                    actor.stop(Some("evicted".to_owned()));
+                }
+            }
+            if !remaining {
+                return;
+            }
+            // An actor still starting is stopped on the next round; starting is not
+            // announced, so re-check after a short while as well.
+            let _ = tokio::time::timeout(Duration::from_millis(20), notified).await;
+        }
+    }
+
     /// Stops every thread actor and the supervisor, and drops warm cores.
     pub async fn shutdown(&self) {
         self.supervisor
@@ -414,6 +440,73 @@ struct SupervisorState {
     deps: Arc<ThreadDeps>,
     slots: Arc<Slots>,
     threads: HashMap<ActorId, (ThreadId, u32)>,
+    /// Actors that ended before their `Started` arrived: supervision events
+    /// overtake ordinary messages, so an actor that stops at once is seen here first.
+    ended_early: HashMap<ActorId, Ending>,
+}
+
+/// How a thread actor ended.
+enum Ending {
+    Failed(String),
+    Terminated,
+}
+
+impl SupervisorState {
+    /// Restarts a failed thread actor from the thread's last checkpoint.
+    fn failed(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        actor: ActorId,
+        thread_id: ThreadId,
+        restarts: u32,
+        error: &str,
+    ) {
+        tracing::error!(thread_id = %thread_id, %error, restarts, "thread actor failed; restarting from its last checkpoint");
+        // Keep new messages for the thread while its replacement starts.
+        let owned = match self.slots.map.get_mut(&thread_id) {
+            Some(mut slot) => match &mut *slot {
+                Slot::Live(live) | Slot::Passivating(live, _) if live.get_id() == actor => {
+                    let parked =
+                        match std::mem::replace(&mut *slot, Slot::Starting(Parked::default())) {
+                            Slot::Passivating(_, parked) => parked,
+                            _ => Parked::default(),
+                        };
+                    *slot = Slot::Starting(parked);
+                    true
+                }
+                _ => false,
+            },
+            None => {
+                self.slots
+                    .map
+                    .insert(thread_id.clone(), Slot::Starting(Parked::default()));
+                self.slots.warm.remove(&thread_id);
+                true
+            }
+        };
+        if owned {
+            let deps = Arc::clone(&self.deps);
+            let slots = Arc::clone(&self.slots);
+            tokio::spawn(async move {
+                // A restart never trusts memory: the last checkpoint is the truth.
+                let start = Start {
+                    restarts: restarts + 1,
+                    warm: None,
+                };
+                let _ = start_actor(deps, slots, myself, thread_id, start).await;
+            });
+        }
+    }
+
+    /// A thread actor stopped. One that did not finish passivation (fenced,
+    /// evicted) leaves no stale route behind; messages it had parked are dropped,
+    /// so their senders see the thread as unavailable.
+    fn terminated(&self, actor: ActorId, thread_id: &ThreadId) {
+        self.slots.map.remove_if(thread_id, |_, slot| {
+            matches!(slot, Slot::Live(a) | Slot::Passivating(a, _) if a.get_id() == actor)
+        });
+        self.slots.passivated.notify_waiters();
+    }
 }
 
 impl Actor for ThreadSupervisor {
@@ -430,12 +523,13 @@ impl Actor for ThreadSupervisor {
             deps: args.deps,
             slots: args.slots,
             threads: HashMap::new(),
+            ended_early: HashMap::new(),
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -444,9 +538,15 @@ impl Actor for ThreadSupervisor {
                 actor,
                 thread_id,
                 restarts,
-            } => {
-                state.threads.insert(actor, (thread_id, restarts));
-            }
+            } => match state.ended_early.remove(&actor) {
+                None => {
+                    state.threads.insert(actor, (thread_id, restarts));
+                }
+                Some(Ending::Failed(error)) => {
+                    state.failed(myself, actor, thread_id, restarts, &error);
+                }
+                Some(Ending::Terminated) => state.terminated(actor, &thread_id),
+            },
         }
         Ok(())
     }
@@ -459,58 +559,25 @@ impl Actor for ThreadSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(cell, error) => {
-                let Some((thread_id, restarts)) = state.threads.remove(&cell.get_id()) else {
-                    return Ok(());
-                };
-                tracing::error!(thread_id = %thread_id, %error, restarts, "thread actor failed; restarting from its last checkpoint");
-                // Keep new messages for the thread while its replacement starts.
-                let owned = match state.slots.map.get_mut(&thread_id) {
-                    Some(mut slot) => match &mut *slot {
-                        Slot::Live(actor) | Slot::Passivating(actor, _)
-                            if actor.get_id() == cell.get_id() =>
-                        {
-                            let parked = match std::mem::replace(
-                                &mut *slot,
-                                Slot::Starting(Parked::default()),
-                            ) {
-                                Slot::Passivating(_, parked) => parked,
-                                _ => Parked::default(),
-                            };
-                            *slot = Slot::Starting(parked);
-                            true
-                        }
-                        _ => false,
-                    },
+                let actor = cell.get_id();
+                match state.threads.remove(&actor) {
+                    Some((thread_id, restarts)) => {
+                        state.failed(myself, actor, thread_id, restarts, &error.to_string());
+                    }
                     None => {
                         state
-                            .slots
-                            .map
-                            .insert(thread_id.clone(), Slot::Starting(Parked::default()));
-                        state.slots.warm.remove(&thread_id);
-                        true
+                            .ended_early
+                            .insert(actor, Ending::Failed(error.to_string()));
                     }
-                };
-                if owned {
-                    let deps = Arc::clone(&state.deps);
-                    let slots = Arc::clone(&state.slots);
-                    tokio::spawn(async move {
-                        // A restart never trusts memory: the last checkpoint is the truth.
-                        let start = Start {
-                            restarts: restarts + 1,
-                            warm: None,
-                        };
-                        let _ = start_actor(deps, slots, myself, thread_id, start).await;
-                    });
                 }
             }
             SupervisionEvent::ActorTerminated(cell, _, _) => {
-                if let Some((thread_id, _)) = state.threads.remove(&cell.get_id()) {
-                    // A thread that stopped without passivating (e.g. fenced) leaves
-                    // no stale route behind.
-                    state.slots.map.remove_if(
-                        &thread_id,
-                        |_, slot| matches!(slot, Slot::Live(a) if a.get_id() == cell.get_id()),
-                    );
+                let actor = cell.get_id();
+                match state.threads.remove(&actor) {
+                    Some((thread_id, _)) => state.terminated(actor, &thread_id),
+                    None => {
+                        state.ended_early.insert(actor, Ending::Terminated);
+                    }
                 }
             }
             _ => {}

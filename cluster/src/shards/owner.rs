@@ -284,4 +284,8 @@ impl FenceSource for ShardedFence {
             .copied()
             .unwrap_or_default()
     }
+
+    fn fences_on_load(&self) -> bool {
+        true
+    }
 }
