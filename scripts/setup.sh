@@ -29,3 +29,11 @@ if [ -z "${AWAKEN_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/null 2>
   fi
   pg_isready -q -h 127.0.0.1 -p 5432 || echo "setup: PostgreSQL is not reachable at 127.0.0.1:5432" >&2
 fi
+
+# The decision-bus tests publish from a separate process with nats-py (a NATS client
+# that is not this project's code). It lives in a venv under target/, out of git.
+venv="$(cd "$(dirname "$0")/.." && pwd)/target/py-venv"
+if ! "$venv/bin/python" -c "import nats" >/dev/null 2>&1; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "nats-py==2.9.0"
+fi

@@ -1,0 +1,263 @@
+//! The decision bus: approvals published straight onto NATS resume waiting runs.
+//!
+//! Anyone with a NATS client publishes a decision to `awaken.decisions.<thread_id>`
+//! with JetStream (the stream `AWAKEN_DECISIONS` acknowledges it, so an accepted
+//! decision is never lost). The nodes share one durable work-queue consumer: a
+//! decision is taken by one node, applied where the thread lives, and removed from
+//! the stream only once applied (or refused). A node that cannot apply it now (not
+//! the owner, owner moving) gives it back for redelivery, so it is applied after a
+//! failover too. Decision ids make it idempotent: a redelivered or republished
+//! decision is acknowledged, not applied twice.
+//!
+//! A malformed decision, or one the thread refuses (unknown call, call already
+//! decided or finished, wrong run), is removed and reported on
+//! `awaken.advisories.decisions.rejected` (JSON [`Rejection`]); it changes nothing.
+
+mod runtime;
+mod wire;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, AckKind, consumer, stream};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+pub use runtime::RuntimeDecisions;
+pub use wire::{
+    DECISION_SUBJECT_PREFIX, Decision, DecisionPayload, Encoding, MAX_DECISION_BYTES,
+    parse_decision,
+};
+
+use crate::error::ClusterError;
+
+/// The stream that keeps published decisions until they are applied.
+pub const DECISIONS_STREAM: &str = "AWAKEN_DECISIONS";
+/// The durable consumer every node pulls decisions from.
+pub const DECISIONS_CONSUMER: &str = "awaken-decisions";
+/// Where rejected decisions are reported.
+pub const REJECTED_SUBJECT: &str = "awaken.advisories.decisions.rejected";
+
+/// Tunables of the decision bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionBusConfig {
+    /// Copies of the stream on a clustered server.
+    pub replicas: usize,
+    /// A decision taken by a node that neither applies nor returns it (the node
+    /// died) is redelivered after this long.
+    pub ack_wait: Duration,
+    /// How long a decision that could not be applied yet waits before redelivery.
+    pub retry_delay: Duration,
+    /// Decisions nobody could apply for this long are dropped by the stream.
+    pub max_age: Duration,
+}
+
+impl Default for DecisionBusConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            ack_wait: Duration::from_secs(30),
+            retry_delay: Duration::from_millis(500),
+            max_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// What became of a decision handed to a [`DecisionTarget`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Applied; `duplicate` when its decision id had been applied before.
+    Applied {
+        /// The decision id had been applied already; nothing was done again.
+        duplicate: bool,
+    },
+    /// The thread refused it for good (unknown call, already decided, ...).
+    Refused(String),
+    /// It cannot be applied here now; try again later (possibly elsewhere).
+    Retry(String),
+}
+
+/// Where decisions taken from the bus are applied.
+#[async_trait]
+pub trait DecisionTarget: Send + Sync + 'static {
+    /// Applies `decision` to its thread.
+    async fn deliver(&self, decision: Decision) -> Delivery;
+}
+
+/// The advisory published for a rejected decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// The subject the decision was published on.
+    pub subject: String,
+    /// Its decision id, when it could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+    /// Why it was rejected.
+    pub error: String,
+}
+
+/// The decision bus of one node.
+#[derive(Debug, Clone)]
+pub struct DecisionBus {
+    js: jetstream::Context,
+    config: DecisionBusConfig,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn content_type(headers: Option<&HeaderMap>) -> Option<&str> {
+    let headers = headers?;
+    headers
+        .get("Content-Type")
+        .or_else(|| headers.get("content-type"))
+        .map(|value| value.as_str())
+}
+
+impl DecisionBus {
+    /// Opens the bus, creating its stream and consumer when missing.
+    pub async fn open(
+        js: jetstream::Context,
+        config: DecisionBusConfig,
+    ) -> Result<Self, ClusterError> {
+        let bus = Self { js, config };
+        bus.stream().await?;
+        Ok(bus)
+    }
+
+    async fn stream(&self) -> Result<stream::Stream, ClusterError> {
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: DECISIONS_STREAM.to_owned(),
+                subjects: vec![format!("{DECISION_SUBJECT_PREFIX}>")],
+                retention: stream::RetentionPolicy::WorkQueue,
+                max_age: self.config.max_age,
+                max_message_size: i32::try_from(MAX_DECISION_BYTES * 2).unwrap_or(i32::MAX),
+                duplicate_window: Duration::from_secs(120),
+                num_replicas: self.config.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(ClusterError::nats)
+    }
+
+    /// Publishes a decision as JSON and waits for the stream to accept it. The
+    /// decision id is the message id, so a republish within two minutes is
+    /// dropped by the stream (and any later one by the thread).
+    pub async fn publish(
+        &self,
+        thread_id: &str,
+        payload: &DecisionPayload,
+    ) -> Result<(), ClusterError> {
+        let mut headers = HeaderMap::new();
+        headers.insert("Content-Type", "application/json");
+        headers.insert("Nats-Msg-Id", payload.decision_id.as_str());
+        let body = serde_json::to_vec(payload).map_err(|e| ClusterError::Codec(e.to_string()))?;
+        self.js
+            .publish_with_headers(
+                format!("{DECISION_SUBJECT_PREFIX}{thread_id}"),
+                headers,
+                body.into(),
+            )
+            .await
+            .map_err(ClusterError::nats)?
+            .await
+            .map_err(ClusterError::nats)?;
+        Ok(())
+    }
+
+    /// Starts taking decisions off the bus and applying them to `target`.
+    pub async fn serve(
+        &self,
+        target: Arc<dyn DecisionTarget>,
+    ) -> Result<DecisionWorker, ClusterError> {
+        let consumer: consumer::PullConsumer = self
+            .stream()
+            .await?
+            .get_or_create_consumer(
+                DECISIONS_CONSUMER,
+                consumer::pull::Config {
+                    durable_name: Some(DECISIONS_CONSUMER.to_owned()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: self.config.ack_wait,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(ClusterError::nats)?;
+        let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
+        let client = self.js.client();
+        let retry_delay = self.config.retry_delay;
+        let task = tokio::spawn(async move {
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(message) => handle(&client, target.as_ref(), message, retry_delay).await,
+                    Err(error) => tracing::warn!(%error, "decision bus: pull failed"),
+                }
+            }
+        });
+        Ok(DecisionWorker { task })
+    }
+}
+
+async fn handle(
+    client: &async_nats::Client,
+    target: &dyn DecisionTarget,
+    message: jetstream::Message,
+    retry_delay: Duration,
+) {
+    let subject = message.subject.to_string();
+    let parsed = Encoding::from_content_type(content_type(message.headers.as_ref()))
+        .and_then(|encoding| parse_decision(&subject, encoding, &message.payload, now_ms()));
+    let outcome = match parsed {
+        Err(error) => Err((None, error)),
+        Ok(decision) => {
+            let decision_id = decision.resume.decision_id.to_string();
+            match target.deliver(decision).await {
+                Delivery::Applied { .. } => Ok(AckKind::Ack),
+                Delivery::Retry(reason) => {
+                    tracing::debug!(%subject, %reason, "decision bus: retrying later");
+                    Ok(AckKind::Nak(Some(retry_delay)))
+                }
+                Delivery::Refused(error) => Err((Some(decision_id), error)),
+            }
+        }
+    };
+    let ack = match outcome {
+        Ok(ack) => ack,
+        Err((decision_id, error)) => {
+            let rejection = Rejection {
+                subject,
+                decision_id,
+                error,
+            };
+            tracing::info!(?rejection, "decision rejected");
+            if let Ok(body) = serde_json::to_vec(&rejection) {
+                let _ = client.publish(REJECTED_SUBJECT, body.into()).await;
+            }
+            AckKind::Term
+        }
+    };
+    // Confirmed acks: once applied, a decision must not come back after a crash.
+    if let Err(error) = message.double_ack_with(ack).await {
+        tracing::warn!(%error, "decision bus: ack failed; the decision may be redelivered");
+    }
+}
+
+/// A running decision consumer; stops when dropped.
+#[derive(Debug)]
+pub struct DecisionWorker {
+    task: JoinHandle<()>,
+}
+
+impl Drop for DecisionWorker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
