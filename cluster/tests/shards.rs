@@ -144,10 +144,8 @@ async fn start_node(
         count: ShardCount::new(count).unwrap(),
         lease_ttl: TTL,
     };
-    let owner = ShardOwner::start(
-        node(id),
-        config,
-        table(server).await,
+    let mut owner = ShardOwner::new(node(id), config, table(server).await);
+    owner.start(
         members.subscribe(),
         Arc::clone(&events) as Arc<dyn ShardEvent>,
     );
@@ -234,4 +232,86 @@ async fn a_lease_taken_away_is_reported_lost() {
         .unwrap();
     assert_eq!(fence.token(&lost_thread), FencingToken::default());
     a.owner.drain(Duration::from_secs(5)).await.unwrap();
+}
+
+/// A node that loses a shard keeps no memory of its threads: the warm core goes,
+/// and the next owner's token fences any write the old node might still attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_shard_leaves_no_thread_behind_in_the_runtime() {
+    use awaken_actors::AgentId;
+    use awaken_actors::contract::AgentEvent;
+    use awaken_actors::contract::{AgentSpec, Message, ModelSpec, TerminationReason};
+    use awaken_actors::event_sink::EventSink;
+    use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
+    use awaken_actors::runtime::AgentRuntimeBuilder;
+    use awaken_actors::thread::RunRequest;
+
+    struct Ignore;
+    #[async_trait]
+    impl EventSink for Ignore {
+        async fn emit(&self, _event: AgentEvent) {}
+    }
+    use awaken_cluster::shards::RuntimeShards;
+
+    let server = NatsServer::start().await.unwrap();
+    let count = ShardCount::new(4).unwrap();
+    let config = ShardOwnerConfig {
+        count,
+        lease_ttl: TTL,
+    };
+    let mut owner = ShardOwner::new(node("a"), config, table(&server).await);
+    let store = Arc::new(InMemoryStore::default());
+    let runtime = AgentRuntimeBuilder::new()
+        .with_thread_run_store(store.clone())
+        .with_fence_source(Arc::new(owner.fence()))
+        .with_model(
+            "scripted",
+            ModelSpec::new("scripted", "scripted", "scripted"),
+        )
+        .with_provider(
+            "scripted",
+            Arc::new(ScriptedExecutor::new(ScriptSpec::new(vec![ScriptStep::text("hi")])).unwrap()),
+        )
+        .with_agent_spec(AgentSpec::new(AgentId::new("a").unwrap()).with_model("scripted"))
+        .build()
+        .unwrap();
+    let members = watch::Sender::new(BTreeSet::from([node("a")]));
+    owner.start(
+        members.subscribe(),
+        Arc::new(RuntimeShards::new(runtime.clone(), count)),
+    );
+    let mut ownership = owner.ownership();
+    let owned = until(&mut ownership, Duration::from_secs(10), |o| o.len() == 4).await;
+
+    let thread = ThreadId::new("t-resident").unwrap();
+    let shard = count.shard_of(&thread);
+    let request = RunRequest::new(thread.clone(), vec![Message::user("hello")])
+        .with_agent_id(AgentId::new("a").unwrap());
+    let result = runtime.run(request, Arc::new(Ignore)).await.unwrap();
+    assert_eq!(result.termination, TerminationReason::NaturalEnd);
+    runtime.thread_stopped(&thread).await;
+    assert!(runtime.is_thread_warm(&thread));
+    let snapshot = store.load_thread_snapshot(&thread).await.unwrap().unwrap();
+    assert_eq!(
+        snapshot.fence, owned[&shard],
+        "checkpoints carry the lease token"
+    );
+
+    let kv = jetstream::new(server.connect().await.unwrap())
+        .get_key_value(DEFAULT_SHARDS_BUCKET)
+        .await
+        .unwrap();
+    let thief = ShardLease {
+        node_id: node("z"),
+        token: 0,
+        acquired_at_ms: 0,
+    };
+    kv.put(format!("shard.{shard}"), codec::encode(&thief).unwrap())
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), runtime.thread_passivated(&thread))
+        .await
+        .expect("the lost shard's thread is evicted");
+    assert!(!runtime.is_thread_warm(&thread));
+    owner.drain(Duration::from_secs(5)).await.unwrap();
 }

@@ -328,7 +328,11 @@ impl ThreadRegion {
             tokio::pin!(notified);
             notified.as_mut().enable();
             // A stopping actor may still park its core in `warm`: clear every round.
+            let before = self.slots.warm.len();
             self.slots.warm.retain(|thread_id, _| !select(thread_id));
+            if self.slots.warm.len() != before {
+                self.slots.passivated.notify_waiters();
+            }
             let mut remaining = false;
             for slot in self.slots.map.iter().filter(|slot| select(slot.key())) {
                 remaining = true;

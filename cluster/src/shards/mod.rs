@@ -5,6 +5,7 @@
 mod assignment;
 mod lease;
 mod owner;
+mod runtime;
 
 use awaken_actors::ids::ThreadId;
 use serde::{Deserialize, Serialize};
@@ -15,6 +16,7 @@ use crate::error::ClusterError;
 pub use assignment::{preference, quota};
 pub use lease::{DEFAULT_SHARDS_BUCKET, HeldLease, Holder, LeaseTable, ShardLease};
 pub use owner::{Ownership, ShardEvent, ShardOwner, ShardOwnerConfig, ShardedFence};
+pub use runtime::RuntimeShards;
 
 /// The number of shards when the cluster is created without one.
 pub const DEFAULT_SHARD_COUNT: u32 = 256;

@@ -60,8 +60,23 @@ impl Default for ShardOwnerConfig {
 pub struct ShardOwner {
     ownership: watch::Receiver<Ownership>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<Keeper>,
     count: ShardCount,
+    state: OwnerState,
+}
+
+/// Where a [`ShardOwner`] is in its life.
+enum OwnerState {
+    /// Created, not started.
+    Ready {
+        node_id: NodeId,
+        config: ShardOwnerConfig,
+        table: LeaseTable,
+        ownership: watch::Sender<Ownership>,
+    },
+    /// Keeping leases.
+    Running(JoinHandle<Keeper>),
+    /// Drained, or being started.
+    Stopped,
 }
 
 impl std::fmt::Debug for ShardOwner {
@@ -90,17 +105,42 @@ fn now_ms() -> u64 {
 }
 
 impl ShardOwner {
-    /// Starts keeping `node_id`'s share of the shards among `members`.
+    /// An owner for `node_id` that owns nothing until [`ShardOwner::start`]; its
+    /// [`ShardOwner::fence`] can be handed to the runtime first.
+    pub fn new(node_id: NodeId, config: ShardOwnerConfig, table: LeaseTable) -> Self {
+        let (ownership, ownership_rx) = watch::channel(Ownership::new());
+        let (stop, _) = watch::channel(false);
+        Self {
+            ownership: ownership_rx,
+            stop,
+            count: config.count,
+            state: OwnerState::Ready {
+                node_id,
+                config,
+                table,
+                ownership,
+            },
+        }
+    }
+
+    /// Starts keeping the node's share of the shards among `members`, telling
+    /// `events` of every change. Starting twice does nothing.
     pub fn start(
-        node_id: NodeId,
-        config: ShardOwnerConfig,
-        table: LeaseTable,
+        &mut self,
         members: watch::Receiver<BTreeSet<NodeId>>,
         events: Arc<dyn ShardEvent>,
-    ) -> Self {
-        let (ownership, ownership_rx) = watch::channel(Ownership::new());
-        let (stop, stop_rx) = watch::channel(false);
-        let count = config.count;
+    ) {
+        let state = std::mem::replace(&mut self.state, OwnerState::Stopped);
+        let OwnerState::Ready {
+            node_id,
+            config,
+            table,
+            ownership,
+        } = state
+        else {
+            self.state = state;
+            return;
+        };
         let keeper = Keeper {
             node_id,
             config,
@@ -110,12 +150,7 @@ impl ShardOwner {
             held: BTreeMap::new(),
             ownership,
         };
-        Self {
-            ownership: ownership_rx,
-            stop,
-            task: tokio::spawn(keeper.run(stop_rx)),
-            count,
-        }
+        self.state = OwnerState::Running(tokio::spawn(keeper.run(self.stop.subscribe())));
     }
 
     /// The shards owned now, updated as they change.
@@ -135,8 +170,10 @@ impl ShardOwner {
     /// `deadline`; leases not released by then expire on their own.
     pub async fn drain(self, deadline: Duration) -> Result<(), ClusterError> {
         let _ = self.stop.send(true);
-        let mut keeper = self
-            .task
+        let OwnerState::Running(task) = self.state else {
+            return Ok(());
+        };
+        let mut keeper = task
             .await
             .map_err(|e| ClusterError::Nats(format!("shard owner task failed: {e}")))?;
         match tokio::time::timeout(deadline, keeper.release_all()).await {
