@@ -64,15 +64,18 @@ pub struct ShardOwner {
     state: OwnerState,
 }
 
+/// What a created owner needs to start.
+struct Prepared {
+    node_id: NodeId,
+    config: ShardOwnerConfig,
+    table: LeaseTable,
+    ownership: watch::Sender<Ownership>,
+}
+
 /// Where a [`ShardOwner`] is in its life.
 enum OwnerState {
     /// Created, not started.
-    Ready {
-        node_id: NodeId,
-        config: ShardOwnerConfig,
-        table: LeaseTable,
-        ownership: watch::Sender<Ownership>,
-    },
+    Ready(Box<Prepared>),
     /// Keeping leases.
     Running(JoinHandle<Keeper>),
     /// Drained, or being started.
@@ -114,12 +117,12 @@ impl ShardOwner {
             ownership: ownership_rx,
             stop,
             count: config.count,
-            state: OwnerState::Ready {
+            state: OwnerState::Ready(Box::new(Prepared {
                 node_id,
                 config,
                 table,
                 ownership,
-            },
+            })),
         }
     }
 
@@ -131,16 +134,16 @@ impl ShardOwner {
         events: Arc<dyn ShardEvent>,
     ) {
         let state = std::mem::replace(&mut self.state, OwnerState::Stopped);
-        let OwnerState::Ready {
+        let OwnerState::Ready(prepared) = state else {
+            self.state = state;
+            return;
+        };
+        let Prepared {
             node_id,
             config,
             table,
             ownership,
-        } = state
-        else {
-            self.state = state;
-            return;
-        };
+        } = *prepared;
         let keeper = Keeper {
             node_id,
             config,
