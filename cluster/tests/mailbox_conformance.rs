@@ -111,6 +111,42 @@ mod cluster {
         }
     }
 
+    /// A node answers from what it wrote last only when a write confirms it: work
+    /// another node gave back is seen, and work another node took is not taken twice.
+    #[tokio::test]
+    async fn a_node_never_answers_from_a_stale_record() {
+        let (a, server) = jetstream_fixture().await;
+        let b = node(&server).await;
+        let queued = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        let taken = b
+            .claim(&thread("t1"), "node-b", 1, LEASE, T0)
+            .await
+            .unwrap();
+        assert_eq!(taken.len(), 1);
+        assert!(
+            a.claim(&thread("t1"), "node-a", 1, LEASE, T0)
+                .await
+                .unwrap()
+                .is_empty(),
+            "a's record still says queued, but b holds the claim"
+        );
+        let back = b
+            .nack(
+                &queued.dispatch_id,
+                taken[0].claim_token.as_deref().unwrap(),
+                "retry",
+                T0,
+            )
+            .await
+            .unwrap();
+        let again = a
+            .claim(&thread("t1"), "node-a", 1, LEASE, back.available_at)
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1, "a sees the dispatch b gave back");
+        assert_eq!(again[0].attempt_count, 2);
+    }
+
     #[tokio::test]
     async fn an_enqueued_dispatch_survives_a_server_crash() {
         let (mailbox, mut server) = jetstream_fixture().await;

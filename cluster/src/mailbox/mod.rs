@@ -14,9 +14,11 @@
 //! Listing all threads, reclaiming expired leases and garbage collection scan the
 //! thread records with one consumer; they run on sweep intervals, not per run.
 
+mod cache;
 mod records;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use async_nats::jetstream::{self, kv};
 use async_trait::async_trait;
@@ -30,6 +32,7 @@ use awaken_actors::mailbox::{
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
+use self::cache::Bounded;
 use self::records::{
     DEDUPE_PREFIX, DISPATCH_PREFIX, DedupeEntry, IndexEntry, THREAD_PREFIX, ThreadMailbox,
     dedupe_key, dispatch_key, thread_key,
@@ -55,7 +58,14 @@ pub struct JetStreamMailbox {
     config: MailboxConfig,
     client: async_nats::Client,
     bucket: kv::Store,
+    /// Thread records this node wrote last, by key, with their revisions.
+    records: Arc<Bounded<String, (u64, ThreadMailbox)>>,
+    /// Which thread holds a dispatch (immutable while the dispatch exists).
+    threads_of: Arc<Bounded<DispatchId, ThreadId>>,
 }
+
+/// Thread records and dispatch locations a node remembers.
+const CACHE_CAPACITY: usize = 16_384;
 
 /// What an operation on a thread record decided.
 enum Change<R> {
@@ -92,6 +102,8 @@ impl JetStreamMailbox {
             config,
             client: js.client(),
             bucket: ensure_bucket(js, &spec).await?,
+            records: Arc::new(Bounded::new(CACHE_CAPACITY)),
+            threads_of: Arc::new(Bounded::new(CACHE_CAPACITY)),
         })
     }
 
@@ -163,23 +175,29 @@ impl JetStreamMailbox {
         mut op: impl FnMut(&mut ThreadMailbox) -> Result<Change<R>, MailboxError>,
     ) -> Result<R, MailboxError> {
         let key = thread_key(thread_id);
+        let mut cached = self.records.get(&key);
         for _ in 0..MAX_CAS_ROUNDS {
-            let mut loaded = self.read(&key).await?.unwrap_or(Loaded {
-                revision: 0,
-                value: ThreadMailbox::default(),
-            });
-            match op(&mut loaded.value)? {
-                Change::Keep(answer) => return Ok(answer),
-                Change::Write(answer) => {
-                    let payload = codec::encode(&loaded.value).map_err(from_cluster)?;
-                    if self
-                        .write_if(&key, loaded.revision, payload)
-                        .await?
-                        .is_some()
-                    {
+            let from_cache = cached.is_some();
+            let (revision, mut value) = match cached.take() {
+                Some(entry) => entry,
+                None => self
+                    .read(&key)
+                    .await?
+                    .map_or((0, ThreadMailbox::default()), |l| (l.revision, l.value)),
+            };
+            match op(&mut value) {
+                Ok(Change::Write(answer)) => {
+                    let payload = codec::encode(&value).map_err(from_cluster)?;
+                    if let Some(revision) = self.write_if(&key, revision, payload).await? {
+                        self.records.put(key, (revision, value));
                         return Ok(answer);
                     }
+                    self.records.forget(&key);
                 }
+                // Only a fresh read may answer without writing.
+                Ok(Change::Keep(_)) | Err(_) if from_cache => self.records.forget(&key),
+                Ok(Change::Keep(answer)) => return Ok(answer),
+                Err(refused) => return Err(refused),
             }
         }
         Err(MailboxError::Unavailable(format!(
@@ -189,10 +207,14 @@ impl JetStreamMailbox {
 
     /// The thread holding the dispatch, from its index entry.
     async fn thread_of(&self, dispatch_id: &DispatchId) -> Result<Option<ThreadId>, MailboxError> {
-        Ok(self
+        let thread_id = self
             .read::<IndexEntry>(&dispatch_key(dispatch_id))
             .await?
-            .map(|loaded| loaded.value.thread_id))
+            .map(|loaded| loaded.value.thread_id);
+        if let Some(thread_id) = &thread_id {
+            self.threads_of.put(dispatch_id.clone(), thread_id.clone());
+        }
+        Ok(thread_id)
     }
 
     /// Runs `op` on one dispatch inside its thread's record (see [`Self::with_thread`]).
@@ -202,6 +224,18 @@ impl JetStreamMailbox {
         mut op: impl FnMut(&mut RunDispatch) -> Result<Change<R>, MailboxError>,
     ) -> Result<R, MailboxError> {
         let not_found = || MailboxError::NotFound(dispatch_id.clone());
+        if let Some(thread_id) = self.threads_of.get(dispatch_id) {
+            let answer = self
+                .with_thread(&thread_id, |mailbox| {
+                    op(mailbox.get_mut(dispatch_id).ok_or_else(not_found)?)
+                })
+                .await;
+            match answer {
+                // The id was collected (and maybe reused elsewhere): ask the index.
+                Err(MailboxError::NotFound(_)) => self.threads_of.forget(dispatch_id),
+                answer => return answer,
+            }
+        }
         let thread_id = self.thread_of(dispatch_id).await?.ok_or_else(not_found)?;
         self.with_thread(&thread_id, |mailbox| {
             op(mailbox.get_mut(dispatch_id).ok_or_else(not_found)?)
@@ -237,8 +271,15 @@ impl JetStreamMailbox {
         })
         .map_err(from_cluster)?;
         let duplicate = || MailboxError::Duplicate(format!("dedupe key {dedupe:?}"));
+        // Most reservations are new: try to create before reading.
+        let mut known_taken = false;
         for _ in 0..MAX_CAS_ROUNDS {
-            let existing = self.read::<DedupeEntry>(&key).await?;
+            let existing = if known_taken {
+                self.read::<DedupeEntry>(&key).await?
+            } else {
+                None
+            };
+            known_taken = true;
             let revision = match existing {
                 None => 0,
                 Some(Loaded { revision, value }) => {
@@ -276,8 +317,15 @@ impl JetStreamMailbox {
         })
         .map_err(from_cluster)?;
         let duplicate = || MailboxError::Duplicate(format!("dispatch id {}", dispatch.dispatch_id));
+        // Most reservations are new: try to create before reading.
+        let mut known_taken = false;
         for _ in 0..MAX_CAS_ROUNDS {
-            let existing = self.read::<IndexEntry>(&key).await?;
+            let existing = if known_taken {
+                self.read::<IndexEntry>(&key).await?
+            } else {
+                None
+            };
+            known_taken = true;
             let revision = match existing {
                 None => 0,
                 Some(Loaded { revision, value }) => {
@@ -298,6 +346,8 @@ impl JetStreamMailbox {
                 }
             };
             if let Some(revision) = self.write_if(&key, revision, ours.clone()).await? {
+                self.threads_of
+                    .put(dispatch.dispatch_id.clone(), dispatch.thread_id.clone());
                 return Ok(revision);
             }
         }

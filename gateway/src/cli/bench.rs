@@ -1,4 +1,4 @@
-//! `awaken bench local`.
+//! `awaken bench local` and `awaken bench cluster`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -21,6 +21,52 @@ pub struct BenchArgs {
 pub enum BenchTarget {
     /// On an embedded single-node runtime in this process.
     Local(LocalArgs),
+    /// Against a NATS server: the cluster's building blocks.
+    Cluster(ClusterArgs),
+}
+
+/// Flags of `awaken bench cluster`.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// The scenario to run.
+    #[arg(long, value_enum, default_value = "dispatch", value_name = "NAME")]
+    pub scenario: ClusterScenarioArg,
+    /// The NATS server (JetStream enabled) to measure against.
+    #[arg(long, default_value = "nats://127.0.0.1:4222", value_name = "URL")]
+    pub nats_url: String,
+    /// Dispatch cycles (and raw publishes) to measure.
+    #[arg(long, default_value_t = 20_000, value_name = "N", value_parser = at_least_one)]
+    pub runs: usize,
+    /// Cycles in flight at once.
+    #[arg(long, default_value_t = BenchOptions::default().concurrency, value_name = "C",
+          value_parser = at_least_one)]
+    pub concurrency: usize,
+    /// Time limit of each half, seconds.
+    #[arg(long, default_value_t = BenchOptions::default().timeout.as_secs(), value_name = "S")]
+    pub timeout_s: u64,
+    /// Print no progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// A cluster scenario on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClusterScenarioArg {
+    /// Mailbox enqueue → claim → ack beside raw JetStream publishes.
+    Dispatch,
+}
+
+impl ClusterArgs {
+    /// The sizes and limits these flags ask for.
+    pub fn options(&self) -> BenchOptions {
+        BenchOptions {
+            runs: self.runs,
+            concurrency: self.concurrency,
+            timeout: Duration::from_secs(self.timeout_s),
+            progress: !self.quiet,
+            ..BenchOptions::default()
+        }
+    }
 }
 
 /// Flags of `awaken bench local`.
@@ -113,7 +159,10 @@ fn at_least_one(text: &str) -> Result<usize, String> {
 /// Runs the chosen scenarios, printing each report as soon as it is ready; 1 when
 /// any run failed.
 pub(super) async fn execute(args: BenchArgs) -> Result<u8> {
-    let BenchTarget::Local(local) = args.target;
+    let local = match args.target {
+        BenchTarget::Local(local) => local,
+        BenchTarget::Cluster(cluster) => return execute_cluster(cluster).await,
+    };
     let options = local.options();
     let mut failed = false;
     for scenario in local.scenarios() {
@@ -127,6 +176,17 @@ pub(super) async fn execute(args: BenchArgs) -> Result<u8> {
         stdout.flush()?;
     }
     Ok(u8::from(failed))
+}
+
+async fn execute_cluster(args: ClusterArgs) -> Result<u8> {
+    let options = args.options();
+    let report = match args.scenario {
+        ClusterScenarioArg::Dispatch => bench::dispatch::run(&args.nats_url, &options).await?,
+    };
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", report.to_json_line())?;
+    stdout.flush()?;
+    Ok(u8::from(report.errors > 0))
 }
 
 #[cfg(test)]
@@ -147,6 +207,21 @@ mod tests {
             panic!("not bench local");
         };
         local
+    }
+
+    #[test]
+    fn cluster_defaults_to_dispatch_on_the_local_server() {
+        let cli = Cli::try_parse_from(["awaken", "bench", "cluster", "--runs", "5"]).unwrap();
+        let Command::Bench(BenchArgs {
+            target: BenchTarget::Cluster(cluster),
+        }) = cli.command
+        else {
+            panic!("not bench cluster");
+        };
+        assert_eq!(cluster.scenario, ClusterScenarioArg::Dispatch);
+        assert_eq!(cluster.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(cluster.options().runs, 5);
+        assert!(Cli::try_parse_from(["awaken", "bench", "cluster", "--runs", "0"]).is_err());
     }
 
     #[test]
