@@ -176,17 +176,19 @@ impl MailboxStore for InMemoryMailboxStore {
         now_ms: u64,
     ) -> Result<Vec<RunDispatch>, MailboxError> {
         let mut inner = self.lock();
-        let mut candidates: Vec<(u8, u64, DispatchId)> = inner
-            .thread_entries(thread_id)
-            .filter(|entry| transition::claimable(&entry.dispatch, now_ms))
-            .map(|entry| {
-                let d = &entry.dispatch;
-                (d.priority, entry.seq, d.dispatch_id.clone())
-            })
-            .collect();
-        candidates.sort_unstable_by_key(|(priority, seq, _)| (*priority, *seq));
+        let chosen = transition::claim_order(
+            inner.thread_entries(thread_id).map(|entry| {
+                (
+                    entry.seq,
+                    &entry.dispatch,
+                    entry.dispatch.dispatch_id.clone(),
+                )
+            }),
+            limit,
+            now_ms,
+        );
         let mut claimed = Vec::new();
-        for (_, _, id) in candidates.into_iter().take(limit) {
+        for id in chosen {
             let dispatch = inner.get_mut(&id)?;
             transition::claim(dispatch, consumer, lease_ms, now_ms);
             claimed.push(dispatch.clone());

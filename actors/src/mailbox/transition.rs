@@ -48,6 +48,27 @@ pub fn claimable(dispatch: &RunDispatch, now_ms: u64) -> bool {
     dispatch.status == RunDispatchStatus::Queued && dispatch.available_at <= now_ms
 }
 
+/// Which of a thread's dispatches a claim takes: the claimable ones, highest
+/// priority (0) first, then in enqueue order (`seq`), at most `limit`. Each is
+/// given as `(seq, dispatch, handle)`; the handles of the chosen come back in order.
+pub fn claim_order<'a, K>(
+    dispatches: impl IntoIterator<Item = (u64, &'a RunDispatch, K)>,
+    limit: usize,
+    now_ms: u64,
+) -> Vec<K> {
+    let mut candidates: Vec<(u8, u64, K)> = dispatches
+        .into_iter()
+        .filter(|(_, dispatch, _)| claimable(dispatch, now_ms))
+        .map(|(seq, dispatch, handle)| (dispatch.priority, seq, handle))
+        .collect();
+    candidates.sort_unstable_by_key(|(priority, seq, _)| (*priority, *seq));
+    candidates
+        .into_iter()
+        .take(limit)
+        .map(|(_, _, handle)| handle)
+        .collect()
+}
+
 /// Resets what the caller may not choose on enqueue: the dispatch starts `Queued`
 /// under `epoch` with no attempts and no claim.
 pub fn prepare_enqueue(

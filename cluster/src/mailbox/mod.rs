@@ -471,18 +471,18 @@ impl MailboxStore for JetStreamMailbox {
         now_ms: u64,
     ) -> Result<Vec<RunDispatch>, MailboxError> {
         self.with_thread(thread_id, |mailbox| {
-            let mut candidates: Vec<(u8, u64, usize)> = mailbox
-                .dispatches
-                .iter()
-                .enumerate()
-                .filter(|(_, entry)| transition::claimable(&entry.dispatch, now_ms))
-                .map(|(at, entry)| (entry.dispatch.priority, entry.seq, at))
-                .collect();
-            candidates.sort_unstable();
-            let claimed: Vec<RunDispatch> = candidates
+            let chosen = transition::claim_order(
+                mailbox
+                    .dispatches
+                    .iter()
+                    .enumerate()
+                    .map(|(at, entry)| (entry.seq, &entry.dispatch, at)),
+                limit,
+                now_ms,
+            );
+            let claimed: Vec<RunDispatch> = chosen
                 .into_iter()
-                .take(limit)
-                .map(|(_, _, at)| {
+                .map(|at| {
                     let dispatch = &mut mailbox.dispatches[at].dispatch;
                     transition::claim(dispatch, consumer, lease_ms, now_ms);
                     dispatch.clone()
