@@ -727,13 +727,13 @@ impl MailboxStore for JetStreamMailbox {
         let ttl = self.config.gc_ttl_ms();
         let mut purged = HashMap::new();
         let mut after = Vec::new();
+        let collectable = |mailbox: &ThreadMailbox| {
+            mailbox
+                .dispatches
+                .iter()
+                .any(|entry| transition::collectable(&entry.dispatch, ttl, now_ms))
+        };
         for mailbox in self.all_threads().await? {
-            let collectable = |mailbox: &ThreadMailbox| {
-                mailbox
-                    .dispatches
-                    .iter()
-                    .any(|entry| transition::collectable(&entry.dispatch, ttl, now_ms))
-            };
             let Some(first) = mailbox.dispatches.first() else {
                 continue;
             };
