@@ -17,8 +17,8 @@ use crate::phase::PhaseRuntime;
 use crate::state::ProfileAccess;
 use crate::store::{InMemoryStore, ThreadRunStore};
 use crate::thread::{
-    ControlError, DecisionAck, EventHub, FenceSource, NullEventHub, RunRequest, RunTicket,
-    SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg, ThreadRegion, ThreadStatus,
+    Activation, ControlError, DecisionAck, EventHub, FenceSource, NullEventHub, RunRequest,
+    RunTicket, SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg, ThreadRegion, ThreadStatus,
 };
 
 /// The services a runtime is built with; anything unset gets a single-node default.
@@ -148,6 +148,25 @@ impl AgentRuntime {
     ) -> Result<RunTicket, ControlError> {
         let thread_id = request.thread_id.clone();
         self.ask(&thread_id, |reply| ThreadMsg::Start {
+            request,
+            sink,
+            reply,
+        })
+        .await?
+    }
+
+    /// Delivers a mailbox dispatch: starts run `run_id` from `request` unless the
+    /// thread already knows the run (repeated deliveries after failover start
+    /// nothing twice). Events of a newly started run go to `sink`.
+    pub async fn activate(
+        &self,
+        thread_id: &ThreadId,
+        run_id: RunId,
+        request: Option<RunRequest>,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<Activation, ControlError> {
+        self.ask(thread_id, |reply| ThreadMsg::Activate {
+            run_id,
             request,
             sink,
             reply,

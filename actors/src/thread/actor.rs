@@ -27,7 +27,7 @@ use crate::llm::{InferenceChunk, InferenceDelta, InferenceRequest, StreamResult}
 use crate::runtime::ResolvedAgent;
 use crate::tool_call::{ToolCallActor, ToolCallArgs, ToolCallMsg, ToolOutcomeBox};
 
-use super::control::{ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
+use super::control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
 use super::core::{LatestRun, RunCore, ThreadCore, WarmThread};
 use super::deps::ThreadDeps;
 use super::driver::{Driver, Launch, Next, ToolOutcome, now_ms};
@@ -47,6 +47,18 @@ pub enum ThreadMsg {
         sink: Option<Arc<dyn EventSink>>,
         /// Answered with the new run's id as soon as it is accepted.
         reply: RpcReplyPort<Result<RunTicket, ControlError>>,
+    },
+    /// A dispatch delivers run `run_id`: start it from `request` unless the thread
+    /// already knows it (deliveries repeat after failover).
+    Activate {
+        /// The run the dispatch activates.
+        run_id: RunId,
+        /// Its input; `None` when only an existing run may be taken up.
+        request: Option<RunRequest>,
+        /// Where a newly started run's events go.
+        sink: Option<Arc<dyn EventSink>>,
+        /// Answered with what the thread found.
+        reply: RpcReplyPort<Result<Activation, ControlError>>,
     },
     /// A human decision for a suspended tool call.
     Decide {
@@ -125,6 +137,7 @@ impl std::fmt::Debug for ThreadMsg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self {
             Self::Start { .. } => "Start",
+            Self::Activate { .. } => "Activate",
             Self::Decide { .. } => "Decide",
             Self::Cancel { .. } => "Cancel",
             Self::Status { .. } => "Status",
@@ -309,6 +322,14 @@ impl Actor for ThreadActor {
                 sink,
                 reply,
             } => state.on_start(request, sink, reply),
+            ThreadMsg::Activate {
+                run_id,
+                request,
+                sink,
+                reply,
+            } => {
+                let _ = reply.send(state.on_activate(run_id, request, sink));
+            }
             ThreadMsg::Decide {
                 call_id,
                 resume,
@@ -539,6 +560,28 @@ impl ThreadActorState {
         reply: RpcReplyPort<Result<RunTicket, ControlError>>,
     ) {
         let _ = reply.send(self.accept_start(request, sink));
+    }
+
+    fn on_activate(
+        &mut self,
+        run_id: RunId,
+        request: Option<RunRequest>,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<Activation, ControlError> {
+        if let Some(ctl) = self.ctl.as_ref().filter(|c| c.run_id == run_id) {
+            return Ok(match ctl.status {
+                RunStatus::Waiting => Activation::Waiting,
+                _ => Activation::Running,
+            });
+        }
+        if self.last_run.as_ref() == Some(&run_id) {
+            return Ok(Activation::Finished);
+        }
+        let Some(request) = request else {
+            return Err(ControlError::RunNotFound { run_id });
+        };
+        self.accept_start(request.with_run_id(run_id), sink)?;
+        Ok(Activation::Started)
     }
 
     fn accept_start(

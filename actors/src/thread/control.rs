@@ -14,6 +14,23 @@ pub struct RunTicket {
     pub run_id: RunId,
 }
 
+/// What activating a run by its dispatch found (the mailbox's delivery step).
+///
+/// A dispatch may be delivered more than once (a node died holding its claim), so
+/// activation is idempotent: a run the thread already knows is not started again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// The run was new and is starting now.
+    Started,
+    /// The run is already executing on this thread (e.g. continued after a restart).
+    Running,
+    /// The run is waiting for decisions.
+    Waiting,
+    /// The run already finished.
+    Finished,
+}
+
 /// A decision was accepted (or recognised as already applied).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionAck {

@@ -21,7 +21,7 @@ mod region;
 mod request;
 
 pub use actor::{SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState, ThreadMsg};
-pub use control::{ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
+pub use control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
 pub use deps::{FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps};
 pub(crate) use driver::{Launch, ToolOutcome};
 pub use emitter::{EventHub, NullEventHub};
