@@ -18,7 +18,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{DispatchQuery, InMemoryMailboxStore, MailboxConfig, MailboxError, MailboxStore};
+use super::{
+    DispatchQuery, InMemoryMailboxStore, MailboxConfig, MailboxError, MailboxStore, QueuedThread,
+};
 use crate::contract::TerminationReason;
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
 use crate::ids::{DispatchId, RunId, ThreadId};
@@ -45,7 +47,9 @@ macro_rules! mailbox_store_conformance {
             list_filters_and_pages,
             expired_leases_are_reclaimed,
             gc_purges_old_terminal_dispatches,
-            unknown_ids_are_not_found
+            unknown_ids_are_not_found,
+            queued_threads_lists_waiting_work,
+            watch_reports_new_and_returned_work
         );
 
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -670,4 +674,63 @@ pub async fn concurrent_claims_have_one_winner(store: Arc<dyn MailboxStore>) {
     let unique: std::collections::BTreeSet<_> = all.iter().cloned().collect();
     assert_eq!(all.len(), DISPATCHES, "every dispatch claimed");
     assert_eq!(unique.len(), DISPATCHES, "no dispatch claimed twice");
+}
+
+/// A sweep finds every thread with a `Queued` dispatch and when its earliest one
+/// becomes claimable; claimed and finished work is not listed.
+pub async fn queued_threads_lists_waiting_work(store: &dyn MailboxStore) {
+    enqueued(store, "t-queued", "r1").await;
+    let mut later = dispatch("t-queued", "r2");
+    later.available_at = T0 + 50;
+    store.enqueue(later, T0).await.unwrap();
+    claimed(store, "t-claimed", "r3").await;
+    let acked = claimed(store, "t-acked", "r4").await;
+    store
+        .ack(&acked.dispatch_id, token(&acked), T0)
+        .await
+        .unwrap();
+    let retried = claimed(store, "t-retry", "r5").await;
+    let back = store
+        .nack(&retried.dispatch_id, token(&retried), "later", T0)
+        .await
+        .unwrap();
+
+    let mut listed = store.queued_threads().await.unwrap();
+    listed.sort_by(|a, b| a.thread_id.as_str().cmp(b.thread_id.as_str()));
+    assert_eq!(
+        listed,
+        [
+            QueuedThread {
+                thread_id: thread("t-queued"),
+                available_at: T0,
+            },
+            QueuedThread {
+                thread_id: thread("t-retry"),
+                available_at: back.available_at,
+            },
+        ]
+    );
+}
+
+/// A watch hears of enqueued work and of work a nack gives back, from any writer.
+pub async fn watch_reports_new_and_returned_work(store: &dyn MailboxStore) {
+    let mut watch = store.watch_queued().await.unwrap();
+    let queued = enqueued(store, "t-watch", "r1").await;
+    let heard = tokio::time::timeout(Duration::from_secs(10), watch.recv())
+        .await
+        .expect("notified of the enqueue");
+    assert_eq!(heard, Some(thread("t-watch")));
+
+    let claimed = store
+        .claim_dispatch(&queued.dispatch_id, "n", LEASE, T0)
+        .await
+        .unwrap();
+    store
+        .nack(&claimed.dispatch_id, token(&claimed), "retry", T0)
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), watch.recv())
+        .await
+        .expect("notified of the retry");
+    assert_eq!(heard, Some(thread("t-watch")));
 }

@@ -9,7 +9,12 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore, transition};
+use tokio::sync::mpsc;
+
+use super::{
+    DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore, QUEUE_WATCH_CAPACITY,
+    QueueWatch, QueuedThread, transition,
+};
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};
 use crate::store::clamp_limit;
@@ -19,6 +24,7 @@ use crate::store::clamp_limit;
 pub struct InMemoryMailboxStore {
     config: MailboxConfig,
     inner: Mutex<Inner>,
+    watchers: Mutex<Vec<mpsc::Sender<ThreadId>>>,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +56,26 @@ impl InMemoryMailboxStore {
         Self {
             config,
             inner: Mutex::default(),
+            watchers: Mutex::default(),
+        }
+    }
+
+    /// Tells every watcher that `threads` got queued work; forgets closed watches.
+    fn notify<'a>(&self, threads: impl IntoIterator<Item = &'a ThreadId>) {
+        let mut watchers = self
+            .watchers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if watchers.is_empty() {
+            return;
+        }
+        for thread_id in threads {
+            watchers.retain(|watcher| {
+                !matches!(
+                    watcher.try_send(thread_id.clone()),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+            });
         }
     }
 
@@ -164,6 +190,8 @@ impl MailboxStore for InMemoryMailboxStore {
                 dispatch: dispatch.clone(),
             },
         );
+        drop(inner);
+        self.notify([&dispatch.thread_id]);
         Ok(dispatch)
     }
 
@@ -234,7 +262,12 @@ impl MailboxStore for InMemoryMailboxStore {
         let mut inner = self.lock();
         let dispatch = inner.claimed(dispatch_id, claim_token, "nack")?;
         transition::fail_attempt(&self.config, dispatch, error, now_ms);
-        Ok(dispatch.clone())
+        let dispatch = dispatch.clone();
+        drop(inner);
+        if dispatch.status == RunDispatchStatus::Queued {
+            self.notify([&dispatch.thread_id]);
+        }
+        Ok(dispatch)
     }
 
     async fn dead_letter(
@@ -385,7 +418,43 @@ impl MailboxStore for InMemoryMailboxStore {
             transition::fail_attempt(&self.config, dispatch, "lease expired", now_ms);
             reclaimed.push(dispatch.clone());
         }
+        drop(inner);
+        self.notify(
+            reclaimed
+                .iter()
+                .filter(|d| d.status == RunDispatchStatus::Queued)
+                .map(|d| &d.thread_id),
+        );
         Ok(reclaimed)
+    }
+
+    async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError> {
+        let inner = self.lock();
+        let mut earliest: HashMap<&ThreadId, u64> = HashMap::new();
+        for dispatch in inner.dispatches.values().map(|entry| &entry.dispatch) {
+            if dispatch.status == RunDispatchStatus::Queued {
+                let at = earliest
+                    .entry(&dispatch.thread_id)
+                    .or_insert(dispatch.available_at);
+                *at = (*at).min(dispatch.available_at);
+            }
+        }
+        Ok(earliest
+            .into_iter()
+            .map(|(thread_id, available_at)| QueuedThread {
+                thread_id: thread_id.clone(),
+                available_at,
+            })
+            .collect())
+    }
+
+    async fn watch_queued(&self) -> Result<QueueWatch, MailboxError> {
+        let (tx, rx) = mpsc::channel(QUEUE_WATCH_CAPACITY);
+        self.watchers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(tx);
+        Ok(rx)
     }
 
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {

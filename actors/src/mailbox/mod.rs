@@ -102,6 +102,24 @@ pub struct DispatchPage {
     pub total: usize,
 }
 
+/// A thread with queued work, as a consumer's sweep sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedThread {
+    /// The thread.
+    pub thread_id: ThreadId,
+    /// When its earliest `Queued` dispatch becomes claimable, unix millis.
+    pub available_at: u64,
+}
+
+/// How many change notifications a [`QueueWatch`] holds before it drops new ones.
+pub const QUEUE_WATCH_CAPACITY: usize = 4096;
+
+/// Threads whose mailbox got queued work (enqueue, retry, reclaim), from any writer.
+///
+/// Best effort by design: a watch that falls [`QUEUE_WATCH_CAPACITY`] behind drops
+/// notifications, so consumers also sweep with [`MailboxStore::queued_threads`].
+pub type QueueWatch = tokio::sync::mpsc::Receiver<ThreadId>;
+
 /// The persistent queue of run activations (seed 000, `MailboxStore`).
 ///
 /// Guarantees every implementation gives (the conformance suite checks them): a
@@ -229,6 +247,13 @@ pub trait MailboxStore: Send + Sync + 'static {
     /// (counted as a failed attempt: dead-lettered when attempts are used up) and
     /// returns them as they are now.
     async fn reclaim_expired_leases(&self, now_ms: u64) -> Result<Vec<RunDispatch>, MailboxError>;
+
+    /// Every thread holding a `Queued` dispatch, with the earliest time one of them
+    /// becomes claimable.
+    async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError>;
+
+    /// Starts watching for threads that get queued work.
+    async fn watch_queued(&self) -> Result<QueueWatch, MailboxError>;
 
     /// Purges terminal dispatches last updated `gc_ttl` or longer before `now_ms`;
     /// returns how many. Their dedupe keys become free again.

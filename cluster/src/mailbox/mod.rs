@@ -27,10 +27,13 @@ use awaken_actors::contract::{
 };
 use awaken_actors::ids::{DispatchId, ThreadId};
 use awaken_actors::mailbox::{
-    DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore, transition,
+    DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore, QUEUE_WATCH_CAPACITY,
+    QueueWatch, QueuedThread, transition,
 };
 use bytes::Bytes;
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
 
 use self::cache::Bounded;
 use self::records::{
@@ -721,6 +724,43 @@ impl MailboxStore for JetStreamMailbox {
             .into_iter()
             .map(|(_, dispatch)| dispatch)
             .collect())
+    }
+
+    async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError> {
+        Ok(self
+            .all_threads()
+            .await?
+            .iter()
+            .filter_map(ThreadMailbox::queued)
+            .collect())
+    }
+
+    async fn watch_queued(&self) -> Result<QueueWatch, MailboxError> {
+        let mut updates = self
+            .bucket
+            .watch(format!("{THREAD_PREFIX}>"))
+            .await
+            .map_err(unavailable)?;
+        let (tx, rx) = mpsc::channel(QUEUE_WATCH_CAPACITY);
+        tokio::spawn(async move {
+            while let Some(update) = updates.next().await {
+                let Ok(entry) = update else {
+                    // The ordered consumer re-creates itself; a gap is what sweeps are for.
+                    continue;
+                };
+                let Some(queued) = codec::decode::<ThreadMailbox>(&entry.value)
+                    .ok()
+                    .as_ref()
+                    .and_then(ThreadMailbox::queued)
+                else {
+                    continue;
+                };
+                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(queued.thread_id) {
+                    break;
+                }
+            }
+        });
+        Ok(rx)
     }
 
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {

@@ -9,8 +9,9 @@
 //! Ids are base64url-encoded (no padding) because KV keys allow only
 //! `[-/_=.A-Za-z0-9]` while ids allow any printable text.
 
-use awaken_actors::contract::RunDispatch;
+use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
 use awaken_actors::ids::{DispatchId, ThreadId};
+use awaken_actors::mailbox::QueuedThread;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
@@ -52,6 +53,22 @@ impl ThreadMailbox {
             .iter_mut()
             .map(|entry| &mut entry.dispatch)
             .find(|dispatch| &dispatch.dispatch_id == id)
+    }
+
+    /// The thread and its earliest claimable time, when it holds a `Queued` dispatch.
+    pub(crate) fn queued(&self) -> Option<QueuedThread> {
+        let mut queued = self
+            .dispatches
+            .iter()
+            .map(|entry| &entry.dispatch)
+            .filter(|dispatch| dispatch.status == RunDispatchStatus::Queued);
+        let first = queued.next()?;
+        Some(QueuedThread {
+            thread_id: first.thread_id.clone(),
+            available_at: queued
+                .map(|dispatch| dispatch.available_at)
+                .fold(first.available_at, u64::min),
+        })
     }
 
     /// Whether the thread holds the dispatch.
