@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use awaken_actors::RunId;
-use awaken_actors::contract::{AgentEvent, ToolCallResumeMode, ToolExecutionMode};
+use awaken_actors::contract::{
+    AgentEvent, RunStatus, TerminationReason, ToolCallResumeMode, ToolExecutionMode,
+};
 use awaken_actors::store::MessageQuery;
 use awaken_actors::thread::{Activation, ControlError, RunRequest, ThreadConfig};
 use support::*;
@@ -125,7 +127,14 @@ async fn a_running_run_is_reported_running() {
         .await
         .unwrap();
     assert_eq!(again, Activation::Running);
+
+    // A second deliverer attaches to the running run and hears its end.
+    let mut watch = rt.watch_run(&run_id);
     gate.release.notify_one();
+    let end = watch.ended().await.unwrap();
+    assert_eq!(end.status(), RunStatus::Done);
+    assert_eq!(end.termination, TerminationReason::NaturalEnd);
+    assert_eq!(end.response, "done");
 }
 
 #[tokio::test]

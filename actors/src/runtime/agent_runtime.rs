@@ -9,6 +9,7 @@ use tokio::sync::{OnceCell, oneshot};
 
 use super::registry::RegistrySet;
 use super::resolve::{AgentResolver, RegistryResolver, ResolvedAgent, resolve};
+use super::run_watch::{RunWatch, WatchingHub};
 use crate::contract::{AgentEvent, RunRecord, TerminationReason, ToolCallResume};
 use crate::error::{ResolveError, RuntimeError};
 use crate::event_sink::EventSink;
@@ -57,6 +58,7 @@ pub struct AgentRunResult {
 pub struct AgentRuntime {
     registries: Arc<RegistrySet>,
     deps: Arc<ThreadDeps>,
+    watches: Arc<WatchingHub>,
     region: Arc<OnceCell<ThreadRegion>>,
 }
 
@@ -81,13 +83,16 @@ impl AgentRuntime {
                 config.default_agent = Some(only.id.clone());
             }
         }
+        let watches = Arc::new(WatchingHub::new(
+            services.hub.unwrap_or_else(|| Arc::new(NullEventHub)),
+        ));
         let deps = ThreadDeps {
             resolver: Arc::new(RegistryResolver::new(Arc::clone(&registries))),
             store: services
                 .store
                 .unwrap_or_else(|| Arc::new(InMemoryStore::new())),
             profile: services.profile,
-            hub: services.hub.unwrap_or_else(|| Arc::new(NullEventHub)),
+            hub: Arc::clone(&watches) as Arc<dyn EventHub>,
             fence: services.fence.unwrap_or_else(|| Arc::new(SingleNodeFence)),
             phases: PhaseRuntime::new(),
             config,
@@ -95,6 +100,7 @@ impl AgentRuntime {
         Self {
             registries,
             deps: Arc::new(deps),
+            watches,
             region: Arc::new(OnceCell::new()),
         }
     }
@@ -172,6 +178,13 @@ impl AgentRuntime {
             reply,
         })
         .await?
+    }
+
+    /// Watches for the end of `run_id`'s current or next activation on this node
+    /// (it finishes or waits). Register before activating or deciding, so the end
+    /// cannot slip by.
+    pub fn watch_run(&self, run_id: &RunId) -> RunWatch {
+        self.watches.watch(run_id)
     }
 
     /// Runs until the run finishes or waits for a decision.

@@ -4,8 +4,10 @@ mod agent_runtime;
 mod builder;
 mod registry;
 mod resolve;
+mod run_watch;
 
 pub use agent_runtime::{AgentRunResult, AgentRuntime};
 pub use builder::AgentRuntimeBuilder;
 pub use registry::{Registry, RegistrySet};
 pub use resolve::{AgentResolver, RegistryResolver, ResolvedAgent, resolve};
+pub use run_watch::{RunEnd, RunWatch};

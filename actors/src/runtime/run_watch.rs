@@ -1,0 +1,131 @@
+//! Waiting for an activation of a run to end, whoever started it.
+//!
+//! The mailbox worker holds a dispatch's claim until the run it activated finishes
+//! or waits; the decision bus holds a decision until the run it resumed does. Both
+//! may attach to a run that is already executing (e.g. continued after a node
+//! failed over), so they watch the runtime's event stream rather than a sink of
+//! their own.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::oneshot;
+
+use crate::contract::{AgentEvent, RunStatus, StreamEvent, TerminationReason};
+use crate::ids::{RunId, ThreadId};
+use crate::thread::EventHub;
+
+/// How an activation of a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    /// Why it stopped; `Suspended` means it waits for decisions.
+    pub termination: TerminationReason,
+    /// The last assistant text.
+    pub response: String,
+}
+
+impl RunEnd {
+    /// The run's status afterwards: `Waiting` when suspended, else `Done`.
+    pub fn status(&self) -> RunStatus {
+        if self.termination == TerminationReason::Suspended {
+            RunStatus::Waiting
+        } else {
+            RunStatus::Done
+        }
+    }
+}
+
+type Waiters = HashMap<RunId, Vec<(u64, oneshot::Sender<RunEnd>)>>;
+
+/// The runtime's hub: forwards every event to the configured hub and tells
+/// watchers when a run's activation ends (`RunFinish`).
+pub(crate) struct WatchingHub {
+    inner: Arc<dyn EventHub>,
+    waiters: Arc<Mutex<Waiters>>,
+    next_id: AtomicU64,
+}
+
+impl WatchingHub {
+    pub(crate) fn new(inner: Arc<dyn EventHub>) -> Self {
+        Self {
+            inner,
+            waiters: Arc::default(),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// Registers interest in the next end of `run_id`'s activation.
+    pub(crate) fn watch(&self, run_id: &RunId) -> RunWatch {
+        let (tx, rx) = oneshot::channel();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.waiters)
+            .entry(run_id.clone())
+            .or_default()
+            .push((id, tx));
+        RunWatch {
+            run_id: run_id.clone(),
+            id,
+            rx,
+            waiters: Arc::clone(&self.waiters),
+        }
+    }
+}
+
+fn lock(waiters: &Mutex<Waiters>) -> MutexGuard<'_, Waiters> {
+    // Critical sections never panic midway; a poisoned lock holds consistent data.
+    waiters
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl EventHub for WatchingHub {
+    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
+        self.inner.publish(thread_id, run_id, event);
+        if let AgentEvent::RunFinish {
+            termination,
+            result,
+            ..
+        } = &event.event
+        {
+            let Some(waiters) = lock(&self.waiters).remove(run_id) else {
+                return;
+            };
+            let end = RunEnd {
+                termination: termination.clone(),
+                response: AgentEvent::extract_response(result),
+            };
+            for (_, waiter) in waiters {
+                let _ = waiter.send(end.clone());
+            }
+        }
+    }
+}
+
+/// Resolves when the watched run's activation ends; unregisters when dropped.
+#[derive(Debug)]
+pub struct RunWatch {
+    run_id: RunId,
+    id: u64,
+    rx: oneshot::Receiver<RunEnd>,
+    waiters: Arc<Mutex<Waiters>>,
+}
+
+impl RunWatch {
+    /// Waits for the end of the activation; `None` if the runtime went away.
+    pub async fn ended(&mut self) -> Option<RunEnd> {
+        (&mut self.rx).await.ok()
+    }
+}
+
+impl Drop for RunWatch {
+    fn drop(&mut self) {
+        let mut waiters = lock(&self.waiters);
+        if let Some(list) = waiters.get_mut(&self.run_id) {
+            list.retain(|(id, _)| *id != self.id);
+            if list.is_empty() {
+                waiters.remove(&self.run_id);
+            }
+        }
+    }
+}
