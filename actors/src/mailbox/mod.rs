@@ -11,8 +11,11 @@
 //! node of a cluster applies one clock per operation.
 
 mod config;
+mod inbox;
 mod memory;
+mod submit;
 pub mod transition;
+mod worker;
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
@@ -20,7 +23,10 @@ pub mod conformance;
 use async_trait::async_trait;
 
 pub use config::MailboxConfig;
+pub use inbox::{InMemoryRunInbox, RunInbox};
 pub use memory::InMemoryMailboxStore;
+pub use submit::{SubmitOptions, submit};
+pub use worker::{MailboxWorker, Placement, now_ms};
 
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};

@@ -1,0 +1,393 @@
+//! `MailboxWorker`: turns queued dispatches into runs on this node's runtime.
+//!
+//! ```text
+//! watch / sweep / wake ──> claim (per thread, one claim loop at a time)
+//!   for each claimed dispatch, in claim order:
+//!     record_dispatch_start → watch_run → activate(run id, input from the inbox)
+//!       Started | Running ──> hold the claim (renew the lease) until the run
+//!                             finishes or waits → record_run_result → ack
+//!       Waiting | Finished ──> record_run_result → ack (a repeated delivery)
+//!       input gone / refused ─> dead-letter      thread unavailable ─> nack
+//! ```
+//!
+//! A claim is held for as long as the run executes, so a node that dies mid-run
+//! leaves a claim whose lease expires; the sweep gives it back to the queue and the
+//! thread's next owner activates the run again, which continues from its last
+//! checkpoint. A run waiting for a human holds no claim (seed 000).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use tokio::task::JoinHandle;
+
+use super::{MailboxConfig, MailboxError, MailboxStore, RunInbox};
+use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
+use crate::ids::ThreadId;
+use crate::runtime::{AgentRuntime, RunEnd, RunWatch};
+use crate::thread::{Activation, ControlError};
+
+/// Whether this node may run a thread (in a cluster: it owns the thread's shard).
+pub type Placement = Arc<dyn Fn(&ThreadId) -> bool + Send + Sync>;
+
+/// Dispatches claimed per claim round of one thread.
+const CLAIM_BATCH: usize = 8;
+
+/// The current time, unix millis.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Claims and delivers the dispatches of the threads this node runs.
+pub struct MailboxWorker {
+    shared: Arc<Shared>,
+    loops: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MailboxWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MailboxWorker")
+            .field("consumer", &self.shared.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    runtime: AgentRuntime,
+    mailbox: Arc<dyn MailboxStore>,
+    inbox: Arc<dyn RunInbox>,
+    config: MailboxConfig,
+    consumer: String,
+    placement: Placement,
+    /// Threads with a claim loop running; `true` when work arrived meanwhile.
+    claiming: DashMap<ThreadId, bool>,
+    accepting: AtomicBool,
+}
+
+impl MailboxWorker {
+    /// Starts claiming for `consumer` (the node's id): listens to the mailbox's
+    /// watch, sweeps every `sweep_interval` (reclaiming expired leases) and
+    /// garbage-collects every `gc_interval`.
+    pub async fn start(
+        runtime: AgentRuntime,
+        mailbox: Arc<dyn MailboxStore>,
+        inbox: Arc<dyn RunInbox>,
+        config: MailboxConfig,
+        consumer: impl Into<String>,
+        placement: Placement,
+    ) -> Result<Self, MailboxError> {
+        let mut watch = mailbox.watch_queued().await?;
+        let shared = Arc::new(Shared {
+            runtime,
+            mailbox,
+            inbox,
+            config,
+            consumer: consumer.into(),
+            placement,
+            claiming: DashMap::new(),
+            accepting: AtomicBool::new(true),
+        });
+        let listener = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                while let Some(thread_id) = watch.recv().await {
+                    Shared::wake(&shared, thread_id);
+                }
+            })
+        };
+        let sweeper = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(shared.config.sweep_interval);
+                loop {
+                    every.tick().await;
+                    Shared::sweep(&shared).await;
+                }
+            })
+        };
+        let collector = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(shared.config.gc_interval);
+                loop {
+                    every.tick().await;
+                    if let Err(error) = shared.mailbox.gc(now_ms()).await {
+                        tracing::warn!(%error, "mailbox gc failed");
+                    }
+                }
+            })
+        };
+        Ok(Self {
+            shared,
+            loops: vec![listener, sweeper, collector],
+        })
+    }
+
+    /// Looks for claimable work of `thread_id` now.
+    pub fn wake(&self, thread_id: ThreadId) {
+        Shared::wake(&self.shared, thread_id);
+    }
+
+    /// Reclaims expired leases and looks at every thread with queued work (e.g.
+    /// after this node took over shards).
+    pub async fn sweep(&self) {
+        Shared::sweep(&self.shared).await;
+    }
+
+    /// Stops claiming new work (graceful drain); runs in flight keep their claims.
+    pub fn stop_claiming(&self) {
+        self.shared.accepting.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for MailboxWorker {
+    fn drop(&mut self) {
+        self.stop_claiming();
+        for task in &self.loops {
+            task.abort();
+        }
+    }
+}
+
+impl Shared {
+    fn wants(&self, thread_id: &ThreadId) -> bool {
+        self.accepting.load(Ordering::SeqCst) && (self.placement)(thread_id)
+    }
+
+    /// Starts a claim loop for the thread unless one runs; then it runs once more.
+    fn wake(shared: &Arc<Self>, thread_id: ThreadId) {
+        if !shared.wants(&thread_id) {
+            return;
+        }
+        match shared.claiming.entry(thread_id.clone()) {
+            Entry::Occupied(mut running) => {
+                *running.get_mut() = true;
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert(false);
+                let shared = Arc::clone(shared);
+                tokio::spawn(async move { shared.claim_loop(thread_id).await });
+            }
+        }
+    }
+
+    /// Wakes `thread_id` at `at_ms` (a retry's back-off).
+    fn wake_at(shared: &Arc<Self>, thread_id: ThreadId, at_ms: u64) {
+        let delay = Duration::from_millis(at_ms.saturating_sub(now_ms()));
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            Self::wake(&shared, thread_id);
+        });
+    }
+
+    async fn sweep(shared: &Arc<Self>) {
+        let now = now_ms();
+        match shared.mailbox.reclaim_expired_leases(now).await {
+            Ok(reclaimed) if !reclaimed.is_empty() => {
+                tracing::info!(count = reclaimed.len(), "reclaimed expired dispatch leases");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "reclaiming expired leases failed"),
+        }
+        match shared.mailbox.queued_threads().await {
+            Ok(queued) => {
+                for thread in queued {
+                    if thread.available_at <= now {
+                        Self::wake(shared, thread.thread_id);
+                    } else if shared.wants(&thread.thread_id) {
+                        Self::wake_at(shared, thread.thread_id, thread.available_at);
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "listing queued threads failed"),
+        }
+    }
+
+    async fn claim_loop(self: Arc<Self>, thread_id: ThreadId) {
+        loop {
+            if self.wants(&thread_id) {
+                self.claim_round(&thread_id).await;
+            }
+            // Finish only if no work arrived while claiming; else claim again.
+            let again = match self.claiming.entry(thread_id.clone()) {
+                Entry::Occupied(mut entry) if *entry.get() => {
+                    *entry.get_mut() = false;
+                    true
+                }
+                Entry::Occupied(entry) => {
+                    entry.remove();
+                    false
+                }
+                Entry::Vacant(_) => false,
+            };
+            if !again {
+                return;
+            }
+        }
+    }
+
+    async fn claim_round(self: &Arc<Self>, thread_id: &ThreadId) {
+        let claimed = match self
+            .mailbox
+            .claim(
+                thread_id,
+                &self.consumer,
+                CLAIM_BATCH,
+                self.config.lease_ms,
+                now_ms(),
+            )
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                tracing::warn!(%thread_id, %error, "claim failed");
+                return;
+            }
+        };
+        let more = claimed.len() == CLAIM_BATCH;
+        // Activations go to the thread in claim order; waiting happens apart.
+        for dispatch in claimed {
+            self.deliver(dispatch).await;
+        }
+        if more && let Some(mut entry) = self.claiming.get_mut(thread_id) {
+            *entry = true;
+        }
+    }
+
+    async fn deliver(self: &Arc<Self>, dispatch: RunDispatch) {
+        let id = &dispatch.dispatch_id;
+        if let Err(error) = self
+            .mailbox
+            .record_dispatch_start(id, &self.consumer, now_ms())
+            .await
+        {
+            tracing::warn!(dispatch_id = %id, %error, "recording the dispatch start failed");
+        }
+        let request = match self.inbox.get(&dispatch.run_id).await {
+            Ok(request) => request,
+            Err(error) => {
+                self.give_back(&dispatch, &error.to_string()).await;
+                return;
+            }
+        };
+        let watch = self.runtime.watch_run(&dispatch.run_id);
+        let activation = self
+            .runtime
+            .activate(&dispatch.thread_id, dispatch.run_id.clone(), request, None)
+            .await;
+        match activation {
+            Ok(Activation::Started | Activation::Running) => {
+                let shared = Arc::clone(self);
+                tokio::spawn(async move { shared.hold(dispatch, watch).await });
+            }
+            Ok(Activation::Waiting) => self.finish(&dispatch, RunStatus::Waiting, None).await,
+            Ok(Activation::Finished) => self.finish(&dispatch, RunStatus::Done, None).await,
+            Err(ControlError::Unavailable(reason)) => self.give_back(&dispatch, &reason).await,
+            Err(ControlError::RunNotFound { .. }) => {
+                self.dead_letter(&dispatch, "the run's input is gone").await;
+            }
+            Err(refused) => self.dead_letter(&dispatch, &refused.to_string()).await,
+        }
+    }
+
+    /// Holds the claim while the run executes, renewing its lease, then acks.
+    async fn hold(self: Arc<Self>, dispatch: RunDispatch, mut watch: RunWatch) {
+        let token = claim_token(&dispatch);
+        let mut renew = tokio::time::interval(self.config.lease_renewal_interval);
+        renew.tick().await;
+        loop {
+            tokio::select! {
+                end = watch.ended() => {
+                    match end {
+                        Some(end) => self.finish(&dispatch, end.status(), Some(&end)).await,
+                        None => self.give_back(&dispatch, "the runtime stopped").await,
+                    }
+                    return;
+                }
+                _ = renew.tick() => {
+                    if !(self.placement)(&dispatch.thread_id) {
+                        // The shard moved: the new owner takes the run up from its
+                        // checkpoint once this claim is given back.
+                        self.give_back(&dispatch, "the thread moved to another node").await;
+                        return;
+                    }
+                    match self
+                        .mailbox
+                        .extend_lease(&dispatch.dispatch_id, &token, self.config.lease_ms, now_ms())
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(MailboxError::Unavailable(error)) => {
+                            tracing::warn!(dispatch_id = %dispatch.dispatch_id, %error, "lease renewal failed; retrying");
+                        }
+                        Err(lost) => {
+                            tracing::warn!(dispatch_id = %dispatch.dispatch_id, error = %lost, "claim lost");
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn finish(&self, dispatch: &RunDispatch, status: RunStatus, end: Option<&RunEnd>) {
+        let result = RunDispatchResult {
+            run_id: dispatch.run_id.clone(),
+            dispatch_instance_id: self.consumer.clone(),
+            status,
+            termination: end.map(|e| e.termination.clone()),
+            response: end.map(|e| e.response.clone()),
+            error: None,
+        };
+        let id = &dispatch.dispatch_id;
+        if let Err(error) = self.mailbox.record_run_result(id, result, now_ms()).await {
+            tracing::warn!(dispatch_id = %id, %error, "recording the run result failed");
+        }
+        match self.mailbox.ack(id, &claim_token(dispatch), now_ms()).await {
+            Ok(_) => {
+                if let Err(error) = self.inbox.remove(&dispatch.run_id).await {
+                    tracing::warn!(run_id = %dispatch.run_id, %error, "dropping the run input failed");
+                }
+            }
+            Err(error) => tracing::warn!(dispatch_id = %id, %error, "ack failed"),
+        }
+    }
+
+    /// Returns the dispatch for a retry after back-off (dead-lettered when its
+    /// attempts are used up).
+    async fn give_back(self: &Arc<Self>, dispatch: &RunDispatch, reason: &str) {
+        let id = &dispatch.dispatch_id;
+        match self
+            .mailbox
+            .nack(id, &claim_token(dispatch), reason, now_ms())
+            .await
+        {
+            Ok(back) if back.status == RunDispatchStatus::Queued => {
+                Self::wake_at(self, back.thread_id, back.available_at);
+            }
+            Ok(_) => tracing::warn!(dispatch_id = %id, %reason, "dispatch dead-lettered"),
+            Err(error) => tracing::warn!(dispatch_id = %id, %error, "nack failed"),
+        }
+    }
+
+    async fn dead_letter(&self, dispatch: &RunDispatch, reason: &str) {
+        let id = &dispatch.dispatch_id;
+        tracing::warn!(dispatch_id = %id, %reason, "dead-lettering dispatch");
+        if let Err(error) = self
+            .mailbox
+            .dead_letter(id, &claim_token(dispatch), reason, now_ms())
+            .await
+        {
+            tracing::warn!(dispatch_id = %id, %error, "dead-letter failed");
+        }
+    }
+}
+
+fn claim_token(dispatch: &RunDispatch) -> String {
+    dispatch.claim_token.clone().unwrap_or_default()
+}

@@ -1,0 +1,256 @@
+//! The mailbox worker on one node: submitted runs execute through the mailbox,
+//! waiting runs release their claim, expired claims of a dead consumer are taken up
+//! again, and bad dispatches are dead-lettered.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use awaken_actors::contract::{
+    RunDispatch, RunDispatchStatus, RunStatus, TerminationReason, ToolCallResumeMode,
+    ToolExecutionMode,
+};
+use awaken_actors::ids::DispatchId;
+use awaken_actors::mailbox::{
+    InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxStore, MailboxWorker, RunInbox,
+    SubmitOptions, now_ms, submit,
+};
+use awaken_actors::runtime::AgentRuntime;
+use awaken_actors::thread::{RunRequest, ThreadConfig};
+use awaken_actors::{AgentId, RunId};
+use support::*;
+
+struct Node {
+    runtime: AgentRuntime,
+    mailbox: Arc<InMemoryMailboxStore>,
+    inbox: Arc<InMemoryRunInbox>,
+    _worker: MailboxWorker,
+}
+
+fn config() -> MailboxConfig {
+    MailboxConfig {
+        lease_ms: 300,
+        lease_renewal_interval: Duration::from_millis(50),
+        sweep_interval: Duration::from_millis(50),
+        default_retry_delay_ms: 10,
+        ..MailboxConfig::default()
+    }
+}
+
+async fn node(runtime: AgentRuntime) -> Node {
+    let mailbox = Arc::new(InMemoryMailboxStore::new(config()));
+    let inbox = Arc::new(InMemoryRunInbox::default());
+    let worker = MailboxWorker::start(
+        runtime.clone(),
+        mailbox.clone(),
+        inbox.clone(),
+        config(),
+        "node-1",
+        Arc::new(|_| true),
+    )
+    .await
+    .unwrap();
+    Node {
+        runtime,
+        mailbox,
+        inbox,
+        _worker: worker,
+    }
+}
+
+/// Polls the dispatch until it is terminal (bounded; fails the test after 10 s).
+async fn settled(mailbox: &dyn MailboxStore, id: &DispatchId) -> RunDispatch {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let dispatch = mailbox.load_dispatch(id).await.unwrap().unwrap();
+        if dispatch.status.is_terminal() {
+            return dispatch;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "dispatch never settled: {dispatch:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_submitted_run_executes_and_its_dispatch_is_acked_with_the_result() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("hello from the mailbox")]);
+    let n = node(plain_runtime(llm, ToolExecutionMode::Sequential, vec![])).await;
+    let request = RunRequest::new(tid("w-1"), user("hi"));
+    let queued = submit(&*n.mailbox, &*n.inbox, request, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(queued.status, RunDispatchStatus::Queued);
+
+    let done = settled(&*n.mailbox, &queued.dispatch_id).await;
+    assert_eq!(done.status, RunDispatchStatus::Acked);
+    assert_eq!(done.run_status, Some(RunStatus::Done));
+    assert_eq!(done.termination, Some(TerminationReason::NaturalEnd));
+    assert_eq!(done.run_response.as_deref(), Some("hello from the mailbox"));
+    assert_eq!(done.claimed_by, None);
+    assert!(n.inbox.is_empty(), "the input is dropped once acked");
+    let record = n.runtime.store().load_run(&queued.run_id).await.unwrap();
+    assert_eq!(record.unwrap().status, RunStatus::Done);
+}
+
+#[tokio::test]
+async fn a_waiting_run_acks_its_dispatch_and_keeps_the_run_open() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", serde_json::json!({"x": 1}))]),
+        Turn::Text("approved"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        Some(Approval {
+            tools: BTreeSet::from(["echo"]),
+            mode: ToolCallResumeMode::ReplayToolCall,
+        }),
+        None,
+        ThreadConfig::default(),
+    );
+    let n = node(rt).await;
+    let thread = tid("w-wait");
+    let queued = submit(
+        &*n.mailbox,
+        &*n.inbox,
+        RunRequest::new(thread.clone(), user("go")),
+        SubmitOptions::default(),
+    )
+    .await
+    .unwrap();
+    let acked = settled(&*n.mailbox, &queued.dispatch_id).await;
+    assert_eq!(acked.status, RunDispatchStatus::Acked);
+    assert_eq!(acked.run_status, Some(RunStatus::Waiting));
+    assert_eq!(acked.termination, Some(TerminationReason::Suspended));
+    let open = n.runtime.active_run(&thread).await.unwrap().unwrap();
+    assert_eq!(open.run_id, queued.run_id, "the thread keeps the open run");
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 0);
+
+    let waiting = n.runtime.store().load_run(&queued.run_id).await.unwrap();
+    let call = waiting.unwrap().waiting.unwrap().tickets[0]
+        .tool_call_id
+        .clone();
+    let result = n
+        .runtime
+        .decide_and_wait(&thread, call, resume("d-1", serde_json::json!(true)), None)
+        .await
+        .unwrap();
+    assert_eq!(result.run_id, queued.run_id);
+    assert_eq!(result.response, "approved");
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_dead_consumers_claim_expires_and_the_run_executes_here() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("recovered")]);
+    let runtime = plain_runtime(llm, ToolExecutionMode::Sequential, vec![]);
+    let mailbox = Arc::new(InMemoryMailboxStore::new(config()));
+    let inbox = Arc::new(InMemoryRunInbox::default());
+    let queued = submit(
+        &*mailbox,
+        &*inbox,
+        RunRequest::new(tid("w-orphan"), user("hi")),
+        SubmitOptions::default(),
+    )
+    .await
+    .unwrap();
+    // Another consumer claimed it and died holding the claim.
+    mailbox
+        .claim_dispatch(&queued.dispatch_id, "dead-node", 100, now_ms())
+        .await
+        .unwrap();
+    let _worker = MailboxWorker::start(
+        runtime,
+        mailbox.clone(),
+        inbox.clone(),
+        config(),
+        "node-1",
+        Arc::new(|_| true),
+    )
+    .await
+    .unwrap();
+
+    let done = settled(&*mailbox, &queued.dispatch_id).await;
+    assert_eq!(done.status, RunDispatchStatus::Acked);
+    assert_eq!(
+        done.attempt_count, 2,
+        "the dead claim counted as an attempt"
+    );
+    assert_eq!(done.run_response.as_deref(), Some("recovered"));
+    assert_eq!(done.dispatch_instance_id.as_deref(), Some("node-1"));
+}
+
+#[tokio::test]
+async fn a_dispatch_whose_input_is_gone_or_refused_is_dead_lettered() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("unused")]);
+    let n = node(plain_runtime(llm, ToolExecutionMode::Sequential, vec![])).await;
+
+    let orphan = RunDispatch::new(tid("w-no-input"), RunId::generate(), 0, now_ms());
+    let orphan = n.mailbox.enqueue(orphan, now_ms()).await.unwrap();
+    let dead = settled(&*n.mailbox, &orphan.dispatch_id).await;
+    assert_eq!(dead.status, RunDispatchStatus::DeadLetter);
+    assert_eq!(dead.last_error.as_deref(), Some("the run's input is gone"));
+
+    let unknown_agent = RunRequest::new(tid("w-bad-agent"), user("hi"))
+        .with_agent_id(AgentId::new("nobody").unwrap());
+    let queued = submit(
+        &*n.mailbox,
+        &*n.inbox,
+        unknown_agent,
+        SubmitOptions::default(),
+    )
+    .await
+    .unwrap();
+    let dead = settled(&*n.mailbox, &queued.dispatch_id).await;
+    assert_eq!(dead.status, RunDispatchStatus::DeadLetter);
+    assert!(
+        dead.last_error.as_deref().unwrap().contains("nobody"),
+        "{dead:?}"
+    );
+    assert!(
+        n.runtime
+            .store()
+            .load_thread(&tid("w-bad-agent"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a refused dispatch changes nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_duplicate_dedupe_key_is_refused_and_keeps_the_first_input() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("once")]);
+    let n = node(plain_runtime(llm, ToolExecutionMode::Sequential, vec![])).await;
+    let options = SubmitOptions {
+        dedupe_key: Some("client-request-7".into()),
+        ..SubmitOptions::default()
+    };
+    let run_id = RunId::generate();
+    let request = RunRequest::new(tid("w-dedupe"), user("hi")).with_run_id(run_id.clone());
+    let first = submit(&*n.mailbox, &*n.inbox, request.clone(), options.clone())
+        .await
+        .unwrap();
+    let again = submit(&*n.mailbox, &*n.inbox, request, options).await;
+    assert!(
+        matches!(
+            again,
+            Err(awaken_actors::mailbox::MailboxError::Duplicate(_))
+        ),
+        "{again:?}"
+    );
+    let done = settled(&*n.mailbox, &first.dispatch_id).await;
+    assert_eq!(done.status, RunDispatchStatus::Acked);
+    assert_eq!(done.run_response.as_deref(), Some("once"));
+    assert!(n.inbox.get(&run_id).await.unwrap().is_none());
+}
