@@ -24,6 +24,7 @@ use async_nats::jetstream::{self, AckKind, consumer, stream};
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 pub use runtime::RuntimeDecisions;
@@ -53,6 +54,9 @@ pub struct DecisionBusConfig {
     pub retry_delay: Duration,
     /// Decisions nobody could apply for this long are dropped by the stream.
     pub max_age: Duration,
+    /// Decisions one node applies at once (each is held until the run it resumed
+    /// finishes or waits again).
+    pub max_in_flight: usize,
 }
 
 impl Default for DecisionBusConfig {
@@ -62,6 +66,7 @@ impl Default for DecisionBusConfig {
             ack_wait: Duration::from_secs(30),
             retry_delay: Duration::from_millis(500),
             max_age: Duration::from_secs(7 * 24 * 3600),
+            max_in_flight: 1024,
         }
     }
 }
@@ -186,6 +191,8 @@ impl DecisionBus {
                     durable_name: Some(DECISIONS_CONSUMER.to_owned()),
                     ack_policy: consumer::AckPolicy::Explicit,
                     ack_wait: self.config.ack_wait,
+                    max_ack_pending: i64::try_from(self.config.max_in_flight.saturating_mul(16))
+                        .unwrap_or(i64::MAX),
                     ..Default::default()
                 },
             )
@@ -193,13 +200,27 @@ impl DecisionBus {
             .map_err(ClusterError::nats)?;
         let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
         let client = self.js.client();
-        let retry_delay = self.config.retry_delay;
+        let config = self.config.clone();
+        let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
         let task = tokio::spawn(async move {
             while let Some(message) = messages.next().await {
-                match message {
-                    Ok(message) => handle(&client, target.as_ref(), message, retry_delay).await,
-                    Err(error) => tracing::warn!(%error, "decision bus: pull failed"),
-                }
+                let message = match message {
+                    Ok(message) => message,
+                    Err(error) => {
+                        tracing::warn!(%error, "decision bus: pull failed");
+                        continue;
+                    }
+                };
+                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                    return;
+                };
+                let client = client.clone();
+                let target = Arc::clone(&target);
+                let config = config.clone();
+                tokio::spawn(async move {
+                    handle(&client, target.as_ref(), message, &config).await;
+                    drop(slot);
+                });
             }
         });
         Ok(DecisionWorker { task })
@@ -210,8 +231,9 @@ async fn handle(
     client: &async_nats::Client,
     target: &dyn DecisionTarget,
     message: jetstream::Message,
-    retry_delay: Duration,
+    config: &DecisionBusConfig,
 ) {
+    let retry_delay = config.retry_delay;
     let subject = message.subject.to_string();
     let parsed = Encoding::from_content_type(content_type(message.headers.as_ref()))
         .and_then(|encoding| parse_decision(&subject, encoding, &message.payload, now_ms()));
@@ -219,7 +241,7 @@ async fn handle(
         Err(error) => Err((None, error)),
         Ok(decision) => {
             let decision_id = decision.resume.decision_id.to_string();
-            match target.deliver(decision).await {
+            match with_progress(&message, config.ack_wait, target.deliver(decision)).await {
                 Delivery::Applied { .. } => Ok(AckKind::Ack),
                 Delivery::Retry(reason) => {
                     tracing::debug!(%subject, %reason, "decision bus: retrying later");
@@ -247,6 +269,28 @@ async fn handle(
     // Confirmed acks: once applied, a decision must not come back after a crash.
     if let Err(error) = message.double_ack_with(ack).await {
         tracing::warn!(%error, "decision bus: ack failed; the decision may be redelivered");
+    }
+}
+
+/// Runs `delivery`, telling the server every third of `ack_wait` that the decision
+/// is still being worked on, so a long resumed run does not get it redelivered.
+async fn with_progress(
+    message: &jetstream::Message,
+    ack_wait: Duration,
+    delivery: impl Future<Output = Delivery>,
+) -> Delivery {
+    let mut delivery = std::pin::pin!(delivery);
+    let mut progress = tokio::time::interval(ack_wait / 3);
+    progress.tick().await;
+    loop {
+        tokio::select! {
+            outcome = &mut delivery => return outcome,
+            _ = progress.tick() => {
+                if let Err(error) = message.ack_with(AckKind::Progress).await {
+                    tracing::warn!(%error, "decision bus: progress ack failed");
+                }
+            }
+        }
     }
 }
 

@@ -1,8 +1,11 @@
 //! Applying bus decisions to the threads of this node's runtime.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
+use awaken_actors::ThreadId;
 use awaken_actors::runtime::AgentRuntime;
-use awaken_actors::thread::ControlError;
+use awaken_actors::thread::{Activation, ControlError};
 
 use super::{Decision, DecisionTarget, Delivery};
 use crate::shards::ShardedFence;
@@ -33,38 +36,84 @@ impl RuntimeDecisions {
     }
 }
 
+/// How often a held decision checks that its thread is still here.
+const OWNERSHIP_CHECK: Duration = Duration::from_millis(250);
+
+impl RuntimeDecisions {
+    /// Resolves once this node no longer owns the thread (never on a single node):
+    /// the resumed run was evicted, so the decision must go to the next owner.
+    async fn moved_away(&self, thread_id: &ThreadId) {
+        let Some(ownership) = &self.ownership else {
+            return std::future::pending().await;
+        };
+        let mut every = tokio::time::interval(OWNERSHIP_CHECK);
+        while ownership.owns(thread_id) {
+            every.tick().await;
+        }
+    }
+}
+
 #[async_trait]
 impl DecisionTarget for RuntimeDecisions {
+    /// Applies the decision, then holds it until the run it resumed finishes or
+    /// waits again: if this node dies meanwhile, the decision is redelivered to the
+    /// thread's next owner, which applies it (or, when the checkpoint already has
+    /// it, finds it a duplicate and sees the run continue) — never lost, never twice.
     async fn deliver(&self, decision: Decision) -> Delivery {
         if let Some(ownership) = &self.ownership
             && !ownership.owns(&decision.thread_id)
         {
             return Delivery::Retry(format!("not the owner of thread {}", decision.thread_id));
         }
-        if let Some(run_id) = &decision.run_id {
-            match self.runtime.active_run(&decision.thread_id).await {
-                Ok(Some(run)) if &run.run_id == run_id => {}
-                Ok(_) => {
-                    return Delivery::Refused(
-                        ControlError::RunNotActive {
-                            run_id: run_id.clone(),
-                        }
-                        .to_string(),
-                    );
+        let active = match self.runtime.active_run(&decision.thread_id).await {
+            Ok(active) => active.map(|run| run.run_id),
+            Err(error) => return Delivery::Retry(error.to_string()),
+        };
+        if let Some(run_id) = &decision.run_id
+            && active.as_ref() != Some(run_id)
+        {
+            return Delivery::Refused(
+                ControlError::RunNotActive {
+                    run_id: run_id.clone(),
                 }
-                Err(error) => return Delivery::Retry(error.to_string()),
-            }
+                .to_string(),
+            );
         }
-        match self
+        let watch = active.as_ref().map(|run_id| self.runtime.watch_run(run_id));
+        let ack = match self
             .runtime
             .decide(&decision.thread_id, decision.call_id, decision.resume, None)
             .await
         {
-            Ok(ack) => Delivery::Applied {
-                duplicate: ack.duplicate,
-            },
+            Ok(ack) => ack,
+            Err(ControlError::Unavailable(reason)) => return Delivery::Retry(reason),
+            Err(refused) => return Delivery::Refused(refused.to_string()),
+        };
+        let applied = Delivery::Applied {
+            duplicate: ack.duplicate,
+        };
+        let Some(mut watch) = watch.filter(|_| active.as_ref() == Some(&ack.run_id)) else {
+            return applied;
+        };
+        match self
+            .runtime
+            .activate(&decision.thread_id, ack.run_id, None, None)
+            .await
+        {
+            Ok(Activation::Started | Activation::Running) => {
+                let moved = self.moved_away(&decision.thread_id);
+                tokio::select! {
+                    end = watch.ended() => match end {
+                        Some(_) => applied,
+                        None => Delivery::Retry("the runtime stopped".into()),
+                    },
+                    () = moved => Delivery::Retry("the thread moved to another node".into()),
+                }
+            }
+            Ok(Activation::Waiting | Activation::Finished) => applied,
             Err(ControlError::Unavailable(reason)) => Delivery::Retry(reason),
-            Err(refused) => Delivery::Refused(refused.to_string()),
+            // The decision is applied; what the run did next is not its business.
+            Err(_) => applied,
         }
     }
 }
