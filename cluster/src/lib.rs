@@ -6,14 +6,17 @@
 pub mod codec;
 pub mod decisions;
 pub mod error;
+pub mod inbox;
 pub mod kv;
 mod kv_scan;
 pub mod mailbox;
 pub mod membership;
+pub mod node;
 pub mod shards;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use error::ClusterError;
+pub use inbox::KvRunInbox;
 pub use mailbox::JetStreamMailbox;

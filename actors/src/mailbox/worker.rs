@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{MailboxConfig, MailboxError, MailboxStore, RunInbox};
@@ -66,6 +67,8 @@ struct Shared {
     /// Threads with a claim loop running; `true` when work arrived meanwhile.
     claiming: DashMap<ThreadId, bool>,
     accepting: AtomicBool,
+    /// Asks the sweeper for a sweep now; requests made meanwhile coalesce.
+    sweep_soon: Notify,
 }
 
 impl MailboxWorker {
@@ -90,6 +93,7 @@ impl MailboxWorker {
             placement,
             claiming: DashMap::new(),
             accepting: AtomicBool::new(true),
+            sweep_soon: Notify::new(),
         });
         let listener = {
             let shared = Arc::clone(&shared);
@@ -104,7 +108,10 @@ impl MailboxWorker {
             tokio::spawn(async move {
                 let mut every = tokio::time::interval(shared.config.sweep_interval);
                 loop {
-                    every.tick().await;
+                    tokio::select! {
+                        _ = every.tick() => {}
+                        () = shared.sweep_soon.notified() => {}
+                    }
                     Shared::sweep(&shared).await;
                 }
             })
@@ -136,6 +143,12 @@ impl MailboxWorker {
     /// after this node took over shards).
     pub async fn sweep(&self) {
         Shared::sweep(&self.shared).await;
+    }
+
+    /// Asks for a sweep as soon as the running one (if any) is done; many requests
+    /// in a burst (a node taking over many shards) make one sweep.
+    pub fn sweep_soon(&self) {
+        self.shared.sweep_soon.notify_one();
     }
 
     /// Stops claiming new work (graceful drain); runs in flight keep their claims.

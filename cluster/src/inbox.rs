@@ -1,0 +1,79 @@
+//! `KvRunInbox`: accepted runs' input in a JetStream KV bucket, so the node that
+//! claims a dispatch can start the run whichever node accepted it.
+//!
+//! Key `run.<base64url run id>`, value the [`RunRequest`] (MessagePack, named
+//! fields). The mailbox worker deletes the entry once the run's dispatch is acked.
+
+use async_nats::jetstream::{self, kv};
+use async_trait::async_trait;
+use awaken_actors::RunId;
+use awaken_actors::mailbox::{MailboxError, RunInbox};
+use awaken_actors::thread::RunRequest;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use crate::codec;
+use crate::error::ClusterError;
+use crate::kv::{BucketSpec, ensure_bucket};
+
+/// The bucket runs' input is kept in unless configured otherwise.
+pub const DEFAULT_INBOX_BUCKET: &str = "awaken_inbox";
+
+/// Runs' input in a KV bucket.
+#[derive(Debug, Clone)]
+pub struct KvRunInbox {
+    bucket: kv::Store,
+}
+
+fn key(run_id: &RunId) -> String {
+    format!("run.{}", URL_SAFE_NO_PAD.encode(run_id.as_str()))
+}
+
+fn unavailable(error: impl std::fmt::Display) -> MailboxError {
+    MailboxError::Unavailable(error.to_string())
+}
+
+impl KvRunInbox {
+    /// Opens the inbox in `bucket` (created when missing, `replicas` copies).
+    pub async fn open(
+        js: &jetstream::Context,
+        bucket: &str,
+        replicas: usize,
+    ) -> Result<Self, ClusterError> {
+        let spec = BucketSpec::new(bucket).with_replicas(replicas);
+        Ok(Self {
+            bucket: ensure_bucket(js, &spec).await?,
+        })
+    }
+}
+
+#[async_trait]
+impl RunInbox for KvRunInbox {
+    async fn put(&self, run_id: &RunId, request: &RunRequest) -> Result<(), MailboxError> {
+        let payload = codec::encode(request).map_err(unavailable)?;
+        self.bucket
+            .put(key(run_id), payload)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn get(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
+        let Some(payload) = self.bucket.get(key(run_id)).await.map_err(unavailable)? else {
+            return Ok(None);
+        };
+        codec::decode(&payload).map(Some).map_err(unavailable)
+    }
+
+    async fn remove(&self, run_id: &RunId) -> Result<(), MailboxError> {
+        // A stream purge of the key's subject, not a KV delete or purge: nothing,
+        // not even a marker, stays behind for a finished run.
+        self.bucket
+            .stream
+            .purge()
+            .filter(format!("{}{}", self.bucket.prefix, key(run_id)))
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
