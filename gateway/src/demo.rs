@@ -9,6 +9,11 @@
 //! | [`BENCH_AGENT`] | workload W: call `echo`, then answer with text | `echo` | none |
 //! | [`BENCH_HITL_AGENT`] | workload W, but `echo` asks for approval | `echo` | `echo` asks |
 //! | [`BENCH_TEXT_AGENT`] | one inference answering with text | none | none |
+//! | [`SLOW_AGENT`] | call `sleep {"ms": 1500}`, then answer `slept` | `sleep` | none |
+//!
+//! With a [`Journal`], `echo` and `sleep` append one line per execution to a file
+//! (`<tool> <idempotency key>`): the failover tests read it to count executions
+//! across node processes.
 //!
 //! The `delete_file` tool is real code with a fake disk: it removes names from an
 //! in-memory set of files ([`FakeFiles`]) and reports what it did, so trying the
@@ -38,6 +43,8 @@ pub const BENCH_AGENT: &str = "bench";
 pub const BENCH_HITL_AGENT: &str = "bench-hitl";
 /// One inference answering with text: the shortest possible run.
 pub const BENCH_TEXT_AGENT: &str = "bench-text";
+/// A run whose one tool call takes 1.5 s: long enough to kill its node mid-call.
+pub const SLOW_AGENT: &str = "slow";
 
 /// The final text of the W agents; benchmarks check every run ends with it.
 pub const BENCH_ANSWER_PREFIX: &str = "echoed: ";
@@ -55,12 +62,28 @@ pub fn runtime_with_files(
     config: ThreadConfig,
     files: Arc<FakeFiles>,
 ) -> Result<AgentRuntime, BuildError> {
+    builder(config, files, Journal::default())?.build()
+}
+
+/// The embedded agents, models and tools, ready for more services (a cluster node
+/// adds its store and fence).
+pub fn builder(
+    config: ThreadConfig,
+    files: Arc<FakeFiles>,
+    journal: Journal,
+) -> Result<AgentRuntimeBuilder, BuildError> {
     let permission = PermissionPlugin::new(PermissionRules::new(PermissionBehavior::Allow));
     let builder = AgentRuntimeBuilder::new()
         .with_thread_config(config)
         .with_plugin(PermissionPlugin::ID, Arc::new(permission))
         .with_tool(DeleteFileTool::ID, Arc::new(DeleteFileTool { files }))
-        .with_tool(EchoTool::ID, Arc::new(EchoTool));
+        .with_tool(
+            EchoTool::ID,
+            Arc::new(EchoTool {
+                journal: journal.clone(),
+            }),
+        )
+        .with_tool(SleepTool::ID, Arc::new(SleepTool { journal }));
     let builder = with_scripted_agent(builder, demo_spec()?, demo_script())?;
     let builder = with_scripted_agent(builder, bench_spec(BENCH_AGENT, false)?, w_script())?;
     let builder = with_scripted_agent(builder, bench_spec(BENCH_HITL_AGENT, true)?, w_script())?;
@@ -69,7 +92,15 @@ pub fn runtime_with_files(
         only_tools(bench_spec(BENCH_TEXT_AGENT, false)?, &[]),
         ScriptSpec::new(vec![ScriptStep::text("ok")]),
     )?;
-    builder.build()
+    let slow = AgentSpec::new(agent_id(SLOW_AGENT)?).with_system_prompt("You take your time.");
+    with_scripted_agent(
+        builder,
+        only_tools(slow, &[SleepTool::ID]),
+        ScriptSpec::new(vec![
+            ScriptStep::tool_call(SleepTool::ID, json!({"ms": 1500})),
+            ScriptStep::text("slept"),
+        ]),
+    )
 }
 
 /// Ids of the agents [`runtime`] knows, sorted.
@@ -257,9 +288,91 @@ impl Tool for DeleteFileTool {
     }
 }
 
+/// Where `echo` and `sleep` record their executions, if anywhere.
+#[derive(Debug, Clone, Default)]
+pub struct Journal(Option<Arc<std::path::Path>>);
+
+impl Journal {
+    /// Appends to the file at `path` (created when missing).
+    pub fn at(path: impl Into<std::path::PathBuf>) -> Self {
+        Self(Some(Arc::from(path.into())))
+    }
+
+    async fn record(&self, tool: &str, ctx: &ToolCallContext) -> Result<(), ToolError> {
+        let Some(path) = &self.0 else {
+            return Ok(());
+        };
+        let line = format!("{tool} {}\n", ctx.idempotency_key());
+        let path = Arc::clone(path);
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut file| file.write_all(line.as_bytes()))
+        })
+        .await
+        .map_err(|e| ToolError::ExecutionFailed(e.to_string()))?
+        .map_err(|e| ToolError::ExecutionFailed(format!("journal: {e}")))
+    }
+}
+
+/// `sleep {"ms": N}`: waits N milliseconds (cancellable), then reports it.
+#[derive(Debug, Clone, Default)]
+pub struct SleepTool {
+    journal: Journal,
+}
+
+impl SleepTool {
+    /// The tool's id and name.
+    pub const ID: &'static str = "sleep";
+}
+
+#[async_trait]
+impl Tool for SleepTool {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor::new(Self::ID, Self::ID, "Waits for a number of milliseconds")
+            .with_parameters(json!({
+                "type": "object",
+                "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": 60000}},
+                "required": ["ms"],
+                "additionalProperties": false
+            }))
+    }
+
+    fn validate_args(&self, args: &JsonValue) -> Result<(), ToolError> {
+        match args.get("ms").and_then(JsonValue::as_u64) {
+            Some(ms) if ms <= 60_000 => Ok(()),
+            _ => Err(ToolError::InvalidArguments(
+                "`ms` must be an integer from 0 to 60000".into(),
+            )),
+        }
+    }
+
+    async fn execute(
+        &self,
+        args: JsonValue,
+        ctx: &ToolCallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.journal.record(Self::ID, ctx).await?;
+        let ms = args.get("ms").and_then(JsonValue::as_u64).unwrap_or(0);
+        tokio::select! {
+            () = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {
+                Ok(ToolResult::success(Self::ID, json!({"slept_ms": ms})).into())
+            }
+            () = ctx.cancellation.cancelled() => {
+                Err(ToolError::ExecutionFailed("cancelled while sleeping".into()))
+            }
+        }
+    }
+}
+
 /// `echo`: answers with its arguments (the trivial tool of workload W).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EchoTool;
+#[derive(Debug, Clone, Default)]
+pub struct EchoTool {
+    journal: Journal,
+}
 
 impl EchoTool {
     /// The tool's id and name.
@@ -275,8 +388,9 @@ impl Tool for EchoTool {
     async fn execute(
         &self,
         args: JsonValue,
-        _ctx: &ToolCallContext,
+        ctx: &ToolCallContext,
     ) -> Result<ToolOutput, ToolError> {
+        self.journal.record(Self::ID, ctx).await?;
         Ok(ToolResult::success(Self::ID, args).into())
     }
 }
@@ -292,7 +406,13 @@ mod tests {
         let runtime = runtime(ThreadConfig::default()).unwrap();
         assert_eq!(
             agent_ids(&runtime),
-            [BENCH_AGENT, BENCH_HITL_AGENT, BENCH_TEXT_AGENT, DEMO_AGENT]
+            [
+                BENCH_AGENT,
+                BENCH_HITL_AGENT,
+                BENCH_TEXT_AGENT,
+                DEMO_AGENT,
+                SLOW_AGENT
+            ]
         );
     }
 

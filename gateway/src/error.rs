@@ -41,6 +41,12 @@ pub enum GatewayError {
     /// The runtime answered in a way the command did not expect.
     #[error("unexpected runtime answer: {0}")]
     Unexpected(String),
+    /// A flag or setting is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The cluster could not be joined or left.
+    #[error("cluster: {0}")]
+    Cluster(String),
     /// A benchmark could not complete.
     #[error("benchmark failed: {0}")]
     Bench(String),
@@ -50,7 +56,7 @@ impl GatewayError {
     /// The process exit code for this error: 2 for bad command-line input, else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::UnknownAgent { .. } | Self::InvalidId { .. } => 2,
+            Self::UnknownAgent { .. } | Self::InvalidId { .. } | Self::Config(_) => 2,
             _ => 1,
         }
     }

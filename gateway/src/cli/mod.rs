@@ -2,6 +2,9 @@
 //!
 //! ```text
 //! awaken run --agent ID [--thread ID] [--approve | --deny] MESSAGE
+//! awaken node --postgres-url URL [--nats-url URL] [--node-id ID] [--shards N]
+//!             [--lease-ttl-s S] [--claim-lease-ms MS] [--replicas N]
+//!             [--drain-timeout-s S] [--tool-journal PATH]
 //! awaken bench local [--scenario NAME]... [--runs N] [--concurrency C] [--threads N]
 //!                    [--timeout-s S] [--run-timeout-s S] [--quiet]
 //! ```
@@ -10,11 +13,13 @@
 //! carry their own ([`GatewayError::exit_code`](crate::GatewayError::exit_code)).
 
 mod bench;
+mod node;
 mod run;
 
 use clap::{Parser, Subcommand};
 
 pub use bench::{BenchArgs, BenchTarget, LocalArgs, ScenarioArg};
+pub use node::NodeArgs;
 pub use run::RunArgs;
 
 use crate::error::Result;
@@ -35,6 +40,8 @@ pub enum Command {
     Run(RunArgs),
     /// Generate load and print one JSON line per scenario.
     Bench(BenchArgs),
+    /// Run one node of a cluster on NATS and PostgreSQL until SIGTERM.
+    Node(NodeArgs),
 }
 
 /// Runs the parsed command; returns the exit code (0 when everything went well).
@@ -42,6 +49,7 @@ pub async fn dispatch(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Run(args) => run::execute(args).await,
         Command::Bench(args) => bench::execute(args).await,
+        Command::Node(args) => node::execute(args).await,
     }
 }
 
