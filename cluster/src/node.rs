@@ -52,20 +52,26 @@ pub struct NodeConfig {
     pub mailbox: MailboxConfig,
     /// Decision bus settings (`replicas` is taken from this config).
     pub decisions: DecisionBusConfig,
-    /// Heartbeat TTL.
+    /// Heartbeat TTL: keep it equal to the shard lease TTL, or a dead node's
+    /// shards wait for its membership to expire before the others take them.
     pub membership: MembershipConfig,
     /// Where this node's gateway listens, published to the other members.
     pub http_url: Option<String>,
 }
 
 impl NodeConfig {
-    /// The defaults for a node named `node_id`: 256 shards with 5 s leases, one
-    /// replica, and mailbox timings suited to failover within seconds (10 s claim
-    /// leases renewed every 2 s, swept every second).
+    /// The defaults for a node named `node_id`: 256 shards with 5 s leases and
+    /// membership TTL, one replica, and mailbox timings suited to failover within
+    /// seconds (10 s claim leases renewed every 2 s, swept every second).
     pub fn new(node_id: NodeId) -> Self {
+        let shards = ShardOwnerConfig::default();
         Self {
             node_id,
-            shards: ShardOwnerConfig::default(),
+            membership: MembershipConfig {
+                ttl: shards.lease_ttl,
+                ..MembershipConfig::default()
+            },
+            shards,
             replicas: 1,
             mailbox: MailboxConfig {
                 lease_ms: 10_000,
@@ -74,7 +80,6 @@ impl NodeConfig {
                 ..MailboxConfig::default()
             },
             decisions: DecisionBusConfig::default(),
-            membership: MembershipConfig::default(),
             http_url: None,
         }
     }

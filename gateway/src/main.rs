@@ -17,6 +17,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const WORKERS: usize = 2;
 
 fn main() -> ExitCode {
+    // Logs go to stderr (stdout carries the commands' output); `RUST_LOG` filters,
+    // warnings and errors by default.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),

@@ -42,5 +42,6 @@ impl ShardEvent for RuntimeShards {
 
     async fn lost(&self, shard: ShardId) {
         self.evict(shard).await;
+        tracing::warn!(%shard, "lost shard evicted: none of its threads is left on this node");
     }
 }

@@ -31,7 +31,7 @@ pub struct NodeArgs {
     /// Shards of the cluster (the same on every node).
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub shards: u32,
-    /// Shard lease TTL: a dead node's threads move after this long.
+    /// Shard lease and membership TTL: a dead node's threads move after this long.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     pub lease_ttl_s: u64,
     /// Lease of a dispatch claim while its run executes (renewed every fifth).
@@ -62,6 +62,7 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
     let mut config = NodeConfig::new(node_id.clone());
     config.shards.count = ShardCount::new(args.shards).map_err(|e| invalid("--shards", e))?;
     config.shards.lease_ttl = Duration::from_secs(args.lease_ttl_s);
+    config.membership.ttl = config.shards.lease_ttl;
     config.replicas = args.replicas;
     config.mailbox.lease_ms = args.claim_lease_ms;
     config.mailbox.lease_renewal_interval = Duration::from_millis(args.claim_lease_ms / 5);

@@ -1,0 +1,423 @@
+//! Multi-process cluster tests: `awaken node` processes on a real nats-server and a
+//! real PostgreSQL schema, killed with SIGKILL or paused with SIGSTOP mid-run.
+//!
+//! Each test proves DESIGN invariants across processes: a dispatch is never lost
+//! (2), a decision is applied once across failover (3), a waiting run survives the
+//! death of its node (4), a tool runs once per approval (5), and a paused owner that
+//! comes back cannot commit anything (1).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use awaken_actors::contract::{
+    Message, ResumeDecisionAction, RunDispatch, RunDispatchStatus, RunStatus,
+};
+use awaken_actors::ids::{AgentId, DispatchId, RunId, ThreadId};
+use awaken_actors::mailbox::{MailboxConfig, MailboxStore, SubmitOptions, submit};
+use awaken_actors::store::{MessageQuery, PostgresStore, TestSchema, ThreadRunStore};
+use awaken_actors::thread::RunRequest;
+use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
+use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
+use awaken_cluster::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable, ShardCount};
+use awaken_cluster::testing::NatsServer;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const SHARDS: u32 = 8;
+const LEASE_TTL_S: u64 = 2;
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// One `awaken node` process; its log lines are echoed and can be waited for.
+struct Node {
+    id: String,
+    child: Child,
+    log: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Node {
+    async fn spawn(cluster: &Cluster, id: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_awaken"))
+            .args(["node", "--nats-url", &cluster.nats.url()])
+            .args(["--postgres-url", &cluster.postgres_url])
+            .args(["--node-id", id, "--shards", &SHARDS.to_string()])
+            .args(["--lease-ttl-s", &LEASE_TTL_S.to_string()])
+            .args(["--claim-lease-ms", "3000"])
+            .arg("--tool-journal")
+            .arg(&cluster.journal)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the awaken binary runs");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(DEADLINE, lines.next_line())
+            .await
+            .expect("the node reports ready in time")
+            .unwrap()
+            .expect("the node printed a line");
+        assert!(ready.contains(r#""event":"ready""#), "{ready}");
+        let (tx, log) = tokio::sync::mpsc::unbounded_channel();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        let name = id.to_owned();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                eprintln!("[{name}] {line}");
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            id: id.to_owned(),
+            child,
+            log,
+        }
+    }
+
+    /// Waits for a log line containing `needle`.
+    async fn logged(&mut self, needle: &str) {
+        let wait = async {
+            while let Some(line) = self.log.recv().await {
+                if line.contains(needle) {
+                    return;
+                }
+            }
+            panic!("the node exited before logging {needle:?}");
+        };
+        tokio::time::timeout(DEADLINE, wait)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {needle:?}"));
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().unwrap().to_string()
+    }
+
+    async fn kill(&mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.pid()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// A nats-server, a PostgreSQL schema, a tool journal, and the client side of the
+/// cluster (what a gateway or a test uses to submit runs and decisions).
+struct Cluster {
+    nats: NatsServer,
+    postgres_url: String,
+    store: PostgresStore,
+    _schema: TestSchema,
+    _dir: tempfile::TempDir,
+    journal: PathBuf,
+    js: jetstream::Context,
+    mailbox: JetStreamMailbox,
+    inbox: KvRunInbox,
+    leases: LeaseTable,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let nats = NatsServer::start().await.unwrap();
+        let (store, schema) = PostgresStore::for_tests().await;
+        store.ensure_schema().await.unwrap();
+        let base = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let postgres_url = format!("{base}?options=-c%20search_path%3D{}", schema.name());
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("tools.log");
+        let js = jetstream::new(nats.connect().await.unwrap());
+        let mailbox =
+            JetStreamMailbox::open(&js, DEFAULT_MAILBOX_BUCKET, 1, MailboxConfig::default())
+                .await
+                .unwrap();
+        let inbox = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
+            .await
+            .unwrap();
+        let leases = LeaseTable::open(
+            &js,
+            DEFAULT_SHARDS_BUCKET,
+            Duration::from_secs(LEASE_TTL_S),
+            1,
+        )
+        .await
+        .unwrap();
+        Self {
+            nats,
+            postgres_url,
+            store,
+            _schema: schema,
+            _dir: dir,
+            journal,
+            js,
+            mailbox,
+            inbox,
+            leases,
+        }
+    }
+
+    async fn submit(&self, thread: &ThreadId, agent: &str) -> RunDispatch {
+        let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
+            .with_agent_id(AgentId::new(agent).unwrap());
+        submit(
+            &self.mailbox,
+            &self.inbox,
+            request,
+            SubmitOptions::default(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Waits until every shard is held and exactly `nodes` hold them.
+    async fn balanced(&self, nodes: &[&Node]) {
+        let want: BTreeSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+        eventually("shards spread over the nodes", || async {
+            let holders = self.leases.holders().await.unwrap();
+            let seen: BTreeSet<String> = holders.values().map(|h| h.node_id.to_string()).collect();
+            holders.len() == SHARDS as usize
+                && seen.iter().map(String::as_str).collect::<BTreeSet<_>>() == want
+        })
+        .await;
+    }
+
+    async fn owner_of(&self, thread: &ThreadId) -> NodeId {
+        let shard = ShardCount::new(SHARDS).unwrap().shard_of(thread);
+        self.leases.holders().await.unwrap()[&shard].node_id.clone()
+    }
+
+    async fn dispatch(&self, id: &DispatchId) -> RunDispatch {
+        self.mailbox.load_dispatch(id).await.unwrap().unwrap()
+    }
+
+    /// Waits until the dispatch is acked with the run in `status`.
+    async fn acked(&self, id: &DispatchId, status: RunStatus) -> RunDispatch {
+        eventually("the dispatch is acked", || async {
+            let d = self.dispatch(id).await;
+            d.status == RunDispatchStatus::Acked && d.run_status == Some(status)
+        })
+        .await;
+        self.dispatch(id).await
+    }
+
+    async fn run_status(&self, run_id: &RunId) -> Option<RunStatus> {
+        self.store.load_run(run_id).await.unwrap().map(|r| r.status)
+    }
+
+    fn journal_lines(&self) -> Vec<String> {
+        read_lines(&self.journal)
+    }
+}
+
+fn read_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Polls `check` until it holds; fails the test after [`DEADLINE`].
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn pick<'a>(nodes: &'a mut [Node], id: &NodeId) -> (&'a mut Node, usize) {
+    let at = nodes.iter().position(|n| n.id == id.as_str()).unwrap();
+    (&mut nodes[at], at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_run_resumes_on_another_node_after_its_owner_is_killed() {
+    let cluster = Cluster::start().await;
+    let mut nodes = vec![
+        Node::spawn(&cluster, "node-a").await,
+        Node::spawn(&cluster, "node-b").await,
+    ];
+    cluster.balanced(&[&nodes[0], &nodes[1]]).await;
+
+    let thread = ThreadId::new("hitl-failover").unwrap();
+    let queued = cluster.submit(&thread, "bench-hitl").await;
+    let waiting = cluster.acked(&queued.dispatch_id, RunStatus::Waiting).await;
+    let run = cluster
+        .store
+        .load_run(&queued.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let call_id = run.waiting.unwrap().tickets[0].tool_call_id.to_string();
+    assert!(
+        cluster.journal_lines().is_empty(),
+        "nothing ran before approval"
+    );
+
+    let owner = cluster.owner_of(&thread).await;
+    assert_eq!(
+        waiting.dispatch_instance_id.as_deref(),
+        Some(owner.as_str())
+    );
+    let (victim, at) = pick(&mut nodes, &owner);
+    victim.kill().await;
+    let survivor = &nodes[1 - at];
+
+    // Published after the kill, by a client that knows nothing of the owner.
+    let bus = DecisionBus::open(cluster.js.clone(), DecisionBusConfig::default())
+        .await
+        .unwrap();
+    let decision = DecisionPayload {
+        call_id: call_id.clone(),
+        decision_id: "approve-1".into(),
+        action: ResumeDecisionAction::Resume,
+        result: serde_json::json!(true),
+        reason: None,
+        thread_id: None,
+        run_id: None,
+        updated_at: None,
+    };
+    bus.publish(thread.as_str(), &decision).await.unwrap();
+    // A duplicate (a client retrying) must not run the tool again.
+    bus.publish(thread.as_str(), &decision).await.unwrap();
+
+    eventually("the run finishes on the survivor", || async {
+        cluster.run_status(&queued.run_id).await == Some(RunStatus::Done)
+    })
+    .await;
+    assert_eq!(cluster.owner_of(&thread).await.as_str(), survivor.id);
+    let executions = cluster.journal_lines();
+    assert_eq!(
+        executions,
+        [format!("echo {}:{call_id}:1", queued.run_id)],
+        "exactly one execution for one approval"
+    );
+    let log = cluster
+        .store
+        .load_messages(&thread, &MessageQuery::default())
+        .await
+        .unwrap();
+    let last = log.messages.last().unwrap();
+    assert!(last.message.text().starts_with("echoed: "), "{last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_mid_tool_continues_on_another_node_from_its_checkpoint() {
+    let cluster = Cluster::start().await;
+    let mut nodes = vec![
+        Node::spawn(&cluster, "node-a").await,
+        Node::spawn(&cluster, "node-b").await,
+    ];
+    cluster.balanced(&[&nodes[0], &nodes[1]]).await;
+
+    let thread = ThreadId::new("midrun-failover").unwrap();
+    let owner = cluster.owner_of(&thread).await;
+    let queued = cluster.submit(&thread, "slow").await;
+    eventually("the tool started on the owner", || async {
+        !cluster.journal_lines().is_empty()
+    })
+    .await;
+    let (victim, at) = pick(&mut nodes, &owner);
+    victim.kill().await;
+    let survivor = nodes[1 - at].id.clone();
+
+    let done = cluster.acked(&queued.dispatch_id, RunStatus::Done).await;
+    assert_eq!(
+        done.dispatch_instance_id.as_deref(),
+        Some(survivor.as_str())
+    );
+    assert_eq!(done.run_response.as_deref(), Some("slept"));
+    assert!(done.attempt_count >= 2, "the dead claim counted: {done:?}");
+    let executions = cluster.journal_lines();
+    assert_eq!(executions.len(), 2, "at least once: re-run after the crash");
+    assert_eq!(
+        executions[0], executions[1],
+        "the re-run carries the same idempotency key"
+    );
+    assert_eq!(
+        cluster.run_status(&queued.run_id).await,
+        Some(RunStatus::Done)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_that_comes_back_cannot_commit() {
+    let cluster = Cluster::start().await;
+    let mut nodes = vec![
+        Node::spawn(&cluster, "node-a").await,
+        Node::spawn(&cluster, "node-b").await,
+    ];
+    cluster.balanced(&[&nodes[0], &nodes[1]]).await;
+
+    let thread = ThreadId::new("paused-owner").unwrap();
+    let owner = cluster.owner_of(&thread).await;
+    let queued = cluster.submit(&thread, "slow").await;
+    eventually("the tool started on the owner", || async {
+        !cluster.journal_lines().is_empty()
+    })
+    .await;
+    let (paused, at) = pick(&mut nodes, &owner);
+    paused.signal("STOP");
+    let survivor = nodes[1 - at].id.clone();
+
+    let done = cluster.acked(&queued.dispatch_id, RunStatus::Done).await;
+    assert_eq!(
+        done.dispatch_instance_id.as_deref(),
+        Some(survivor.as_str())
+    );
+    let before = cluster
+        .store
+        .load_thread_snapshot(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The paused node wakes up in the middle of its step, past its lease. Its step
+    // either reaches its checkpoint (refused: the survivor raised the thread's
+    // fence) or is stopped when the node finds its lease lost and evicts the
+    // shard's threads; once it logs the eviction, nothing of it is left to write.
+    let paused = &mut nodes[at];
+    paused.signal("CONT");
+    paused.logged("lost shard evicted").await;
+    let next = cluster.submit(&thread, "bench-text").await;
+    cluster.acked(&next.dispatch_id, RunStatus::Done).await;
+    let after = cluster
+        .store
+        .load_thread_snapshot(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    let old_run = cluster
+        .store
+        .load_run(&queued.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(old_run.status, RunStatus::Done);
+    assert_eq!(
+        after.messages[..before.messages.len()],
+        before.messages[..],
+        "the paused owner changed nothing"
+    );
+    assert_eq!(
+        after.messages.len(),
+        before.messages.len() + 2,
+        "only the new run's user message and answer were added"
+    );
+    assert!(after.fence >= before.fence);
+}
