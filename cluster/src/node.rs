@@ -229,6 +229,11 @@ impl ClusterNode {
         &self.bus
     }
 
+    /// How many shards this node owns now.
+    pub fn owned_shards(&self) -> usize {
+        self.owner.ownership().borrow().len()
+    }
+
     /// Whether this node owns the thread's shard now.
     pub fn owns(&self, thread_id: &ThreadId) -> bool {
         self.fence.owns(thread_id)

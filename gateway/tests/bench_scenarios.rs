@@ -94,3 +94,18 @@ async fn a_scenario_stops_at_its_time_limit() {
     assert!(report.timed_out);
     assert!(report.runs < 1_000_000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hitl_remote_resumes_every_run_by_a_published_decision() {
+    let server = awaken_cluster::testing::NatsServer::start().await.unwrap();
+    let report = bench::hitl_remote::run(&server.url(), &tiny())
+        .await
+        .unwrap();
+    let json: Value = serde_json::from_str(&report.to_json_line()).unwrap();
+    assert_eq!(json["scenario"], "hitl-remote");
+    assert_eq!(json["runs"], 12, "{json}");
+    assert_eq!(json["errors"], 0, "{json}");
+    let p50 = json["decision_p50_us"].as_u64().unwrap();
+    let p99 = json["decision_p99_us"].as_u64().unwrap();
+    assert!(0 < p50 && p50 <= p99, "{json}");
+}

@@ -29,6 +29,7 @@
 pub mod dispatch;
 mod driver;
 pub mod hitl;
+pub mod hitl_remote;
 pub mod idle_threads;
 pub mod report;
 pub mod sequential;

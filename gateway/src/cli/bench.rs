@@ -54,6 +54,8 @@ pub struct ClusterArgs {
 pub enum ClusterScenarioArg {
     /// Mailbox enqueue → claim → ack beside raw JetStream publishes.
     Dispatch,
+    /// A decision published on NATS by another client resumes a waiting run.
+    HitlRemote,
 }
 
 impl ClusterArgs {
@@ -182,6 +184,7 @@ async fn execute_cluster(args: ClusterArgs) -> Result<u8> {
     let options = args.options();
     let report = match args.scenario {
         ClusterScenarioArg::Dispatch => bench::dispatch::run(&args.nats_url, &options).await?,
+        ClusterScenarioArg::HitlRemote => bench::hitl_remote::run(&args.nats_url, &options).await?,
     };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", report.to_json_line())?;
