@@ -5,12 +5,17 @@
 //! values at once. It stops after the entries that existed when it started, so a
 //! scan ends even while writers keep writing.
 
+use std::time::Duration;
+
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::error::ClusterError;
+
+/// Longest wait for the next entry of a scan.
+pub(crate) const SCAN_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One key's latest value.
 #[derive(Debug, Clone)]
@@ -49,7 +54,13 @@ pub(crate) async fn latest_under(
     }
     let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
     while remaining > 0 {
-        let Some(message) = messages.next().await else {
+        // Entries counted as pending may expire (buckets with `max_age`) before they
+        // are delivered; the scan would then wait forever. A stalled scan fails and
+        // its caller scans again later.
+        let next = tokio::time::timeout(SCAN_IDLE_TIMEOUT, messages.next())
+            .await
+            .map_err(|_| ClusterError::Nats("kv scan stalled (entries expired?)".to_owned()))?;
+        let Some(message) = next else {
             return Err(ClusterError::Nats("kv scan ended early".to_owned()));
         };
         let message = message.map_err(ClusterError::nats)?;

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use crate::codec;
 use crate::error::ClusterError;
 use crate::kv::{BucketSpec, ensure_bucket};
+use crate::kv_scan::SCAN_IDLE_TIMEOUT;
 
 /// The KV bucket membership lives in, unless configured otherwise.
 pub const DEFAULT_MEMBERS_BUCKET: &str = "awaken_members";
@@ -238,7 +239,11 @@ async fn keep_view(bucket: kv::Store, view: watch::Sender<BTreeSet<NodeId>>, res
 /// The nodes whose entries exist now.
 async fn scan(bucket: &kv::Store) -> Result<BTreeSet<NodeId>, ClusterError> {
     let keys = bucket.keys().await.map_err(ClusterError::nats)?;
-    let keys: Vec<Result<String, _>> = keys.collect().await;
+    // Entries expiring while the key list streams can leave it waiting forever for
+    // the last one; a stalled scan fails and the next rescan starts afresh.
+    let keys: Vec<Result<String, _>> = tokio::time::timeout(SCAN_IDLE_TIMEOUT, keys.collect())
+        .await
+        .map_err(|_| ClusterError::Nats("member scan stalled".to_owned()))?;
     Ok(keys
         .into_iter()
         .filter_map(Result::ok)

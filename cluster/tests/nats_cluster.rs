@@ -60,8 +60,9 @@ const LEASE_MS: u64 = 600_000;
 
 /// Bound of one JetStream request (API call or publish ack).
 const JS_TIMEOUT: Duration = Duration::from_secs(2);
-/// Retries of one mailbox operation: at most this many attempts…
-const ATTEMPTS: u32 = 100;
+/// Retries of one mailbox operation: at most this many attempts (enough to fill
+/// the budget below: an election on a loaded machine can take ten seconds)…
+const ATTEMPTS: u32 = 250;
 /// …spaced by this…
 const BACKOFF: Duration = Duration::from_millis(100);
 /// …within this time (an election takes a few seconds).

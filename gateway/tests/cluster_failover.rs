@@ -51,7 +51,7 @@ impl Node {
             .args(["--claim-lease-ms", "3000"])
             .arg("--tool-journal")
             .arg(&cluster.journal)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "warn,awaken_cluster=info,awaken_actors=info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -202,14 +202,23 @@ impl Cluster {
         self.mailbox.load_dispatch(id).await.unwrap().unwrap()
     }
 
-    /// Waits until the dispatch is acked with the run in `status`.
+    /// Waits until the dispatch is acked with the run in `status`; on timeout the
+    /// failure shows the dispatch and the shard holders.
     async fn acked(&self, id: &DispatchId, status: RunStatus) -> RunDispatch {
-        eventually("the dispatch is acked", || async {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
             let d = self.dispatch(id).await;
-            d.status == RunDispatchStatus::Acked && d.run_status == Some(status)
-        })
-        .await;
-        self.dispatch(id).await
+            if d.status == RunDispatchStatus::Acked && d.run_status == Some(status) {
+                return d;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let holders = self.leases.holders().await;
+                panic!(
+                    "timed out: dispatch not acked with {status:?}: {d:?}; holders: {holders:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn run_status(&self, run_id: &RunId) -> Option<RunStatus> {
