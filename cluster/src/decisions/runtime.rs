@@ -1,7 +1,5 @@
 //! Applying bus decisions to the threads of this node's runtime.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use awaken_actors::ThreadId;
 use awaken_actors::runtime::AgentRuntime;
@@ -36,19 +34,13 @@ impl RuntimeDecisions {
     }
 }
 
-/// How often a held decision checks that its thread is still here.
-const OWNERSHIP_CHECK: Duration = Duration::from_millis(250);
-
 impl RuntimeDecisions {
     /// Resolves once this node no longer owns the thread (never on a single node):
     /// the resumed run was evicted, so the decision must go to the next owner.
     async fn moved_away(&self, thread_id: &ThreadId) {
-        let Some(ownership) = &self.ownership else {
-            return std::future::pending().await;
-        };
-        let mut every = tokio::time::interval(OWNERSHIP_CHECK);
-        while ownership.owns(thread_id) {
-            every.tick().await;
+        match &self.ownership {
+            Some(ownership) => ownership.moved_away(thread_id).await,
+            None => std::future::pending().await,
         }
     }
 }

@@ -314,6 +314,16 @@ impl ShardedFence {
             .borrow()
             .contains_key(&self.count.shard_of(thread_id))
     }
+
+    /// Resolves once this node does not own the thread's shard (at once if it does
+    /// not now, or if the shard owner stopped).
+    pub async fn moved_away(&self, thread_id: &ThreadId) {
+        let shard = self.count.shard_of(thread_id);
+        let mut ownership = self.ownership.clone();
+        let _ = ownership
+            .wait_for(|owned| !owned.contains_key(&shard))
+            .await;
+    }
 }
 
 impl FenceSource for ShardedFence {
