@@ -134,19 +134,9 @@ impl MailboxWorker {
         })
     }
 
-    /// Looks for claimable work of `thread_id` now.
-    pub fn wake(&self, thread_id: ThreadId) {
-        Shared::wake(&self.shared, thread_id);
-    }
-
-    /// Reclaims expired leases and looks at every thread with queued work (e.g.
-    /// after this node took over shards).
-    pub async fn sweep(&self) {
-        Shared::sweep(&self.shared).await;
-    }
-
-    /// Asks for a sweep as soon as the running one (if any) is done; many requests
-    /// in a burst (a node taking over many shards) make one sweep.
+    /// Asks for a sweep (reclaim expired leases, wake every thread with queued
+    /// work) as soon as the running one is done; many requests in a burst (a node
+    /// taking over many shards) make one sweep.
     pub fn sweep_soon(&self) {
         self.shared.sweep_soon.notify_one();
     }
@@ -209,10 +199,15 @@ impl Shared {
         }
         match shared.mailbox.queued_threads().await {
             Ok(queued) => {
+                // Work due before the next sweep gets a timer; later work is left
+                // to a later sweep, so repeated sweeps do not pile up timers.
+                let next_sweep = now.saturating_add(
+                    u64::try_from(shared.config.sweep_interval.as_millis()).unwrap_or(u64::MAX),
+                );
                 for thread in queued {
                     if thread.available_at <= now {
                         Self::wake(shared, thread.thread_id);
-                    } else if shared.wants(&thread.thread_id) {
+                    } else if thread.available_at < next_sweep && shared.wants(&thread.thread_id) {
                         Self::wake_at(shared, thread.thread_id, thread.available_at);
                     }
                 }
