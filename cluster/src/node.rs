@@ -35,7 +35,7 @@ use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use crate::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use crate::shards::{
-    DEFAULT_SHARDS_BUCKET, LeaseTable, RuntimeShards, ShardEvent, ShardId, ShardOwner,
+    DEFAULT_SHARDS_BUCKET, LeaseTable, RuntimeShards, ShardCount, ShardEvent, ShardId, ShardOwner,
     ShardOwnerConfig, ShardedFence,
 };
 
@@ -88,6 +88,7 @@ impl NodeConfig {
 /// A running cluster node.
 pub struct ClusterNode {
     node_id: NodeId,
+    shard_count: ShardCount,
     runtime: AgentRuntime,
     mailbox: Arc<JetStreamMailbox>,
     inbox: Arc<KvRunInbox>,
@@ -197,6 +198,7 @@ impl ClusterNode {
         );
         Ok(Self {
             node_id,
+            shard_count: config.shards.count,
             runtime,
             mailbox,
             inbox,
@@ -229,9 +231,9 @@ impl ClusterNode {
         &self.bus
     }
 
-    /// How many shards this node owns now.
-    pub fn owned_shards(&self) -> usize {
-        self.owner.ownership().borrow().len()
+    /// Whether this node owns every shard of the cluster now (it is alone).
+    pub fn owns_every_shard(&self) -> bool {
+        self.owner.ownership().borrow().len() == self.shard_count.get() as usize
     }
 
     /// Whether this node owns the thread's shard now.

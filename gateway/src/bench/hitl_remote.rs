@@ -52,8 +52,7 @@ pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> 
             .map_err(bench_error)?,
     );
     let deadline = Instant::now() + Duration::from_secs(30);
-    while node.owned_shards() < NodeConfig::new(node.node_id().clone()).shards.count.get() as usize
-    {
+    while !node.owns_every_shard() {
         if Instant::now() > deadline {
             return Err(bench_error(
                 "the node did not get every shard within 30 s (another node on this server?)",
