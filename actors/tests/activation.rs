@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use awaken_actors::RunId;
@@ -70,22 +69,7 @@ async fn a_new_run_starts_once_and_a_repeated_delivery_finds_it_finished() {
 
 #[tokio::test]
 async fn a_waiting_run_is_reported_waiting_and_not_restarted() {
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("echo", serde_json::json!({"x": 1}))]),
-        Turn::Text("done"),
-    ]);
-    let echo = Arc::new(Echo::default());
-    let rt = runtime(
-        llm,
-        agent_spec(ToolExecutionMode::Sequential),
-        vec![("echo", echo.clone())],
-        Some(Approval {
-            tools: BTreeSet::from(["echo"]),
-            mode: ToolCallResumeMode::ReplayToolCall,
-        }),
-        None,
-        ThreadConfig::default(),
-    );
+    let (rt, echo) = approved_echo_runtime("done");
     let thread = tid("activate-waiting");
     let run_id = RunId::generate();
     let sink = Arc::new(Collector::default());

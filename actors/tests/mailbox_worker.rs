@@ -6,14 +6,12 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use awaken_actors::contract::{
-    RunDispatch, RunDispatchStatus, RunStatus, TerminationReason, ToolCallResumeMode,
-    ToolExecutionMode,
+    RunDispatch, RunDispatchStatus, RunStatus, TerminationReason, ToolExecutionMode,
 };
 use awaken_actors::ids::DispatchId;
 use awaken_actors::mailbox::{
@@ -21,7 +19,7 @@ use awaken_actors::mailbox::{
     SubmitOptions, now_ms, submit,
 };
 use awaken_actors::runtime::AgentRuntime;
-use awaken_actors::thread::{RunRequest, ThreadConfig};
+use awaken_actors::thread::RunRequest;
 use awaken_actors::{AgentId, RunId};
 use support::*;
 
@@ -102,22 +100,7 @@ async fn a_submitted_run_executes_and_its_dispatch_is_acked_with_the_result() {
 
 #[tokio::test]
 async fn a_waiting_run_acks_its_dispatch_and_keeps_the_run_open() {
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("echo", serde_json::json!({"x": 1}))]),
-        Turn::Text("approved"),
-    ]);
-    let echo = Arc::new(Echo::default());
-    let rt = runtime(
-        llm,
-        agent_spec(ToolExecutionMode::Sequential),
-        vec![("echo", echo.clone())],
-        Some(Approval {
-            tools: BTreeSet::from(["echo"]),
-            mode: ToolCallResumeMode::ReplayToolCall,
-        }),
-        None,
-        ThreadConfig::default(),
-    );
+    let (rt, echo) = approved_echo_runtime("approved");
     let n = node(rt).await;
     let thread = tid("w-wait");
     let queued = submit(

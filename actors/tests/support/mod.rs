@@ -518,6 +518,28 @@ pub fn gated_runtime() -> (AgentRuntime, Arc<Gate>) {
     (rt, gate)
 }
 
+/// A sequential runtime whose model calls `echo {"x": 1}` (which asks for approval
+/// and replays on it), then answers `final_text`.
+pub fn approved_echo_runtime(final_text: &'static str) -> (AgentRuntime, Arc<Echo>) {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", serde_json::json!({"x": 1}))]),
+        Turn::Text(final_text),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let rt = runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![("echo", echo.clone())],
+        Some(Approval {
+            tools: BTreeSet::from(["echo"]),
+            mode: ToolCallResumeMode::ReplayToolCall,
+        }),
+        None,
+        ThreadConfig::default(),
+    );
+    (rt, echo)
+}
+
 /// A runtime with the scripted model and `tools`, no plugins, default settings.
 pub fn plain_runtime(
     llm: Arc<ScriptedLlm>,
