@@ -8,11 +8,9 @@ mod support;
 use std::sync::Arc;
 
 use awaken_actors::RunId;
-use awaken_actors::contract::{
-    AgentEvent, RunStatus, TerminationReason, ToolCallResumeMode, ToolExecutionMode,
-};
+use awaken_actors::contract::{AgentEvent, RunStatus, TerminationReason, ToolExecutionMode};
 use awaken_actors::store::MessageQuery;
-use awaken_actors::thread::{Activation, ControlError, RunRequest, ThreadConfig};
+use awaken_actors::thread::{Activation, ControlError, RunRequest};
 use support::*;
 
 #[tokio::test]
