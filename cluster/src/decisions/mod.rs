@@ -280,7 +280,7 @@ async fn with_progress(
     delivery: impl Future<Output = Delivery>,
 ) -> Delivery {
     let mut delivery = std::pin::pin!(delivery);
-    let mut progress = tokio::time::interval(ack_wait / 3);
+    let mut progress = tokio::time::interval((ack_wait / 3).max(Duration::from_millis(10)));
     progress.tick().await;
     loop {
         tokio::select! {
