@@ -106,7 +106,7 @@ impl MailboxWorker {
         let sweeper = {
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
-                let mut every = tokio::time::interval(shared.config.sweep_interval);
+                let mut every = every_at_least_1ms(shared.config.sweep_interval);
                 loop {
                     tokio::select! {
                         _ = every.tick() => {}
@@ -119,7 +119,7 @@ impl MailboxWorker {
         let collector = {
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
-                let mut every = tokio::time::interval(shared.config.gc_interval);
+                let mut every = every_at_least_1ms(shared.config.gc_interval);
                 loop {
                     every.tick().await;
                     if let Err(error) = shared.mailbox.gc(now_ms()).await {
@@ -306,7 +306,7 @@ impl Shared {
     /// Holds the claim while the run executes, renewing its lease, then acks.
     async fn hold(self: Arc<Self>, dispatch: RunDispatch, mut watch: RunWatch) {
         let token = claim_token(&dispatch);
-        let mut renew = tokio::time::interval(self.config.lease_renewal_interval);
+        let mut renew = every_at_least_1ms(self.config.lease_renewal_interval);
         renew.tick().await;
         loop {
             tokio::select! {
@@ -398,4 +398,10 @@ impl Shared {
 
 fn claim_token(dispatch: &RunDispatch) -> String {
     dispatch.claim_token.clone().unwrap_or_default()
+}
+
+/// A ticker for a configured period; a zero period (which `tokio` refuses with a
+/// panic) ticks every millisecond instead.
+fn every_at_least_1ms(period: Duration) -> tokio::time::Interval {
+    tokio::time::interval(period.max(Duration::from_millis(1)))
 }
