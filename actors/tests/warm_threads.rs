@@ -110,9 +110,21 @@ fn counted_runtime(
     approve: bool,
     config: ThreadConfig,
 ) -> (AgentRuntime, Arc<CountingStore>) {
+    recorded_runtime(llm, echo, approve, config, Arc::default())
+}
+
+/// Like `counted_runtime`, with every stamped event going to `hub`.
+fn recorded_runtime(
+    llm: Arc<ScriptedLlm>,
+    echo: Arc<Echo>,
+    approve: bool,
+    config: ThreadConfig,
+    hub: Arc<HubRecorder>,
+) -> (AgentRuntime, Arc<CountingStore>) {
     let store = Arc::new(CountingStore::default());
     let mut spec = agent_spec(ToolExecutionMode::Sequential);
     let mut builder = scripted_builder(llm)
+        .with_event_hub(hub)
         .with_tool("echo", echo)
         .with_thread_run_store(store.clone())
         .with_thread_config(config);
@@ -220,7 +232,8 @@ async fn approve_after_suspension(passivate_while_waiting: bool) -> usize {
         passivate_while_waiting,
         ..ThreadConfig::default()
     };
-    let (rt, store) = counted_runtime(llm, echo.clone(), true, config);
+    let hub = Arc::new(HubRecorder::default());
+    let (rt, store) = recorded_runtime(llm, echo.clone(), true, config, hub.clone());
     let thread = tid("t-wait");
     let (first, events) = run_once(&rt, "t-wait", "go").await;
     assert_eq!(first.termination, TerminationReason::Suspended);
@@ -236,6 +249,17 @@ async fn approve_after_suspension(passivate_while_waiting: bool) -> usize {
     assert_eq!(done.run_id, first.run_id);
     assert_eq!(done.termination, TerminationReason::NaturalEnd);
     assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+    // One seq numbering across both activations, rehydrated or not, so a stream
+    // reconnecting with Last-Event-ID neither skips nor repeats an event.
+    let seqs: Vec<u64> = hub
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(run, _)| *run == first.run_id)
+        .map(|(_, event)| event.seq)
+        .collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
     store.loads()
 }
 

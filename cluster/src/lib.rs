@@ -6,12 +6,14 @@
 pub mod codec;
 pub mod decisions;
 pub mod error;
+pub mod events;
 pub mod inbox;
 pub mod kv;
 mod kv_scan;
 pub mod mailbox;
 pub mod membership;
 pub mod node;
+pub mod routing;
 pub mod shards;
 
 #[cfg(feature = "testing")]

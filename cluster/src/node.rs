@@ -7,7 +7,11 @@
 //! ├─ AgentRuntime    thread actors; checkpoints carry the shard's token
 //! ├─ MailboxWorker   claims the owned threads' dispatches (JetStream mailbox),
 //! │                  reading runs' input from the KV inbox
-//! └─ DecisionBus     applies decisions for owned threads, gives others back
+//! ├─ DecisionBus     takes decisions for any thread, forwards them to the owner
+//! ├─ ShardServer     answers thread calls (cancel, interrupt, status, decisions,
+//! │                  event replays) on the subjects of the owned shards
+//! └─ ClusterEventHub publishes runs' events on `awaken.events.<run_id>`, keeping
+//!                    a replay buffer per run
 //! ```
 //!
 //! Any node accepts runs ([`ClusterNode::submit`]) and decisions; the owner of the
@@ -20,7 +24,6 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use async_trait::async_trait;
-use awaken_actors::ThreadId;
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::mailbox::{
     MailboxConfig, MailboxError, MailboxWorker, SubmitOptions, now_ms, submit,
@@ -28,15 +31,18 @@ use awaken_actors::mailbox::{
 use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
 use awaken_actors::store::FencingToken;
 use awaken_actors::thread::RunRequest;
+use awaken_actors::{RunId, ThreadId};
 
-use crate::decisions::{DecisionBus, DecisionBusConfig, DecisionWorker, RuntimeDecisions};
+use crate::decisions::{DecisionBus, DecisionBusConfig, DecisionWorker, RoutedDecisions};
 use crate::error::ClusterError;
+use crate::events::{ClusterEventHub, EventsConfig, ReplayBuffers, RunFollow, follow_run};
 use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use crate::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
+use crate::routing::{RouteError, RouterConfig, ShardServer, ThreadHost, ThreadRouter};
 use crate::shards::{
-    DEFAULT_SHARDS_BUCKET, LeaseTable, RuntimeShards, ShardCount, ShardEvent, ShardId, ShardOwner,
-    ShardOwnerConfig, ShardedFence,
+    DEFAULT_SHARDS_BUCKET, LeaseTable, Ownership, RuntimeShards, ShardCount, ShardEvent, ShardId,
+    ShardOwner, ShardOwnerConfig, ShardedFence,
 };
 
 /// Everything a node is configured with.
@@ -55,6 +61,10 @@ pub struct NodeConfig {
     /// Heartbeat TTL: keep it equal to the shard lease TTL, or a dead node's
     /// shards wait for its membership to expire before the others take them.
     pub membership: MembershipConfig,
+    /// Run event publishing and replay buffers.
+    pub events: EventsConfig,
+    /// Thread calls to other nodes.
+    pub routing: RouterConfig,
     /// Where this node's gateway listens, published to the other members.
     pub http_url: Option<String>,
 }
@@ -80,6 +90,8 @@ impl NodeConfig {
                 ..MailboxConfig::default()
             },
             decisions: DecisionBusConfig::default(),
+            events: EventsConfig::default(),
+            routing: RouterConfig::default(),
             http_url: None,
         }
     }
@@ -95,6 +107,10 @@ pub struct ClusterNode {
     worker: Arc<MailboxWorker>,
     bus: DecisionBus,
     decisions: DecisionWorker,
+    client: async_nats::Client,
+    router: ThreadRouter,
+    buffers: Arc<ReplayBuffers>,
+    calls: ShardServer,
     owner: ShardOwner,
     membership: Membership,
     fence: ShardedFence,
@@ -114,14 +130,15 @@ fn mailbox_error(error: MailboxError) -> ClusterError {
 
 impl ClusterNode {
     /// Joins the cluster on `client`: builds the runtime from `builder` (with the
-    /// shard fence; the builder brings agents, models and the shared thread store),
-    /// opens the mailbox, inbox and decision bus, and starts taking shards.
+    /// shard fence and the cluster's event hub; the builder brings agents, models
+    /// and the shared thread store), opens the mailbox, inbox and decision bus,
+    /// serves thread calls and starts taking shards.
     pub async fn start(
         client: async_nats::Client,
         builder: AgentRuntimeBuilder,
         config: NodeConfig,
     ) -> Result<Self, ClusterError> {
-        let js = jetstream::new(client);
+        let js = jetstream::new(client.clone());
         let node_id = config.node_id.clone();
         let table = LeaseTable::open(
             &js,
@@ -132,8 +149,11 @@ impl ClusterNode {
         .await?;
         let mut owner = ShardOwner::new(node_id.clone(), config.shards.clone(), table);
         let fence = owner.fence();
+        let hub = Arc::new(ClusterEventHub::start(client.clone(), &config.events));
+        let buffers = Arc::clone(hub.buffers());
         let runtime = builder
             .with_fence_source(Arc::new(fence.clone()))
+            .with_event_hub(hub)
             .build()
             .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
 
@@ -172,11 +192,21 @@ impl ClusterNode {
             },
         )
         .await?;
+        let host = ThreadHost::new(runtime.clone(), fence.clone(), Arc::clone(&buffers));
+        let calls = ShardServer::start(
+            client.clone(),
+            host.clone(),
+            owner.ownership(),
+            config.routing.heartbeat,
+        );
+        let router = ThreadRouter::new(
+            client.clone(),
+            config.shards.count,
+            Some(host),
+            config.routing.clone(),
+        );
         let decisions = bus
-            .serve(Arc::new(RuntimeDecisions::owned_by(
-                runtime.clone(),
-                fence.clone(),
-            )))
+            .serve(Arc::new(RoutedDecisions::new(router.clone())))
             .await?;
 
         let membership = Membership::join(
@@ -205,6 +235,10 @@ impl ClusterNode {
             worker,
             bus,
             decisions,
+            client,
+            router,
+            buffers,
+            calls,
             owner,
             membership,
             fence,
@@ -229,6 +263,33 @@ impl ClusterNode {
     /// The decision bus (publish decisions for any thread).
     pub fn decision_bus(&self) -> &DecisionBus {
         &self.bus
+    }
+
+    /// Sends thread calls (cancel, interrupt, status, replay) to any thread's owner.
+    pub fn router(&self) -> &ThreadRouter {
+        &self.router
+    }
+
+    /// The replay buffers of the runs this node executes.
+    pub fn event_buffers(&self) -> &Arc<ReplayBuffers> {
+        &self.buffers
+    }
+
+    /// Follows a run's events from this node, wherever the run executes: what its
+    /// owner still buffers after `after_seq`, then live events until the activation
+    /// ends.
+    pub async fn follow_run(
+        &self,
+        thread_id: &ThreadId,
+        run_id: &RunId,
+        after_seq: Option<u64>,
+    ) -> Result<RunFollow, RouteError> {
+        follow_run(&self.client, &self.router, thread_id, run_id, after_seq).await
+    }
+
+    /// The shards this node owns (with their fencing tokens), as they change.
+    pub fn ownership(&self) -> tokio::sync::watch::Receiver<Ownership> {
+        self.owner.ownership()
     }
 
     /// Whether this node owns every shard of the cluster now (it is alone).
@@ -256,6 +317,7 @@ impl ClusterNode {
     pub async fn drain(self, deadline: Duration) -> Result<(), ClusterError> {
         self.worker.stop_claiming();
         drop(self.decisions);
+        drop(self.calls);
         let drained = self.owner.drain(deadline).await;
         let left = self.membership.leave().await;
         self.runtime.shutdown().await;

@@ -252,6 +252,22 @@ impl AgentRuntime {
         .await?
     }
 
+    /// Cancels `run_id` on `thread_id`; refused when it is not the thread's active
+    /// or waiting run. For callers that already know the thread (a routed cancel),
+    /// so no store lookup is needed.
+    pub async fn cancel_thread_run(
+        &self,
+        thread_id: &ThreadId,
+        run_id: &RunId,
+    ) -> Result<RunId, ControlError> {
+        let requested = Some(run_id.clone());
+        self.ask(thread_id, |reply| ThreadMsg::Cancel {
+            run_id: requested,
+            reply,
+        })
+        .await?
+    }
+
     /// Cancels a run by id.
     pub async fn cancel_run(&self, run_id: &RunId) -> Result<RunId, ControlError> {
         let record = self
@@ -263,12 +279,7 @@ impl AgentRuntime {
             .ok_or_else(|| ControlError::RunNotFound {
                 run_id: run_id.clone(),
             })?;
-        let requested = Some(run_id.clone());
-        self.ask(&record.thread_id, |reply| ThreadMsg::Cancel {
-            run_id: requested,
-            reply,
-        })
-        .await?
+        self.cancel_thread_run(&record.thread_id, run_id).await
     }
 
     /// Interrupts a thread: cancels its active run if there is one.

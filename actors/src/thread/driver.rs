@@ -535,7 +535,7 @@ impl Driver<'_> {
         if let Err(error) = self.run.record.finish(reason.clone(), now_secs()) {
             tracing::warn!(run_id = %self.run.identity.run_id, %error, "run already finished");
         }
-        self.checkpoint().await?;
+        self.checkpoint_before(1).await?;
         let response = self
             .thread
             .messages
@@ -939,7 +939,7 @@ impl Driver<'_> {
             since_dispatch_id: None,
             message: None,
         });
-        self.checkpoint().await?;
+        self.checkpoint_before(2).await?;
         // Each activation closes the steps it opened; the resumed activation reopens.
         self.emit(AgentEvent::StepEnd);
         self.emit(AgentEvent::RunFinish {
@@ -1047,8 +1047,15 @@ impl Driver<'_> {
 
     /// Persists new messages, the run record and the state, atomically and fenced.
     async fn checkpoint(&mut self) -> Step<()> {
+        self.checkpoint_before(0).await
+    }
+
+    /// A checkpoint followed by `trailing_events` events that close the activation
+    /// (`StepEnd`, `RunFinish`): their seqs are reserved, so the next activation,
+    /// which starts from this checkpoint, numbers on after them.
+    async fn checkpoint_before(&mut self, trailing_events: u64) -> Step<()> {
         let mut lifecycle = self.lifecycle();
-        lifecycle.next_event_seq = self.run.events.next_seq();
+        lifecycle.next_event_seq = self.run.events.next_seq() + trailing_events;
         self.set_lifecycle(lifecycle)?;
         let state = self.thread.store.export()?;
         self.run.record.updated_at = now_secs();

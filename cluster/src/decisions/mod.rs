@@ -3,9 +3,10 @@
 //! Anyone with a NATS client publishes a decision to `awaken.decisions.<thread_id>`
 //! with JetStream (the stream `AWAKEN_DECISIONS` acknowledges it, so an accepted
 //! decision is never lost). The nodes share one durable work-queue consumer: a
-//! decision is taken by one node, applied where the thread lives, and removed from
-//! the stream only once applied (or refused). A node that cannot apply it now (not
-//! the owner, owner moving) gives it back for redelivery, so it is applied after a
+//! decision is taken by one node, forwarded to the node that owns the thread
+//! ([`RoutedDecisions`], a thread call) and removed from the stream only once applied
+//! (or refused). When it cannot be applied now (no owner mid-failover, owner moving
+//! or gone silent) the node gives it back for redelivery, so it is applied after a
 //! failover too. Decision ids make it idempotent: a redelivered or republished
 //! decision is acknowledged, not applied twice.
 //!
@@ -13,6 +14,7 @@
 //! decided or finished, wrong run), is removed and reported on
 //! `awaken.advisories.decisions.rejected` (JSON [`Rejection`]); it changes nothing.
 
+mod routed;
 mod runtime;
 mod wire;
 
@@ -27,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+pub use routed::RoutedDecisions;
 pub use runtime::RuntimeDecisions;
 pub use wire::{
     DECISION_SUBJECT_PREFIX, Decision, DecisionPayload, Encoding, MAX_DECISION_BYTES,
@@ -72,7 +75,8 @@ impl Default for DecisionBusConfig {
 }
 
 /// What became of a decision handed to a [`DecisionTarget`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Delivery {
     /// Applied; `duplicate` when its decision id had been applied before.
     Applied {

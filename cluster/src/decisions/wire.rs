@@ -44,8 +44,9 @@ pub struct DecisionPayload {
     pub updated_at: Option<u64>,
 }
 
-/// A decision ready to be applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A decision ready to be applied (also forwarded to a thread's owner, with the
+/// cluster codec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
     /// The thread.
     pub thread_id: ThreadId,

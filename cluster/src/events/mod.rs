@@ -1,0 +1,163 @@
+//! Run events across the cluster: the owner publishes every event of a run on
+//! `awaken.events.<run_id>` and keeps the newest ones in a bounded replay buffer,
+//! so any node can serve a run's stream and a reconnecting client (`Last-Event-ID`)
+//! gets what it missed.
+//!
+//! Publishing is core NATS (at most once, no storage): a stream is live output, and
+//! what a follower misses it asks the owner for (`ThreadCall::Replay`); the durable
+//! record of a run is its checkpointed messages in the thread store.
+
+mod follow;
+mod replay;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use awaken_actors::contract::StreamEvent;
+use awaken_actors::thread::EventHub;
+use awaken_actors::{RunId, ThreadId};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+pub use follow::{RunFollow, follow_run};
+pub use replay::{DEFAULT_REPLAY_CAPACITY, DEFAULT_RETAINED_RUNS, Replay, ReplayBuffers};
+
+use crate::codec;
+
+/// Prefix of the subjects run events are published on.
+pub const EVENTS_SUBJECT_PREFIX: &str = "awaken.events.";
+
+/// The subject of a run's events: `awaken.events.<run_id>` with the run id as it
+/// is, or `awaken.events.~<base64url of the run id>` when the id cannot be part of
+/// a subject (whitespace, `*`, `>`, an empty token, or a leading `~`). Generated
+/// run ids (UUIDs) are always used as they are.
+pub fn event_subject(run_id: &RunId) -> String {
+    let id = run_id.as_str();
+    let verbatim = !id.starts_with('~')
+        && !id
+            .chars()
+            .any(|c| c.is_whitespace() || c == '*' || c == '>')
+        && id.split('.').all(|token| !token.is_empty());
+    if verbatim {
+        format!("{EVENTS_SUBJECT_PREFIX}{id}")
+    } else {
+        format!("{EVENTS_SUBJECT_PREFIX}~{}", URL_SAFE_NO_PAD.encode(id))
+    }
+}
+
+/// Tunables of run event publishing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsConfig {
+    /// Events kept per run for replay (the book's `replay_buffer_capacity`).
+    pub replay_capacity: usize,
+    /// Ended runs whose buffers are kept.
+    pub retained_runs: usize,
+    /// Encoded events waiting for the NATS connection; beyond it events are not
+    /// published (they stay replayable) and [`ClusterEventHub::dropped`] counts them.
+    pub publish_queue: usize,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            replay_capacity: DEFAULT_REPLAY_CAPACITY,
+            retained_runs: DEFAULT_RETAINED_RUNS,
+            publish_queue: 65_536,
+        }
+    }
+}
+
+/// The [`EventHub`] of a cluster node: buffers each event for replay and publishes
+/// it on the run's subject.
+///
+/// The thread actor's emit path never waits: events are encoded in place and queued
+/// for a publishing task.
+#[derive(Debug)]
+pub struct ClusterEventHub {
+    buffers: Arc<ReplayBuffers>,
+    outbox: mpsc::Sender<(String, Bytes)>,
+    dropped: AtomicU64,
+}
+
+impl ClusterEventHub {
+    /// A hub publishing on `client`; the publishing task ends with the hub.
+    pub fn start(client: async_nats::Client, config: &EventsConfig) -> Self {
+        let (outbox, mut queued) = mpsc::channel::<(String, Bytes)>(config.publish_queue.max(1));
+        tokio::spawn(async move {
+            while let Some((subject, payload)) = queued.recv().await {
+                if let Err(error) = client.publish(subject, payload).await {
+                    tracing::debug!(%error, "run event not published");
+                }
+            }
+        });
+        Self {
+            buffers: Arc::new(ReplayBuffers::new(
+                config.replay_capacity,
+                config.retained_runs,
+            )),
+            outbox,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// The replay buffers this hub fills.
+    pub fn buffers(&self) -> &Arc<ReplayBuffers> {
+        &self.buffers
+    }
+
+    /// Events not published because the queue to NATS was full or closed.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl EventHub for ClusterEventHub {
+    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
+        self.buffers.push(run_id, event);
+        let payload = match codec::encode(event) {
+            Ok(payload) => payload,
+            Err(error) => {
+                tracing::warn!(%error, run_id = %run_id, "run event not encodable");
+                return;
+            }
+        };
+        if self
+            .outbox
+            .try_send((event_subject(run_id), payload))
+            .is_err()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn subject(id: &str) -> String {
+        event_subject(&RunId::new(id).unwrap())
+    }
+
+    #[test]
+    fn subject_safe_ids_are_used_as_they_are() {
+        assert_eq!(
+            subject("0190b6b2-7c1e-7000-8000-000000000001"),
+            "awaken.events.0190b6b2-7c1e-7000-8000-000000000001"
+        );
+        assert_eq!(subject("run.1"), "awaken.events.run.1");
+    }
+
+    #[test]
+    fn other_ids_are_encoded_so_they_stay_one_subject() {
+        for id in ["a b", "a*", ">", "a..b", ".a", "a.", "~x"] {
+            let subject = subject(id);
+            let encoded = subject.strip_prefix("awaken.events.~").unwrap();
+            assert_eq!(URL_SAFE_NO_PAD.decode(encoded).unwrap(), id.as_bytes());
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Serving thread calls on the subjects of the shards this node owns.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{Client, Message};
+use awaken_actors::contract::StreamEvent;
+use futures::StreamExt;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use super::host::ThreadHost;
+use super::wire::{CallFrame, CallOutcome, ThreadCall, call_subject};
+use crate::codec;
+use crate::shards::{Ownership, ShardId};
+
+/// Encoded events per `Events` frame stay under this many bytes (NATS refuses
+/// messages over its `max_payload`, 1 MiB by default).
+const EVENTS_FRAME_BYTES: usize = 256 * 1024;
+
+/// Calls one node answers at once (a `Decide` is held until its run stops).
+const MAX_IN_FLIGHT: usize = 4096;
+
+/// Subscribes to `awaken.shard.<n>.call` for every shard this node owns, and only
+/// those: NATS itself routes a call to the thread's owner, and answers "no
+/// responders" while a shard has none (mid-failover).
+#[derive(Debug)]
+pub struct ShardServer {
+    task: JoinHandle<()>,
+}
+
+impl Drop for ShardServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct ShardTask(JoinHandle<()>);
+
+impl Drop for ShardTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl ShardServer {
+    /// Follows `ownership`: serves a shard from when it is acquired until it is
+    /// given up or lost. `heartbeat` paces the `Working` frames of long calls.
+    pub fn start(
+        client: Client,
+        host: ThreadHost,
+        mut ownership: watch::Receiver<Ownership>,
+        heartbeat: Duration,
+    ) -> Self {
+        let task = tokio::spawn(async move {
+            let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+            let mut served: HashMap<ShardId, ShardTask> = HashMap::new();
+            loop {
+                let owned: Vec<ShardId> = ownership.borrow_and_update().keys().copied().collect();
+                served.retain(|shard, _| owned.contains(shard));
+                for shard in owned {
+                    served.entry(shard).or_insert_with(|| {
+                        ShardTask(tokio::spawn(serve_shard(
+                            client.clone(),
+                            host.clone(),
+                            shard,
+                            Arc::clone(&permits),
+                            heartbeat,
+                        )))
+                    });
+                }
+                if ownership.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Self { task }
+    }
+}
+
+async fn serve_shard(
+    client: Client,
+    host: ThreadHost,
+    shard: ShardId,
+    permits: Arc<Semaphore>,
+    heartbeat: Duration,
+) {
+    let mut calls = match client.subscribe(call_subject(shard)).await {
+        Ok(calls) => calls,
+        Err(error) => {
+            tracing::warn!(%error, shard = shard.0, "cannot serve the shard's thread calls");
+            return;
+        }
+    };
+    while let Some(message) = calls.next().await {
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            return;
+        };
+        let client = client.clone();
+        let host = host.clone();
+        tokio::spawn(async move {
+            answer(&client, &host, message, heartbeat).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn answer(client: &Client, host: &ThreadHost, message: Message, heartbeat: Duration) {
+    let Some(reply) = message.reply else {
+        tracing::debug!(subject = %message.subject, "thread call without a reply subject ignored");
+        return;
+    };
+    let call: ThreadCall = match codec::decode(&message.payload) {
+        Ok(call) => call,
+        Err(error) => {
+            let done = CallFrame::Done {
+                outcome: CallOutcome::Malformed(error.to_string()),
+            };
+            send(client, &reply, &done).await;
+            return;
+        }
+    };
+    let handling = host.handle(call);
+    tokio::pin!(handling);
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+    let answer = loop {
+        tokio::select! {
+            answer = &mut handling => break answer,
+            _ = beat.tick() => send(client, &reply, &CallFrame::Working).await,
+        }
+    };
+    for events in chunks(answer.events) {
+        send(client, &reply, &CallFrame::Events { events }).await;
+    }
+    send(
+        client,
+        &reply,
+        &CallFrame::Done {
+            outcome: answer.outcome,
+        },
+    )
+    .await;
+}
+
+/// Splits events into frames of at most [`EVENTS_FRAME_BYTES`] (one event per frame
+/// at least).
+fn chunks(events: Vec<StreamEvent>) -> Vec<Vec<StreamEvent>> {
+    let mut frames = Vec::new();
+    let mut frame = Vec::new();
+    let mut bytes = 0;
+    for event in events {
+        let size = codec::encode(&event).map_or(0, |encoded| encoded.len());
+        if !frame.is_empty() && bytes + size > EVENTS_FRAME_BYTES {
+            frames.push(std::mem::take(&mut frame));
+            bytes = 0;
+        }
+        bytes += size;
+        frame.push(event);
+    }
+    if !frame.is_empty() {
+        frames.push(frame);
+    }
+    frames
+}
+
+async fn send(client: &Client, reply: &async_nats::Subject, frame: &CallFrame) {
+    let payload = match codec::encode(frame) {
+        Ok(payload) => payload,
+        Err(error) => {
+            tracing::warn!(%error, "thread call frame not encodable");
+            return;
+        }
+    };
+    if let Err(error) = client.publish(reply.clone(), payload).await {
+        tracing::debug!(%error, "thread call frame not sent");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use awaken_actors::contract::AgentEvent;
+
+    use super::*;
+
+    #[test]
+    fn large_replays_are_split_below_the_frame_limit() {
+        let big = "x".repeat(100 * 1024);
+        let events: Vec<StreamEvent> = (0..7)
+            .map(|seq| StreamEvent::new(seq, "t", AgentEvent::TextDelta { delta: big.clone() }))
+            .collect();
+        let frames = chunks(events);
+        assert_eq!(
+            frames.iter().map(Vec::len).collect::<Vec<_>>(),
+            [2, 2, 2, 1]
+        );
+        let seqs: Vec<u64> = frames.iter().flatten().map(|e| e.seq).collect();
+        assert_eq!(seqs, (0..7).collect::<Vec<_>>());
+    }
+}

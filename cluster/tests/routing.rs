@@ -1,0 +1,370 @@
+//! Thread calls and run events across nodes on a real nats-server: a node that
+//! does not own a thread reaches it through `awaken.shard.<n>.call` (status,
+//! cancel, interrupt, forwarded decisions) and follows its runs' events
+//! (`awaken.events.<run_id>` plus the owner's replay buffer).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use awaken_actors::contract::{
+    AgentEvent, AgentSpec, Message, ModelSpec, ResumeDecisionAction, RunStatus, StreamEvent,
+    TerminationReason, ToolCallOutcome, ToolCallResume, ToolDescriptor, ToolResult,
+};
+use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
+use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::permission::{
+    PermissionBehavior, PermissionConfigKey, PermissionPlugin, PermissionRuleEntry,
+    PermissionRules, PermissionRulesConfig,
+};
+use awaken_actors::runtime::AgentRuntimeBuilder;
+use awaken_actors::thread::{ControlError, RunRequest};
+use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
+use awaken_actors::{AgentId, DecisionId, JsonValue, RunId, ThreadId, ToolCallId, ToolError};
+use awaken_cluster::codec;
+use awaken_cluster::decisions::{Decision, DecisionTarget, Delivery, RoutedDecisions};
+use awaken_cluster::events::follow_run;
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::node::{ClusterNode, NodeConfig};
+use awaken_cluster::routing::{
+    CallFrame, CallOutcome, RouteError, RouterConfig, ThreadCall, ThreadRouter, call_subject,
+};
+use awaken_cluster::shards::ShardCount;
+use awaken_cluster::testing::NatsServer;
+use serde_json::json;
+
+#[derive(Default)]
+struct CountingEcho(AtomicUsize);
+
+#[async_trait]
+impl Tool for CountingEcho {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor::new("echo", "echo", "Answers with its arguments")
+    }
+
+    async fn execute(
+        &self,
+        args: JsonValue,
+        _ctx: &ToolCallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(ToolResult::success("echo", args).into())
+    }
+}
+
+fn builder(echo: Arc<CountingEcho>) -> AgentRuntimeBuilder {
+    let rules = PermissionRulesConfig {
+        default_behavior: None,
+        rules: vec![PermissionRuleEntry::new("echo", PermissionBehavior::Ask)],
+    };
+    let spec = AgentSpec::new(AgentId::new("approver").unwrap())
+        .with_model("scripted")
+        .with_plugin(PermissionPlugin::ID)
+        .with_config::<PermissionConfigKey>(rules)
+        .unwrap();
+    let script = ScriptSpec::new(vec![
+        ScriptStep::tool_call("echo", json!({"value": 42})),
+        ScriptStep::text("done: {last_tool_result}"),
+    ]);
+    AgentRuntimeBuilder::new()
+        .with_plugin(
+            PermissionPlugin::ID,
+            Arc::new(PermissionPlugin::new(PermissionRules::new(
+                PermissionBehavior::Allow,
+            ))),
+        )
+        .with_tool("echo", echo)
+        .with_model(
+            "scripted",
+            ModelSpec::new("scripted", "scripted", "scripted"),
+        )
+        .with_provider("scripted", Arc::new(ScriptedExecutor::new(script).unwrap()))
+        .with_agent_spec(spec)
+}
+
+/// One node owning every shard, and a second connection that owns none: all its
+/// calls travel over NATS.
+struct Fixture {
+    _server: NatsServer,
+    node: ClusterNode,
+    echo: Arc<CountingEcho>,
+    remote: async_nats::Client,
+    router: ThreadRouter,
+}
+
+async fn fixture() -> Fixture {
+    let server = NatsServer::start().await.unwrap();
+    let echo = Arc::new(CountingEcho::default());
+    let node = ClusterNode::start(
+        server.connect().await.unwrap(),
+        builder(Arc::clone(&echo)),
+        NodeConfig::new(NodeId::new("owner").unwrap()),
+    )
+    .await
+    .unwrap();
+    let shards = NodeConfig::new(NodeId::new("owner").unwrap()).shards.count;
+    node.ownership()
+        .wait_for(|owned| owned.len() == shards.get() as usize)
+        .await
+        .unwrap();
+    let remote = server.connect().await.unwrap();
+    let router = ThreadRouter::new(remote.clone(), shards, None, RouterConfig::default());
+    Fixture {
+        _server: server,
+        node,
+        echo,
+        remote,
+        router,
+    }
+}
+
+fn thread(name: &str) -> ThreadId {
+    ThreadId::new(name).unwrap()
+}
+
+impl Fixture {
+    /// Submits a run on `thread` and follows it from the remote connection until it
+    /// waits for approval; returns the run, its events and the suspended call.
+    async fn waiting_run(&self, thread: &ThreadId) -> (RunId, Vec<StreamEvent>, ToolCallId) {
+        let run_id = RunId::generate();
+        let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
+            .with_agent_id(AgentId::new("approver").unwrap())
+            .with_run_id(run_id.clone());
+        let mut follow = follow_run(&self.remote, &self.router, thread, &run_id, None)
+            .await
+            .unwrap();
+        self.node
+            .submit(request, SubmitOptions::default())
+            .await
+            .unwrap();
+        let events = drain(&mut follow).await;
+        let call = events
+            .iter()
+            .find_map(|event| match &event.event {
+                AgentEvent::ToolCallDone {
+                    id,
+                    outcome: ToolCallOutcome::Suspended,
+                    ..
+                } => Some(id.clone()),
+                _ => None,
+            })
+            .expect("the run suspended");
+        (run_id, events, call)
+    }
+}
+
+async fn drain(follow: &mut awaken_cluster::events::RunFollow) -> Vec<StreamEvent> {
+    let mut events = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(10), follow.next())
+        .await
+        .expect("the run's events keep coming")
+    {
+        events.push(event);
+    }
+    events
+}
+
+fn seqs(events: &[StreamEvent]) -> Vec<u64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+fn termination(events: &[StreamEvent]) -> TerminationReason {
+    match &events.last().expect("events").event {
+        AgentEvent::RunFinish { termination, .. } => termination.clone(),
+        other => panic!("the stream ended with {other:?}"),
+    }
+}
+
+fn decision(thread: &ThreadId, call: &ToolCallId, decision_id: &str) -> Decision {
+    Decision {
+        thread_id: thread.clone(),
+        call_id: call.clone(),
+        run_id: None,
+        resume: ToolCallResume {
+            decision_id: DecisionId::new(decision_id).unwrap(),
+            action: ResumeDecisionAction::Resume,
+            result: json!({"approved": true}),
+            reason: None,
+            updated_at: 0,
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_node_follows_a_run_from_its_first_event_and_from_a_last_event_id() {
+    let f = fixture().await;
+    let thread = thread("follow");
+    let (run_id, events, _) = f.waiting_run(&thread).await;
+    assert_eq!(seqs(&events), (0..events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(termination(&events), TerminationReason::Suspended);
+
+    // A reconnect with Last-Event-ID gets exactly what came after it, from the
+    // owner's buffer (the activation has ended: nothing is live any more).
+    let mut again = follow_run(&f.remote, &f.router, &thread, &run_id, Some(2))
+        .await
+        .unwrap();
+    assert!(again.complete());
+    let tail = drain(&mut again).await;
+    assert_eq!(seqs(&tail), seqs(&events)[3..].to_vec());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_taken_by_another_node_is_forwarded_to_the_owner_once() {
+    let f = fixture().await;
+    let thread = thread("forwarded");
+    let (run_id, events, call) = f.waiting_run(&thread).await;
+    let forward = RoutedDecisions::new(f.router.clone());
+
+    let unknown = forward
+        .deliver(decision(
+            &thread,
+            &ToolCallId::new("no-such-call").unwrap(),
+            "d0",
+        ))
+        .await;
+    assert!(matches!(unknown, Delivery::Refused(_)), "{unknown:?}");
+    assert_eq!(f.echo.0.load(Ordering::SeqCst), 0);
+
+    // Follow the resumed activation, then decide from the remote side: the answer
+    // comes once the resumed run has stopped.
+    let last = events.last().map(|e| e.seq);
+    let mut resumed = follow_run(&f.remote, &f.router, &thread, &run_id, last)
+        .await
+        .unwrap();
+    let applied = forward.deliver(decision(&thread, &call, "d1")).await;
+    assert_eq!(applied, Delivery::Applied { duplicate: false });
+    let status = f.router.thread_status(&thread).await.unwrap();
+    assert!(status.run.is_none(), "the run had finished: {status:?}");
+    let rest = drain(&mut resumed).await;
+    assert_eq!(rest.first().map(|e| e.seq), last.map(|s| s + 1));
+    assert_eq!(termination(&rest), TerminationReason::NaturalEnd);
+
+    // Once the run is over, a repeat finds nothing to resume and changes nothing.
+    let again = forward.deliver(decision(&thread, &call, "d1")).await;
+    assert!(matches!(again, Delivery::Refused(_)), "{again:?}");
+    assert_eq!(f.echo.0.load(Ordering::SeqCst), 1, "the tool ran once");
+    let record = f
+        .node
+        .runtime()
+        .store()
+        .load_run(&run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, RunStatus::Done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_interrupt_reach_the_owner_and_refuse_what_does_not_fit() {
+    let f = fixture().await;
+    let thread = thread("cancelled");
+    let (run_id, events, _) = f.waiting_run(&thread).await;
+    let mut ending = follow_run(
+        &f.remote,
+        &f.router,
+        &thread,
+        &run_id,
+        events.last().map(|e| e.seq),
+    )
+    .await
+    .unwrap();
+
+    let status = f.router.thread_status(&thread).await.unwrap();
+    assert_eq!(status.run.map(|run| run.run_id), Some(run_id.clone()));
+
+    let wrong = RunId::new("not-this-run").unwrap();
+    let refused = f.router.cancel(&thread, Some(wrong.clone())).await;
+    assert_eq!(
+        refused,
+        Err(RouteError::Refused(ControlError::RunNotActive {
+            run_id: wrong
+        }))
+    );
+    assert_eq!(
+        f.router.cancel(&thread, Some(run_id.clone())).await,
+        Ok(run_id.clone())
+    );
+    assert_eq!(
+        termination(&drain(&mut ending).await),
+        TerminationReason::Cancelled
+    );
+    let status = f.router.thread_status(&thread).await.unwrap();
+    assert!(status.run.is_none(), "{status:?}");
+
+    assert_eq!(
+        f.router.interrupt(&thread).await,
+        Ok(None),
+        "nothing left to interrupt"
+    );
+    let nothing = f.router.cancel(&thread, None).await;
+    assert!(
+        matches!(
+            nothing,
+            Err(RouteError::Refused(ControlError::NoActiveRun { .. }))
+        ),
+        "{nothing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_an_unknown_run_says_it_is_incomplete() {
+    let f = fixture().await;
+    let answer = f
+        .router
+        .call(ThreadCall::Replay {
+            thread_id: thread("t"),
+            run_id: RunId::new("never-ran").unwrap(),
+            after_seq: None,
+        })
+        .await
+        .unwrap();
+    assert!(answer.events.is_empty());
+    assert_eq!(answer.outcome, CallOutcome::Replayed { complete: false });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_call_is_answered_as_such_and_changes_nothing() {
+    let f = fixture().await;
+    let shards = ShardCount::new(256).unwrap();
+    let subject = call_subject(shards.shard_of(&thread("t")));
+    let reply = f
+        .remote
+        .request(subject, bytes::Bytes::from_static(b"\xc1 not msgpack"))
+        .await
+        .unwrap();
+    let frame: CallFrame = codec::decode(&reply.payload).unwrap();
+    assert!(
+        matches!(
+            frame,
+            CallFrame::Done {
+                outcome: CallOutcome::Malformed(_)
+            }
+        ),
+        "{frame:?}"
+    );
+    assert_eq!(f.node.runtime().live_threads(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_for_a_thread_nobody_owns_gives_up_after_the_owner_wait() {
+    let server = NatsServer::start().await.unwrap();
+    let client = server.connect().await.unwrap();
+    let router = ThreadRouter::new(
+        client.clone(),
+        ShardCount::new(16).unwrap(),
+        None,
+        RouterConfig {
+            owner_wait: Duration::from_millis(300),
+            ..RouterConfig::default()
+        },
+    );
+    let error = router.thread_status(&thread("orphan")).await.unwrap_err();
+    assert!(
+        matches!(&error, RouteError::NoOwner { thread_id, waited }
+            if thread_id.as_str() == "orphan" && *waited >= Duration::from_millis(300)),
+        "{error:?}"
+    );
+}
