@@ -7,6 +7,8 @@ pub mod codec;
 pub mod decisions;
 pub mod error;
 pub mod events;
+#[cfg(test)]
+mod golden;
 pub mod inbox;
 pub mod kv;
 mod kv_scan;

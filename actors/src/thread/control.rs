@@ -71,8 +71,11 @@ pub struct RunSummary {
 }
 
 /// Why a control request was refused; nothing was changed.
+///
+/// On the wire (thread calls) it is `{"kind": ..., "detail": ...}`: adjacent
+/// tagging, because some variants carry a bare string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ControlError {
     /// The request carried no messages.

@@ -15,7 +15,7 @@
 //! thread records with one consumer; they run on sweep intervals, not per run.
 
 mod cache;
-mod records;
+pub(crate) mod records;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -1,0 +1,461 @@
+//! Golden round-trip tests of the wire contract (`docs/cluster.md`).
+//!
+//! Every payload the cluster puts on NATS (thread calls and their frames, run events,
+//! member records, shard leases, mailbox records, decisions, rejections, the run
+//! inbox) is pinned by a sample in `cluster/golden/<name>.json`: the sample's
+//! MessagePack encoding, transcoded to JSON, must equal the file, and the file,
+//! transcoded back to MessagePack, must decode to the sample. A changed field name,
+//! tag or shape therefore fails here before it breaks a node of another version.
+//! The file's keys may come in any order, so decoding also proves that field order
+//! on the wire does not matter (other publishers, e.g. nats-py, choose their own).
+//!
+//! After an intended change, rewrite the files with
+//! `UPDATE_GOLDEN=1 cargo nextest run -p awaken-cluster --lib golden`, review the
+//! diff and update `docs/cluster.md` with it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Debug;
+use std::path::PathBuf;
+
+use awaken_actors::contract::{
+    AgentEvent, ContentBlock, Message, ResumeDecisionAction, Role, RunDispatch, RunDispatchStatus,
+    RunOrigin, RunStatus, StreamEvent, TerminationReason, ToolCallResume, Visibility,
+};
+use awaken_actors::ids::{AgentId, DecisionId, DispatchId, MessageId, RunId, ThreadId, ToolCallId};
+use awaken_actors::thread::{ControlError, RunRequest, RunSummary, ThreadStatus};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::codec;
+use crate::decisions::{Decision, DecisionPayload, Delivery, Rejection};
+use crate::mailbox::records::{DedupeEntry, IndexEntry, Sequenced, ThreadMailbox};
+use crate::membership::{MemberRecord, NodeId};
+use crate::routing::{CallFrame, CallOutcome, ThreadCall};
+use crate::shards::ShardLease;
+
+const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run -p awaken-cluster --lib golden";
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(format!("{name}.json"))
+}
+
+fn updating() -> bool {
+    std::env::var("UPDATE_GOLDEN").is_ok_and(|value| value == "1")
+}
+
+/// MessagePack as `codec::decode` reads it, into JSON.
+fn msgpack_to_json(bytes: &[u8]) -> Value {
+    let mut deserializer = rmp_serde::Deserializer::from_read_ref(bytes).with_human_readable();
+    serde::Deserialize::deserialize(&mut deserializer).expect("the encoding transcodes to JSON")
+}
+
+/// JSON as `codec::encode` writes MessagePack.
+fn json_to_msgpack(value: &Value) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut serializer = rmp_serde::Serializer::new(&mut buf)
+        .with_struct_map()
+        .with_human_readable();
+    value
+        .serialize(&mut serializer)
+        .expect("JSON transcodes to MessagePack");
+    buf
+}
+
+/// The golden file `name`, as JSON.
+fn read_golden(name: &str) -> Value {
+    let path = golden_path(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; create it with `{UPDATE_HINT}`", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()))
+}
+
+/// Pins `sample`'s wire form to `cluster/golden/<name>.json`, both ways.
+fn pin<T: Serialize + DeserializeOwned + PartialEq + Debug>(name: &str, sample: &T) {
+    let path = golden_path(name);
+    let encoded = codec::encode(sample).unwrap_or_else(|e| panic!("{name}: cannot encode: {e}"));
+    let actual = msgpack_to_json(&encoded);
+    if updating() {
+        let mut text = serde_json::to_string_pretty(&actual).unwrap();
+        text.push('\n');
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    let golden = read_golden(name);
+    assert_eq!(
+        actual,
+        golden,
+        "{name}: the wire form differs from {}; if the change is intended, run \
+         `{UPDATE_HINT}` and update docs/cluster.md",
+        path.display()
+    );
+    let decoded: T = codec::decode(&json_to_msgpack(&golden))
+        .unwrap_or_else(|e| panic!("{}: does not decode: {e}", path.display()));
+    assert_eq!(
+        &decoded, sample,
+        "{name}: the golden file decodes to another value"
+    );
+}
+
+/// Like [`pin`], for payloads that also travel as JSON (`serde_json`): the JSON
+/// encoding must be the golden file too, and the file must read back from JSON.
+fn pin_json<T: Serialize + DeserializeOwned + PartialEq + Debug>(name: &str, sample: &T) {
+    pin(name, sample);
+    let golden = read_golden(name);
+    assert_eq!(
+        serde_json::to_value(sample).unwrap(),
+        golden,
+        "{name}: the JSON encoding differs from the MessagePack one"
+    );
+    let decoded: T = serde_json::from_value(golden).unwrap();
+    assert_eq!(
+        &decoded, sample,
+        "{name}: the golden file reads back as another value"
+    );
+}
+
+// Fixed ids and times: the samples must not change from run to run.
+
+const AT_MS: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+fn thread() -> ThreadId {
+    ThreadId::new("thread-1").unwrap()
+}
+
+fn run() -> RunId {
+    RunId::new("run-1").unwrap()
+}
+
+fn call() -> ToolCallId {
+    ToolCallId::new("call-1").unwrap()
+}
+
+fn node() -> NodeId {
+    NodeId::new("node-a").unwrap()
+}
+
+fn dispatch_id() -> DispatchId {
+    DispatchId::new("dispatch-1").unwrap()
+}
+
+fn decision() -> Decision {
+    Decision {
+        thread_id: thread(),
+        call_id: call(),
+        run_id: Some(run()),
+        resume: ToolCallResume {
+            decision_id: DecisionId::new("decision-1").unwrap(),
+            action: ResumeDecisionAction::Resume,
+            result: json!({"approved": true}),
+            reason: Some("looks fine".into()),
+            updated_at: AT_MS,
+        },
+    }
+}
+
+fn text_delta() -> StreamEvent {
+    StreamEvent::new(
+        3,
+        "2026-01-01T00:00:00.250Z",
+        AgentEvent::TextDelta {
+            delta: "Hello".into(),
+        },
+    )
+}
+
+fn run_finish() -> StreamEvent {
+    StreamEvent::new(
+        4,
+        "2026-01-01T00:00:00.500Z",
+        AgentEvent::RunFinish {
+            thread_id: thread(),
+            run_id: run(),
+            result: Some(json!({"response": "Hello"})),
+            termination: TerminationReason::NaturalEnd,
+        },
+    )
+}
+
+fn done(outcome: CallOutcome) -> CallFrame {
+    CallFrame::Done { outcome }
+}
+
+#[test]
+fn thread_calls_keep_their_wire_form() {
+    pin(
+        "thread_call.status",
+        &ThreadCall::Status {
+            thread_id: thread(),
+        },
+    );
+    pin(
+        "thread_call.cancel",
+        &ThreadCall::Cancel {
+            thread_id: thread(),
+            run_id: None,
+        },
+    );
+    pin(
+        "thread_call.cancel_run",
+        &ThreadCall::Cancel {
+            thread_id: thread(),
+            run_id: Some(run()),
+        },
+    );
+    pin(
+        "thread_call.interrupt",
+        &ThreadCall::Interrupt {
+            thread_id: thread(),
+        },
+    );
+    pin(
+        "thread_call.decide",
+        &ThreadCall::Decide {
+            decision: decision(),
+        },
+    );
+    pin(
+        "thread_call.replay",
+        &ThreadCall::Replay {
+            thread_id: thread(),
+            run_id: run(),
+            after_seq: None,
+        },
+    );
+    pin(
+        "thread_call.replay_after",
+        &ThreadCall::Replay {
+            thread_id: thread(),
+            run_id: run(),
+            after_seq: Some(2),
+        },
+    );
+}
+
+#[test]
+fn call_frames_keep_their_wire_form() {
+    pin("call_frame.working", &CallFrame::Working);
+    pin(
+        "call_frame.events",
+        &CallFrame::Events {
+            events: vec![text_delta(), run_finish()],
+        },
+    );
+    pin(
+        "call_frame.done.status",
+        &done(CallOutcome::Status(ThreadStatus {
+            thread_id: thread(),
+            run: Some(RunSummary {
+                run_id: run(),
+                status: RunStatus::Waiting,
+                running_tools: 0,
+                inferring: false,
+            }),
+            busy: false,
+            queued: 1,
+        })),
+    );
+    pin(
+        "call_frame.done.status_idle",
+        &done(CallOutcome::Status(ThreadStatus {
+            thread_id: thread(),
+            run: None,
+            busy: false,
+            queued: 0,
+        })),
+    );
+    pin(
+        "call_frame.done.cancelled",
+        &done(CallOutcome::Cancelled(run())),
+    );
+    pin(
+        "call_frame.done.interrupted",
+        &done(CallOutcome::Interrupted(Some(run()))),
+    );
+    pin(
+        "call_frame.done.interrupted_idle",
+        &done(CallOutcome::Interrupted(None)),
+    );
+    pin(
+        "call_frame.done.delivered_applied",
+        &done(CallOutcome::Delivered(Delivery::Applied {
+            duplicate: false,
+        })),
+    );
+    pin(
+        "call_frame.done.delivered_refused",
+        &done(CallOutcome::Delivered(Delivery::Refused(
+            "tool call `call-1` not found in the active run".into(),
+        ))),
+    );
+    pin(
+        "call_frame.done.delivered_retry",
+        &done(CallOutcome::Delivered(Delivery::Retry(
+            "the thread is moving".into(),
+        ))),
+    );
+    pin(
+        "call_frame.done.replayed",
+        &done(CallOutcome::Replayed { complete: true }),
+    );
+    pin(
+        "call_frame.done.failed",
+        &done(CallOutcome::Failed(ControlError::RunNotActive {
+            run_id: run(),
+        })),
+    );
+    pin(
+        "call_frame.done.failed_unavailable",
+        &done(CallOutcome::Failed(ControlError::Unavailable(
+            "the thread actor stopped before answering".into(),
+        ))),
+    );
+    pin("call_frame.done.not_owner", &done(CallOutcome::NotOwner));
+    pin(
+        "call_frame.done.malformed",
+        &done(CallOutcome::Malformed("invalid type: nil".into())),
+    );
+}
+
+#[test]
+fn run_events_keep_their_wire_form() {
+    pin("stream_event.text_delta", &text_delta());
+    pin("stream_event.run_finish", &run_finish());
+}
+
+#[test]
+fn members_and_shard_leases_keep_their_wire_form() {
+    pin(
+        "member_record",
+        &MemberRecord {
+            node_id: node(),
+            joined_at_ms: AT_MS,
+            http_url: None,
+        },
+    );
+    pin(
+        "member_record.http_url",
+        &MemberRecord {
+            node_id: node(),
+            joined_at_ms: AT_MS,
+            http_url: Some("http://10.0.0.1:8080".into()),
+        },
+    );
+    pin(
+        "shard_lease",
+        &ShardLease {
+            node_id: node(),
+            token: 42,
+            acquired_at_ms: AT_MS,
+        },
+    );
+}
+
+#[test]
+fn mailbox_records_keep_their_wire_form() {
+    let mut dispatch = RunDispatch::new(thread(), run(), 5, AT_MS).with_dedupe_key("msg-1");
+    dispatch.dispatch_id = dispatch_id();
+    dispatch.dispatch_epoch = 2;
+    dispatch.status = RunDispatchStatus::Acked;
+    dispatch.attempt_count = 1;
+    dispatch.claim_token = Some("claim-1".into());
+    dispatch.claimed_by = Some("node-a".into());
+    dispatch.lease_until = Some(AT_MS + 10_000);
+    dispatch.dispatch_instance_id = Some("instance-1".into());
+    dispatch.run_status = Some(RunStatus::Done);
+    dispatch.termination = Some(TerminationReason::NaturalEnd);
+    dispatch.run_response = Some("Hello".into());
+    dispatch.completed_at = Some(AT_MS + 2_000);
+    dispatch.updated_at = AT_MS + 2_000;
+    pin(
+        "mailbox.thread",
+        &ThreadMailbox {
+            epoch: 2,
+            dispatches: vec![Sequenced { seq: 7, dispatch }],
+        },
+    );
+    pin(
+        "mailbox.index",
+        &IndexEntry {
+            dispatch_id: dispatch_id(),
+            thread_id: thread(),
+            created_at_ms: AT_MS,
+        },
+    );
+    pin(
+        "mailbox.dedupe",
+        &DedupeEntry {
+            dispatch_id: dispatch_id(),
+            thread_id: thread(),
+            created_at_ms: AT_MS,
+        },
+    );
+}
+
+#[test]
+fn decisions_and_rejections_keep_their_wire_form() {
+    pin_json(
+        "decision_payload",
+        &DecisionPayload {
+            call_id: "call-1".into(),
+            decision_id: "decision-1".into(),
+            action: ResumeDecisionAction::Resume,
+            result: json!({"approved": true}),
+            reason: Some("looks fine".into()),
+            thread_id: Some("thread-1".into()),
+            run_id: Some("run-1".into()),
+            updated_at: Some(AT_MS),
+        },
+    );
+    pin_json(
+        "decision_payload.minimal",
+        &DecisionPayload {
+            call_id: "call-1".into(),
+            decision_id: "decision-2".into(),
+            action: ResumeDecisionAction::Cancel,
+            result: Value::Null,
+            reason: None,
+            thread_id: None,
+            run_id: None,
+            updated_at: None,
+        },
+    );
+    pin_json(
+        "rejection",
+        &Rejection {
+            subject: "awaken.decisions.thread-1".into(),
+            decision_id: Some("decision-1".into()),
+            error: "tool call `call-1` not found in the active run".into(),
+        },
+    );
+    pin_json(
+        "rejection.unreadable",
+        &Rejection {
+            subject: "awaken.decisions.thread-1".into(),
+            decision_id: None,
+            error: "invalid JSON decision: expected value at line 1 column 1".into(),
+        },
+    );
+}
+
+#[test]
+fn run_inbox_requests_keep_their_wire_form() {
+    let message = Message {
+        id: MessageId::new("message-1").unwrap(),
+        role: Role::User,
+        content: vec![ContentBlock::text("Hello")],
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        visibility: Visibility::All,
+        run_id: None,
+        created_at: Some(AT_MS),
+    };
+    let request = RunRequest::new(thread(), vec![message])
+        .with_agent_id(AgentId::new("assistant").unwrap())
+        .with_run_id(run())
+        .with_origin(RunOrigin::User);
+    pin("run_request", &request);
+}
