@@ -71,14 +71,16 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// The defaults for a node named `node_id`: 256 shards with 5 s leases and
-    /// membership TTL, one replica, and mailbox timings suited to failover within
-    /// seconds (10 s claim leases renewed every 2 s, swept every second).
+    /// membership TTL, one replica, mailbox timings suited to failover within
+    /// seconds (10 s claim leases renewed every 2 s, swept every second), and a
+    /// decision `ack_wait` of one lease TTL.
     pub fn new(node_id: NodeId) -> Self {
         let shards = ShardOwnerConfig::default();
+        let lease_ttl = shards.lease_ttl;
         Self {
             node_id,
             membership: MembershipConfig {
-                ttl: shards.lease_ttl,
+                ttl: lease_ttl,
                 ..MembershipConfig::default()
             },
             shards,
@@ -89,7 +91,12 @@ impl NodeConfig {
                 sweep_interval: Duration::from_secs(1),
                 ..MailboxConfig::default()
             },
-            decisions: DecisionBusConfig::default(),
+            // A decision handed to a node that died (even one pulled by its
+            // connection's last, stale request) comes back within a lease TTL.
+            decisions: DecisionBusConfig {
+                ack_wait: lease_ttl,
+                ..DecisionBusConfig::default()
+            },
             events: EventsConfig::default(),
             routing: RouterConfig::default(),
             http_url: None,

@@ -430,3 +430,35 @@ async fn a_paused_owner_that_comes_back_cannot_commit() {
     );
     assert!(after.fence >= before.fence);
 }
+
+/// `awaken bench cluster --scenario failover` on two real nodes: one kill, the run
+/// resumed on the survivor, and not before the victim's lease could expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failover_bench_resumes_a_waiting_run_after_its_owner_is_killed() {
+    use awaken_gateway::bench::{BenchOptions, failover};
+
+    let cluster = Cluster::start().await;
+    let options = BenchOptions {
+        runs: 1,
+        concurrency: 1,
+        progress: false,
+        ..BenchOptions::default()
+    };
+    let report = Box::pin(failover::run(
+        &cluster.nats.url(),
+        &cluster.postgres_url,
+        Path::new(env!("CARGO_BIN_EXE_awaken")),
+        &options,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        (report.runs, report.errors, report.nodes),
+        (1, 0, 2),
+        "{report:?}"
+    );
+    let failover_us = report.extra["failover_max_us"].as_u64().unwrap();
+    // The bench's nodes renew their 5 s leases every 5/3 s: the shard stays the
+    // dead node's for at least the rest of that TTL.
+    assert!((3_000_000..60_000_000).contains(&failover_us), "{report:?}");
+}

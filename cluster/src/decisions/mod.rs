@@ -189,17 +189,16 @@ impl DecisionBus {
         let consumer: consumer::PullConsumer = self
             .stream()
             .await?
-            .get_or_create_consumer(
-                DECISIONS_CONSUMER,
-                consumer::pull::Config {
-                    durable_name: Some(DECISIONS_CONSUMER.to_owned()),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: self.config.ack_wait,
-                    max_ack_pending: i64::try_from(self.config.max_in_flight.saturating_mul(16))
-                        .unwrap_or(i64::MAX),
-                    ..Default::default()
-                },
-            )
+            // Create, or update the settings of the consumer the nodes share (2.9
+            // updates an existing durable's editable fields such as `ack_wait`).
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some(DECISIONS_CONSUMER.to_owned()),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: self.config.ack_wait,
+                max_ack_pending: i64::try_from(self.config.max_in_flight.saturating_mul(16))
+                    .unwrap_or(i64::MAX),
+                ..Default::default()
+            })
             .await
             .map_err(ClusterError::nats)?;
         let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;

@@ -28,6 +28,7 @@
 
 pub mod dispatch;
 mod driver;
+pub mod failover;
 pub mod hitl;
 pub mod hitl_remote;
 pub mod idle_threads;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::bench::{self, BenchOptions, Scenario};
-use crate::error::Result;
+use crate::error::{GatewayError, Result};
 
 /// Flags of `awaken bench`.
 #[derive(Debug, Clone, Args)]
@@ -44,6 +44,9 @@ pub struct ClusterArgs {
     /// Time limit of each half, seconds.
     #[arg(long, default_value_t = BenchOptions::default().timeout.as_secs(), value_name = "S")]
     pub timeout_s: u64,
+    /// The nodes' shared thread store (`failover` only; use a scratch database).
+    #[arg(long, value_name = "URL", env = "AWAKEN_POSTGRES_URL")]
+    pub postgres_url: Option<String>,
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
@@ -56,6 +59,9 @@ pub enum ClusterScenarioArg {
     Dispatch,
     /// A decision published on NATS by another client resumes a waiting run.
     HitlRemote,
+    /// The owner of a waiting run is killed; the decision resumes it elsewhere
+    /// (two `awaken node` processes; needs `--postgres-url`).
+    Failover,
 }
 
 impl ClusterArgs {
@@ -185,6 +191,21 @@ async fn execute_cluster(args: ClusterArgs) -> Result<u8> {
     let report = match args.scenario {
         ClusterScenarioArg::Dispatch => bench::dispatch::run(&args.nats_url, &options).await?,
         ClusterScenarioArg::HitlRemote => bench::hitl_remote::run(&args.nats_url, &options).await?,
+        ClusterScenarioArg::Failover => {
+            let postgres_url = args.postgres_url.as_deref().ok_or_else(|| {
+                GatewayError::Config("--scenario failover needs --postgres-url".into())
+            })?;
+            {
+                let exe = std::env::current_exe()?;
+                Box::pin(bench::failover::run(
+                    &args.nats_url,
+                    postgres_url,
+                    &exe,
+                    &options,
+                ))
+                .await?
+            }
+        }
     };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", report.to_json_line())?;

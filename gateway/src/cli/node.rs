@@ -63,6 +63,7 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
     config.shards.count = ShardCount::new(args.shards).map_err(|e| invalid("--shards", e))?;
     config.shards.lease_ttl = Duration::from_secs(args.lease_ttl_s);
     config.membership.ttl = config.shards.lease_ttl;
+    config.decisions.ack_wait = config.shards.lease_ttl;
     config.replicas = args.replicas;
     config.mailbox.lease_ms = args.claim_lease_ms;
     config.mailbox.lease_renewal_interval = Duration::from_millis(args.claim_lease_ms / 5);

@@ -1,0 +1,305 @@
+//! `awaken bench cluster --scenario failover`: the node that owns a waiting run is
+//! killed (SIGKILL) and the run's decision is published at once; measured is the
+//! time from the kill until the run finished on the surviving node.
+//!
+//! Two `awaken node` processes (this binary) share the NATS server and a PostgreSQL
+//! database. Each round picks the victim (the nodes take turns), submits a
+//! `bench-hitl` run to a thread whose shard the victim owns (read from the shard
+//! lease bucket), follows its events from this process (a thread-call client, not a
+//! node) until it waits for approval, kills the victim, publishes the decision on
+//! `awaken.decisions.<thread>` and waits for the run's `RunFinish` on
+//! `awaken.events.<run_id>`. Then it starts a fresh node in the victim's place.
+//! The time covers the victim's lease and membership expiring (the TTL), the
+//! survivor taking the shard, and the decision being applied there.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, kv};
+use awaken_actors::contract::{
+    AgentEvent, Message, ResumeDecisionAction, StreamEvent, TerminationReason, ToolCallOutcome,
+};
+use awaken_actors::mailbox::{MailboxConfig, SubmitOptions, submit};
+use awaken_actors::thread::RunRequest;
+use awaken_actors::{AgentId, RunId, ThreadId};
+use awaken_cluster::codec;
+use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
+use awaken_cluster::events::{event_subject, follow_run};
+use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
+use awaken_cluster::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
+use awaken_cluster::routing::{RouterConfig, ThreadRouter};
+use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, ShardCount, ShardLease};
+use futures::StreamExt;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+
+use super::BenchOptions;
+use super::driver::{RunSample, drive};
+use super::report::BenchReport;
+use crate::demo;
+use crate::error::{GatewayError, Result};
+
+/// The scenario's name in reports.
+pub const NAME: &str = "failover";
+
+/// The nodes' shard lease and membership TTL (the `awaken node` default).
+const LEASE_TTL_S: u64 = 5;
+
+/// How long a node may take to start, or a thread to find an owner on the victim.
+const SETUP_DEADLINE: Duration = Duration::from_secs(60);
+
+fn bench_error(error: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Bench(error.to_string())
+}
+
+/// Kills `options.runs` owners of waiting runs, one at a time, on the server at
+/// `nats_url` with the thread store at `postgres_url`; the nodes are `node_exe node`
+/// processes (the `awaken` binary).
+pub async fn run(
+    nats_url: &str,
+    postgres_url: &str,
+    node_exe: &Path,
+    options: &BenchOptions,
+) -> Result<BenchReport> {
+    let setup = NodeSetup {
+        exe: node_exe.to_owned(),
+        nats_url: nats_url.to_owned(),
+        postgres_url: postgres_url.to_owned(),
+    };
+    let nodes = [setup.start().await?, setup.start().await?];
+    let client = async_nats::connect(nats_url).await.map_err(bench_error)?;
+    let js = jetstream::new(client.clone());
+    let harness = Arc::new(Harness {
+        setup,
+        leases: js
+            .get_key_value(DEFAULT_SHARDS_BUCKET)
+            .await
+            .map_err(bench_error)?,
+        mailbox: JetStreamMailbox::open(&js, DEFAULT_MAILBOX_BUCKET, 1, MailboxConfig::default())
+            .await
+            .map_err(bench_error)?,
+        inbox: KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
+            .await
+            .map_err(bench_error)?,
+        bus: DecisionBus::open(js, DecisionBusConfig::default())
+            .await
+            .map_err(bench_error)?,
+        router: ThreadRouter::new(
+            client.clone(),
+            ShardCount::default(),
+            None,
+            RouterConfig::default(),
+        ),
+        client,
+        nodes: Mutex::new(nodes),
+    });
+    let job = Arc::clone(&harness);
+    let driven = drive(NAME, options.runs, 1, options, move |round| {
+        let harness = Arc::clone(&job);
+        async move { harness.round(round % 2).await }
+    })
+    .await?;
+    if let Ok(harness) = Arc::try_unwrap(harness) {
+        for node in harness.nodes.into_inner() {
+            node.stop().await;
+        }
+    }
+    let mut report = driven.report(NAME, 1);
+    report.nodes = 2;
+    Ok(report
+        .with("lease_ttl_s", LEASE_TTL_S)
+        .with("failover_p50_us", driven.decisions.quantile_us(0.50))
+        .with("failover_max_us", driven.decisions.max_us()))
+}
+
+/// An `awaken node` child process; killed when dropped.
+struct Node {
+    id: String,
+    child: Child,
+}
+
+/// How to start a node.
+struct NodeSetup {
+    exe: PathBuf,
+    nats_url: String,
+    postgres_url: String,
+}
+
+impl NodeSetup {
+    async fn start(&self) -> Result<Node> {
+        let id = format!("bench-failover-{}", uuid::Uuid::now_v7().simple());
+        let mut child = Command::new(&self.exe)
+            .args(["node", "--nats-url", &self.nats_url])
+            .args(["--postgres-url", &self.postgres_url])
+            .args(["--node-id", &id, "--lease-ttl-s", &LEASE_TTL_S.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| bench_error("the node's stdout is not piped"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(SETUP_DEADLINE, lines.next_line())
+            .await
+            .map_err(|_| bench_error(format!("node {id} did not report ready")))??
+            .unwrap_or_default();
+        if !ready.contains(r#""event":"ready""#) {
+            return Err(bench_error(format!(
+                "node {id} did not start (check --postgres-url and --nats-url): {ready:?}"
+            )));
+        }
+        Ok(Node { id, child })
+    }
+}
+
+impl Node {
+    /// Drains the node (SIGTERM) so it leaves the cluster at once; killed if it
+    /// takes longer than its drain deadline.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        let drained = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
+        if drained.is_err() {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+struct Harness {
+    setup: NodeSetup,
+    client: async_nats::Client,
+    leases: kv::Store,
+    mailbox: JetStreamMailbox,
+    inbox: KvRunInbox,
+    bus: DecisionBus,
+    router: ThreadRouter,
+    nodes: Mutex<[Node; 2]>,
+}
+
+impl Harness {
+    /// One kill: returns the failover time as the run's decision latency.
+    async fn round(&self, victim: usize) -> std::result::Result<RunSample, String> {
+        let mut nodes = self.nodes.lock().await;
+        let thread = self.thread_owned_by(&nodes[victim].id).await?;
+        let run_id = RunId::generate();
+        let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
+            .with_agent_id(AgentId::new(demo::BENCH_HITL_AGENT).map_err(|e| e.to_string())?)
+            .with_run_id(run_id.clone());
+        let mut waiting = follow_run(&self.client, &self.router, &thread, &run_id, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        submit(
+            &self.mailbox,
+            &self.inbox,
+            request,
+            SubmitOptions::default(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let mut events = Vec::new();
+        while let Some(event) = tokio::time::timeout(SETUP_DEADLINE, waiting.next())
+            .await
+            .map_err(|_| "the run did not reach its approval")?
+        {
+            events.push(event);
+        }
+        let call = suspended_call(&events).ok_or("the run did not wait for approval")?;
+
+        let mut resumed = self
+            .client
+            .subscribe(event_subject(&run_id))
+            .await
+            .map_err(|e| e.to_string())?;
+        self.client.flush().await.map_err(|e| e.to_string())?;
+        let killed = Instant::now();
+        nodes[victim]
+            .child
+            .kill()
+            .await
+            .map_err(|e| format!("kill: {e}"))?;
+        self.approve(&thread, &run_id, &call).await?;
+        let ended = loop {
+            let message = tokio::time::timeout(SETUP_DEADLINE, resumed.next())
+                .await
+                .map_err(|_| "the run was not resumed after the kill")?
+                .ok_or("the connection closed")?;
+            let event: StreamEvent = codec::decode(&message.payload).map_err(|e| e.to_string())?;
+            if let AgentEvent::RunFinish { termination, .. } = event.event {
+                break termination;
+            }
+        };
+        let failover = killed.elapsed();
+        if ended != TerminationReason::NaturalEnd {
+            return Err(format!("the resumed run ended {ended:?}"));
+        }
+        nodes[victim] = self.setup.start().await.map_err(|e| e.to_string())?;
+        Ok(RunSample {
+            decision: Some(failover),
+        })
+    }
+
+    /// A new thread whose shard `node_id` owns now (waiting for it to own one).
+    async fn thread_owned_by(&self, node_id: &str) -> std::result::Result<ThreadId, String> {
+        let shards = ShardCount::default();
+        let deadline = Instant::now() + SETUP_DEADLINE;
+        while Instant::now() < deadline {
+            for _ in 0..64 {
+                let thread = ThreadId::generate();
+                let key = format!("shard.{}", shards.shard_of(&thread).0);
+                let owner = self.leases.get(key).await.map_err(|e| e.to_string())?;
+                let lease = owner.and_then(|value| codec::decode::<ShardLease>(&value).ok());
+                if lease.is_some_and(|lease| lease.node_id.as_str() == node_id) {
+                    return Ok(thread);
+                }
+            }
+            // The fresh node has not taken its share yet.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(format!(
+            "node {node_id} owns no shard after {SETUP_DEADLINE:?}"
+        ))
+    }
+
+    async fn approve(
+        &self,
+        thread: &ThreadId,
+        run_id: &RunId,
+        call: &str,
+    ) -> std::result::Result<(), String> {
+        let decision = DecisionPayload {
+            call_id: call.to_owned(),
+            decision_id: format!("approve-{run_id}"),
+            action: ResumeDecisionAction::Resume,
+            result: serde_json::json!({"approved": true}),
+            reason: None,
+            thread_id: None,
+            run_id: None,
+            updated_at: None,
+        };
+        self.bus
+            .publish(thread.as_str(), &decision)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn suspended_call(events: &[StreamEvent]) -> Option<String> {
+    events.iter().find_map(|event| match &event.event {
+        AgentEvent::ToolCallDone {
+            id,
+            outcome: ToolCallOutcome::Suspended,
+            ..
+        } => Some(id.to_string()),
+        _ => None,
+    })
+}
