@@ -109,3 +109,16 @@ async fn hitl_remote_resumes_every_run_by_a_published_decision() {
     let p99 = json["decision_p99_us"].as_u64().unwrap();
     assert!(0 < p50 && p50 <= p99, "{json}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_workload_w_runs_every_run_on_its_threads_owner_across_two_nodes() {
+    let server = awaken_cluster::testing::NatsServer::start().await.unwrap();
+    let report = Box::pin(bench::cluster_w::run(&server.url(), 2, &tiny()))
+        .await
+        .unwrap();
+    let json: Value = serde_json::from_str(&report.to_json_line()).unwrap();
+    assert_eq!(json["scenario"], "cluster-workload-w");
+    assert_eq!(json["nodes"], 2, "{json}");
+    assert_eq!(json["runs"], 12, "{json}");
+    assert_eq!(json["errors"], 0, "{json}");
+}

@@ -44,6 +44,9 @@ pub struct ClusterArgs {
     /// Time limit of each half, seconds.
     #[arg(long, default_value_t = BenchOptions::default().timeout.as_secs(), value_name = "S")]
     pub timeout_s: u64,
+    /// Nodes in this process (`workload-w` only).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
+    pub nodes: usize,
     /// The nodes' shared thread store (`failover` only; use a scratch database).
     #[arg(long, value_name = "URL", env = "AWAKEN_POSTGRES_URL")]
     pub postgres_url: Option<String>,
@@ -62,6 +65,9 @@ pub enum ClusterScenarioArg {
     /// The owner of a waiting run is killed; the decision resumes it elsewhere
     /// (two `awaken node` processes; needs `--postgres-url`).
     Failover,
+    /// Workload W submitted through the mailbox, run by the threads' owners on
+    /// `--nodes` nodes in this process.
+    WorkloadW,
 }
 
 impl ClusterArgs {
@@ -191,6 +197,9 @@ async fn execute_cluster(args: ClusterArgs) -> Result<u8> {
     let report = match args.scenario {
         ClusterScenarioArg::Dispatch => bench::dispatch::run(&args.nats_url, &options).await?,
         ClusterScenarioArg::HitlRemote => bench::hitl_remote::run(&args.nats_url, &options).await?,
+        ClusterScenarioArg::WorkloadW => {
+            Box::pin(bench::cluster_w::run(&args.nats_url, args.nodes, &options)).await?
+        }
         ClusterScenarioArg::Failover => {
             let postgres_url = args.postgres_url.as_deref().ok_or_else(|| {
                 GatewayError::Config("--scenario failover needs --postgres-url".into())

@@ -1,0 +1,130 @@
+//! `awaken bench cluster --scenario workload-w --nodes N`: workload W submitted
+//! through the cluster (run inbox + JetStream mailbox) and executed by the owners of
+//! the runs' threads, on `N` [`ClusterNode`]s in this process.
+//!
+//! The nodes share one NATS server and one in-memory thread store (so the figure is
+//! the cluster path's cost, not a database's), and take their fair shares of the
+//! shards before the load starts. Runs are submitted round-robin through the nodes,
+//! each on a new thread, so about `(N-1)/N` of them are executed by a node other
+//! than the one that accepted them. A run's time covers the submission until its
+//! owner finished it. All nodes run on this process's cores: with N > 1 the figure
+//! shows the protocol's overhead, not the capacity of N machines.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use awaken_actors::contract::{Message, TerminationReason};
+use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::store::InMemoryStore;
+use awaken_actors::thread::{RunRequest, ThreadConfig};
+use awaken_actors::{AgentId, RunId, ThreadId};
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::node::{ClusterNode, NodeConfig};
+use awaken_cluster::shards::quota;
+
+use super::BenchOptions;
+use super::driver::{RunSample, drive};
+use super::report::BenchReport;
+use crate::demo::{self, FakeFiles, Journal};
+use crate::error::{GatewayError, Result};
+
+/// The scenario's name in reports.
+pub const NAME: &str = "cluster-workload-w";
+
+fn bench_error(error: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Bench(error.to_string())
+}
+
+/// Runs workload W on `nodes` nodes against the server at `nats_url`.
+pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result<BenchReport> {
+    let nodes = nodes.max(1);
+    let store = Arc::new(InMemoryStore::new());
+    let mut started = Vec::with_capacity(nodes);
+    for _ in 0..nodes {
+        let builder = demo::builder(
+            ThreadConfig::default(),
+            Arc::new(FakeFiles::with_demo_files()),
+            Journal::default(),
+        )?
+        .with_thread_run_store(Arc::clone(&store) as _);
+        let id =
+            NodeId::new(format!("bench-{}", uuid::Uuid::now_v7().simple())).map_err(bench_error)?;
+        let client = async_nats::connect(nats_url).await.map_err(bench_error)?;
+        started.push(
+            ClusterNode::start(client, builder, NodeConfig::new(id))
+                .await
+                .map_err(bench_error)?,
+        );
+    }
+    let cluster = Arc::new(started);
+    settle(&cluster).await?;
+
+    let agent = AgentId::new(demo::BENCH_AGENT).map_err(bench_error)?;
+    let job_cluster = Arc::clone(&cluster);
+    let driven = drive(NAME, options.runs, options.concurrency, options, move |i| {
+        one_run(Arc::clone(&job_cluster), i, agent.clone())
+    })
+    .await?;
+    if let Ok(cluster) = Arc::try_unwrap(cluster) {
+        for node in cluster {
+            node.drain(Duration::from_secs(10))
+                .await
+                .map_err(bench_error)?;
+        }
+    }
+    let mut report = driven.report(NAME, options.concurrency);
+    report.nodes = u32::try_from(nodes).unwrap_or(u32::MAX);
+    Ok(report)
+}
+
+/// Waits until every node owns its fair share of the shards.
+async fn settle(cluster: &[ClusterNode]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let count = NodeConfig::new(NodeId::new("n").map_err(bench_error)?)
+        .shards
+        .count;
+    let members: BTreeSet<NodeId> = cluster.iter().map(|node| node.node_id().clone()).collect();
+    loop {
+        let settled = cluster.iter().all(|node| {
+            node.ownership().borrow().len() == quota(count, &members, node.node_id()) as usize
+        });
+        if settled {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(bench_error(
+                "the nodes did not settle their shares within 60 s (other nodes on this server?)",
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn one_run(
+    cluster: Arc<Vec<ClusterNode>>,
+    index: usize,
+    agent: AgentId,
+) -> std::result::Result<RunSample, String> {
+    let thread = ThreadId::generate();
+    let run_id = RunId::generate();
+    let owner = cluster
+        .iter()
+        .find(|node| node.owns(&thread))
+        .ok_or("no node owns the thread")?;
+    let mut watch = owner.runtime().watch_run(&run_id);
+    let request = RunRequest::new(thread, vec![Message::user("go")])
+        .with_agent_id(agent)
+        .with_run_id(run_id);
+    cluster[index % cluster.len()]
+        .submit(request, SubmitOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let end = watch.ended().await.ok_or("the runtime stopped")?;
+    if end.termination != TerminationReason::NaturalEnd
+        || !end.response.starts_with(demo::BENCH_ANSWER_PREFIX)
+    {
+        return Err(format!("the run ended with {end:?}"));
+    }
+    Ok(RunSample::default())
+}
