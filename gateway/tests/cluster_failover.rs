@@ -14,9 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use awaken_actors::contract::{
-    Message, ResumeDecisionAction, RunDispatch, RunDispatchStatus, RunStatus,
-};
+use awaken_actors::contract::{Message, RunDispatch, RunDispatchStatus, RunStatus};
 use awaken_actors::ids::{AgentId, DispatchId, RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxStore, SubmitOptions, submit};
 use awaken_actors::store::{MessageQuery, PostgresStore, TestSchema, ThreadRunStore};
@@ -291,16 +289,7 @@ async fn a_waiting_run_resumes_on_another_node_after_its_owner_is_killed() {
     let bus = DecisionBus::open(cluster.js.clone(), DecisionBusConfig::default())
         .await
         .unwrap();
-    let decision = DecisionPayload {
-        call_id: call_id.clone(),
-        decision_id: "approve-1".into(),
-        action: ResumeDecisionAction::Resume,
-        result: serde_json::json!(true),
-        reason: None,
-        thread_id: None,
-        run_id: None,
-        updated_at: None,
-    };
+    let decision = DecisionPayload::resume(call_id.clone(), "approve-1", serde_json::json!(true));
     bus.publish(thread.as_str(), &decision).await.unwrap();
     // A duplicate (a client retrying) must not run the tool again.
     bus.publish(thread.as_str(), &decision).await.unwrap();

@@ -58,6 +58,27 @@ pub struct Decision {
     pub resume: ToolCallResume,
 }
 
+impl DecisionPayload {
+    /// A `resume` decision carrying `result`, with nothing optional set: what an
+    /// approving client usually publishes.
+    pub fn resume(
+        call_id: impl Into<String>,
+        decision_id: impl Into<String>,
+        result: JsonValue,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            decision_id: decision_id.into(),
+            action: ResumeDecisionAction::Resume,
+            result,
+            reason: None,
+            thread_id: None,
+            run_id: None,
+            updated_at: None,
+        }
+    }
+}
+
 /// The body's encoding, from the `Content-Type` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv};
 use awaken_actors::contract::{
-    AgentEvent, Message, ResumeDecisionAction, StreamEvent, TerminationReason, ToolCallOutcome,
+    AgentEvent, Message, StreamEvent, TerminationReason, ToolCallOutcome,
 };
 use awaken_actors::mailbox::{MailboxConfig, SubmitOptions, submit};
 use awaken_actors::thread::RunRequest;
@@ -276,16 +276,11 @@ impl Harness {
         run_id: &RunId,
         call: &str,
     ) -> std::result::Result<(), String> {
-        let decision = DecisionPayload {
-            call_id: call.to_owned(),
-            decision_id: format!("approve-{run_id}"),
-            action: ResumeDecisionAction::Resume,
-            result: serde_json::json!({"approved": true}),
-            reason: None,
-            thread_id: None,
-            run_id: None,
-            updated_at: None,
-        };
+        let decision = DecisionPayload::resume(
+            call,
+            format!("approve-{run_id}"),
+            serde_json::json!({"approved": true}),
+        );
         self.bus
             .publish(thread.as_str(), &decision)
             .await

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use awaken_actors::contract::{Message, ResumeDecisionAction, TerminationReason};
+use awaken_actors::contract::{Message, TerminationReason};
 use awaken_actors::mailbox::SubmitOptions;
 use awaken_actors::store::InMemoryStore;
 use awaken_actors::thread::{RunRequest, ThreadConfig};
@@ -120,16 +120,11 @@ async fn one_run(
 
     let mut resumed = runtime.watch_run(&run_id);
     let sent = Instant::now();
-    let decision = DecisionPayload {
-        call_id: call.to_string(),
-        decision_id: format!("approve-{run_id}"),
-        action: ResumeDecisionAction::Resume,
-        result: serde_json::json!({"approved": true}),
-        reason: None,
-        thread_id: None,
-        run_id: None,
-        updated_at: None,
-    };
+    let decision = DecisionPayload::resume(
+        call.to_string(),
+        format!("approve-{run_id}"),
+        serde_json::json!({"approved": true}),
+    );
     bus.publish(thread.as_str(), &decision)
         .await
         .map_err(|e| e.to_string())?;
