@@ -4,27 +4,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+mod support;
+
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use async_trait::async_trait;
-use awaken_actors::contract::{
-    AgentEvent, AgentSpec, Message, ModelSpec, RunStatus, TerminationReason, ToolCallOutcome,
-    ToolDescriptor, ToolResult,
-};
+use awaken_actors::contract::{AgentEvent, Message, RunStatus, TerminationReason, ToolCallOutcome};
 use awaken_actors::event_sink::EventSink;
-use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
-use awaken_actors::permission::{
-    PermissionBehavior, PermissionConfigKey, PermissionPlugin, PermissionRuleEntry,
-    PermissionRules, PermissionRulesConfig,
-};
-use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
+use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::thread::RunRequest;
-use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
-use awaken_actors::{AgentId, JsonValue, ThreadId, ToolCallId, ToolError};
+use awaken_actors::{AgentId, ThreadId, ToolCallId};
 use awaken_cluster::codec;
 use awaken_cluster::decisions::{
     DecisionBus, DecisionBusConfig, DecisionWorker, REJECTED_SUBJECT, Rejection, RuntimeDecisions,
@@ -32,57 +25,10 @@ use awaken_cluster::decisions::{
 use awaken_cluster::testing::NatsServer;
 use futures::StreamExt;
 use serde_json::json;
-
-/// Counts how often it really ran.
-#[derive(Default)]
-struct CountingEcho(AtomicUsize);
-
-#[async_trait]
-impl Tool for CountingEcho {
-    fn descriptor(&self) -> ToolDescriptor {
-        ToolDescriptor::new("echo", "echo", "Answers with its arguments")
-    }
-
-    async fn execute(
-        &self,
-        args: JsonValue,
-        _ctx: &ToolCallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(ToolResult::success("echo", args).into())
-    }
-}
+use support::{CountingEcho, approver_builder};
 
 fn runtime(echo: Arc<CountingEcho>) -> AgentRuntime {
-    let rules = PermissionRulesConfig {
-        default_behavior: None,
-        rules: vec![PermissionRuleEntry::new("echo", PermissionBehavior::Ask)],
-    };
-    let spec = AgentSpec::new(AgentId::new("approver").unwrap())
-        .with_model("scripted")
-        .with_plugin(PermissionPlugin::ID)
-        .with_config::<PermissionConfigKey>(rules)
-        .unwrap();
-    let script = ScriptSpec::new(vec![
-        ScriptStep::tool_call("echo", json!({"value": 42})),
-        ScriptStep::text("done: {last_tool_result}"),
-    ]);
-    AgentRuntimeBuilder::new()
-        .with_plugin(
-            PermissionPlugin::ID,
-            Arc::new(PermissionPlugin::new(PermissionRules::new(
-                PermissionBehavior::Allow,
-            ))),
-        )
-        .with_tool("echo", echo)
-        .with_model(
-            "scripted",
-            ModelSpec::new("scripted", "scripted", "scripted"),
-        )
-        .with_provider("scripted", Arc::new(ScriptedExecutor::new(script).unwrap()))
-        .with_agent_spec(spec)
-        .build()
-        .unwrap()
+    approver_builder(echo).build().unwrap()
 }
 
 /// Remembers the call a run suspended on.

@@ -5,25 +5,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use awaken_actors::contract::{
-    AgentEvent, AgentSpec, Message, ModelSpec, ResumeDecisionAction, RunStatus, StreamEvent,
-    TerminationReason, ToolCallOutcome, ToolCallResume, ToolDescriptor, ToolResult,
+    AgentEvent, Message, ResumeDecisionAction, RunStatus, StreamEvent, TerminationReason,
+    ToolCallOutcome, ToolCallResume,
 };
-use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
 use awaken_actors::mailbox::SubmitOptions;
-use awaken_actors::permission::{
-    PermissionBehavior, PermissionConfigKey, PermissionPlugin, PermissionRuleEntry,
-    PermissionRules, PermissionRulesConfig,
-};
-use awaken_actors::runtime::AgentRuntimeBuilder;
 use awaken_actors::thread::{ControlError, RunRequest};
-use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
-use awaken_actors::{AgentId, DecisionId, JsonValue, RunId, ThreadId, ToolCallId, ToolError};
+use awaken_actors::{AgentId, DecisionId, RunId, ThreadId, ToolCallId};
 use awaken_cluster::codec;
 use awaken_cluster::decisions::{Decision, DecisionTarget, Delivery, RoutedDecisions};
 use awaken_cluster::events::follow_run;
@@ -35,55 +29,7 @@ use awaken_cluster::routing::{
 use awaken_cluster::shards::ShardCount;
 use awaken_cluster::testing::NatsServer;
 use serde_json::json;
-
-#[derive(Default)]
-struct CountingEcho(AtomicUsize);
-
-#[async_trait]
-impl Tool for CountingEcho {
-    fn descriptor(&self) -> ToolDescriptor {
-        ToolDescriptor::new("echo", "echo", "Answers with its arguments")
-    }
-
-    async fn execute(
-        &self,
-        args: JsonValue,
-        _ctx: &ToolCallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(ToolResult::success("echo", args).into())
-    }
-}
-
-fn builder(echo: Arc<CountingEcho>) -> AgentRuntimeBuilder {
-    let rules = PermissionRulesConfig {
-        default_behavior: None,
-        rules: vec![PermissionRuleEntry::new("echo", PermissionBehavior::Ask)],
-    };
-    let spec = AgentSpec::new(AgentId::new("approver").unwrap())
-        .with_model("scripted")
-        .with_plugin(PermissionPlugin::ID)
-        .with_config::<PermissionConfigKey>(rules)
-        .unwrap();
-    let script = ScriptSpec::new(vec![
-        ScriptStep::tool_call("echo", json!({"value": 42})),
-        ScriptStep::text("done: {last_tool_result}"),
-    ]);
-    AgentRuntimeBuilder::new()
-        .with_plugin(
-            PermissionPlugin::ID,
-            Arc::new(PermissionPlugin::new(PermissionRules::new(
-                PermissionBehavior::Allow,
-            ))),
-        )
-        .with_tool("echo", echo)
-        .with_model(
-            "scripted",
-            ModelSpec::new("scripted", "scripted", "scripted"),
-        )
-        .with_provider("scripted", Arc::new(ScriptedExecutor::new(script).unwrap()))
-        .with_agent_spec(spec)
-}
+use support::{CountingEcho, approver_builder};
 
 /// One node owning every shard, and a second connection that owns none: all its
 /// calls travel over NATS.
@@ -100,7 +46,7 @@ async fn fixture() -> Fixture {
     let echo = Arc::new(CountingEcho::default());
     let node = ClusterNode::start(
         server.connect().await.unwrap(),
-        builder(Arc::clone(&echo)),
+        approver_builder(Arc::clone(&echo)),
         NodeConfig::new(NodeId::new("owner").unwrap()),
     )
     .await
