@@ -41,8 +41,8 @@ use crate::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use crate::routing::{RouteError, RouterConfig, ShardServer, ThreadHost, ThreadRouter};
 use crate::shards::{
-    DEFAULT_SHARDS_BUCKET, LeaseTable, Ownership, RuntimeShards, ShardCount, ShardEvent, ShardId,
-    ShardOwner, ShardOwnerConfig, ShardedFence,
+    DEFAULT_SHARDS_BUCKET, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId, ShardOwner,
+    ShardOwnerConfig, ShardedFence,
 };
 
 /// Everything a node is configured with.
@@ -107,7 +107,6 @@ impl NodeConfig {
 /// A running cluster node.
 pub struct ClusterNode {
     node_id: NodeId,
-    shard_count: ShardCount,
     runtime: AgentRuntime,
     mailbox: Arc<JetStreamMailbox>,
     inbox: Arc<KvRunInbox>,
@@ -235,7 +234,6 @@ impl ClusterNode {
         );
         Ok(Self {
             node_id,
-            shard_count: config.shards.count,
             runtime,
             mailbox,
             inbox,
@@ -297,11 +295,6 @@ impl ClusterNode {
     /// The shards this node owns (with their fencing tokens), as they change.
     pub fn ownership(&self) -> tokio::sync::watch::Receiver<Ownership> {
         self.owner.ownership()
-    }
-
-    /// Whether this node owns every shard of the cluster now (it is alone).
-    pub fn owns_every_shard(&self) -> bool {
-        self.owner.ownership().borrow().len() == self.shard_count.get() as usize
     }
 
     /// Whether this node owns the thread's shard now.

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use awaken_actors::contract::{Message, TerminationReason};
 use awaken_actors::mailbox::SubmitOptions;
@@ -21,7 +21,7 @@ use awaken_actors::thread::{RunRequest, ThreadConfig};
 use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
-use awaken_cluster::shards::quota;
+use awaken_cluster::shards::{ShardOwnerConfig, quota};
 
 use super::BenchOptions;
 use super::driver::{RunSample, drive};
@@ -80,25 +80,25 @@ pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result
 
 /// Waits until every node owns its fair share of the shards.
 async fn settle(cluster: &[ClusterNode]) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let count = NodeConfig::new(NodeId::new("n").map_err(bench_error)?)
-        .shards
-        .count;
+    let count = ShardOwnerConfig::default().count;
     let members: BTreeSet<NodeId> = cluster.iter().map(|node| node.node_id().clone()).collect();
-    loop {
-        let settled = cluster.iter().all(|node| {
-            node.ownership().borrow().len() == quota(count, &members, node.node_id()) as usize
-        });
-        if settled {
-            return Ok(());
+    let all_settled = async {
+        for node in cluster {
+            let share = quota(count, &members, node.node_id()) as usize;
+            // Err: the node's shard owner stopped; the load would fail anyway.
+            let _ = node
+                .ownership()
+                .wait_for(|owned| owned.len() == share)
+                .await;
         }
-        if Instant::now() > deadline {
-            return Err(bench_error(
+    };
+    tokio::time::timeout(Duration::from_secs(60), all_settled)
+        .await
+        .map_err(|_| {
+            bench_error(
                 "the nodes did not settle their shares within 60 s (other nodes on this server?)",
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            )
+        })
 }
 
 async fn one_run(

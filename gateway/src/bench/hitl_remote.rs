@@ -21,6 +21,7 @@ use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
+use awaken_cluster::shards::ShardOwnerConfig;
 
 use super::BenchOptions;
 use super::driver::{RunSample, drive};
@@ -51,14 +52,16 @@ pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> 
             .await
             .map_err(bench_error)?,
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !node.owns_every_shard() {
-        if Instant::now() > deadline {
-            return Err(bench_error(
-                "the node did not get every shard within 30 s (another node on this server?)",
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let every_shard = ShardOwnerConfig::default().count.get() as usize;
+    let mut ownership = node.ownership();
+    let settled = ownership.wait_for(|owned| owned.len() == every_shard);
+    if !matches!(
+        tokio::time::timeout(Duration::from_secs(30), settled).await,
+        Ok(Ok(_))
+    ) {
+        return Err(bench_error(
+            "the node did not get every shard within 30 s (another node on this server?)",
+        ));
     }
 
     // The approver: its own connection, as an outside program would have.
