@@ -4,6 +4,7 @@
 //! `docs/cluster.md` for every subject, stream, bucket and payload).
 
 pub mod codec;
+pub mod control;
 pub mod decisions;
 pub mod error;
 pub mod events;
@@ -12,6 +13,7 @@ mod golden;
 pub mod inbox;
 pub mod kv;
 mod kv_scan;
+pub mod local;
 pub mod mailbox;
 pub mod membership;
 pub mod node;
@@ -21,6 +23,8 @@ pub mod shards;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use control::RunControl;
 pub use error::ClusterError;
 pub use inbox::KvRunInbox;
+pub use local::LocalNode;
 pub use mailbox::JetStreamMailbox;

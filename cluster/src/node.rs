@@ -26,20 +26,24 @@ use async_nats::jetstream;
 use async_trait::async_trait;
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::mailbox::{
-    MailboxConfig, MailboxError, MailboxWorker, SubmitOptions, now_ms, submit,
+    MailboxConfig, MailboxError, MailboxStore, MailboxWorker, RunInbox, SubmitOptions, now_ms,
+    submit,
 };
 use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
 use awaken_actors::store::FencingToken;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 
+use crate::control::{RunControl, probe_store};
 use crate::decisions::{DecisionBus, DecisionBusConfig, DecisionWorker, RoutedDecisions};
 use crate::error::ClusterError;
 use crate::events::{ClusterEventHub, EventsConfig, ReplayBuffers, RunFollow, follow_run};
 use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use crate::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
-use crate::routing::{RouteError, RouterConfig, ShardServer, ThreadHost, ThreadRouter};
+use crate::routing::{
+    Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadHost, ThreadRouter,
+};
 use crate::shards::{
     DEFAULT_SHARDS_BUCKET, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId, ShardOwner,
     ShardOwnerConfig, ShardedFence,
@@ -344,5 +348,48 @@ impl ShardEvent for NodeShards {
 
     async fn lost(&self, shard: ShardId) {
         self.runtime.lost(shard).await;
+    }
+}
+
+#[async_trait]
+impl RunControl for ClusterNode {
+    fn runtime(&self) -> &AgentRuntime {
+        &self.runtime
+    }
+
+    fn mailbox(&self) -> Arc<dyn MailboxStore> {
+        Arc::clone(&self.mailbox) as _
+    }
+
+    async fn submit(
+        &self,
+        request: RunRequest,
+        options: SubmitOptions,
+    ) -> Result<RunDispatch, MailboxError> {
+        ClusterNode::submit(self, request, options).await
+    }
+
+    async fn accepted_run(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
+        self.inbox.get(run_id).await
+    }
+
+    async fn call(&self, call: ThreadCall) -> Result<Answer, RouteError> {
+        self.router.call(call).await
+    }
+
+    async fn follow(
+        &self,
+        thread_id: &ThreadId,
+        run_id: &RunId,
+        after_seq: Option<u64>,
+    ) -> Result<RunFollow, RouteError> {
+        self.follow_run(thread_id, run_id, after_seq).await
+    }
+
+    async fn check_ready(&self) -> Result<(), String> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            return Err(format!("NATS: {}", self.client.connection_state()));
+        }
+        probe_store(&**self.runtime.store()).await
     }
 }

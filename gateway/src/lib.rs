@@ -11,5 +11,7 @@ pub mod cli;
 pub mod demo;
 pub mod error;
 pub mod run_cmd;
+pub mod serve;
+pub mod server;
 
 pub use error::{GatewayError, Result};

@@ -1,26 +1,43 @@
 //! Following a run's events from any node: what the owner still buffers, then live.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use async_nats::{Client, Subscriber};
 use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_actors::{RunId, ThreadId};
 use futures::StreamExt;
 
-use super::event_subject;
+use super::local::{LiveSubscription, LocalEventHub};
+use super::{ReplayBuffers, event_subject};
 use crate::codec;
 use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
+
+/// Where live events come from.
+#[derive(Debug)]
+enum Live {
+    /// `awaken.events.<run_id>` on NATS.
+    Nats(Subscriber),
+    /// This process's hub; a lagging follower refills from its buffers.
+    Local {
+        subscription: LiveSubscription,
+        buffers: Arc<ReplayBuffers>,
+    },
+}
 
 /// A run's event stream as one node sees it: replayed events first, then live ones,
 /// each `seq` once and in order, until the activation ends (`RunFinish`: the run
 /// finished or waits for a decision).
 #[derive(Debug)]
 pub struct RunFollow {
+    run_id: RunId,
     backlog: VecDeque<StreamEvent>,
-    live: Subscriber,
+    live: Live,
     last_seq: Option<u64>,
     ended: bool,
     complete: bool,
+    /// Set for runs that are not executing: live events are not waited for.
+    replay_only: bool,
 }
 
 /// Starts following `run_id` of `thread_id` after `after_seq` (from the start when
@@ -59,19 +76,52 @@ pub async fn follow_run(
         }
     };
     Ok(RunFollow {
+        run_id: run_id.clone(),
         backlog: answer.events.into(),
-        live,
+        live: Live::Nats(live),
         last_seq: after_seq,
         ended: false,
         complete,
+        replay_only: false,
     })
 }
 
+/// Follows `run_id` on a single node: subscribes to the hub, then replays its
+/// buffer after `after_seq`.
+pub fn follow_local(hub: &LocalEventHub, run_id: &RunId, after_seq: Option<u64>) -> RunFollow {
+    let subscription = hub.subscribe(run_id);
+    let replay = hub.buffers().replay(run_id, after_seq);
+    RunFollow {
+        run_id: run_id.clone(),
+        backlog: replay.events.into(),
+        live: Live::Local {
+            subscription,
+            buffers: Arc::clone(hub.buffers()),
+        },
+        last_seq: after_seq,
+        ended: false,
+        complete: replay.complete,
+        replay_only: false,
+    }
+}
+
 impl RunFollow {
-    /// Whether the owner still had every event after the requested `seq`; when not,
+    /// Whether every event after the requested `seq` was still buffered; when not,
     /// the oldest ones are missing (read the thread's messages from the store).
     pub fn complete(&self) -> bool {
         self.complete
+    }
+
+    /// Stops after the buffered events instead of waiting for live ones: for a run
+    /// that is not executing, whose buffer may no longer hold its `RunFinish`.
+    pub fn replay_only(mut self) -> Self {
+        self.replay_only = true;
+        self
+    }
+
+    /// The run being followed.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
     }
 
     /// The next event; `None` after the activation's `RunFinish` or when the
@@ -80,16 +130,11 @@ impl RunFollow {
         while !self.ended {
             let event = match self.backlog.pop_front() {
                 Some(event) => event,
-                None => {
-                    let message = self.live.next().await?;
-                    match codec::decode::<StreamEvent>(&message.payload) {
-                        Ok(event) => event,
-                        Err(error) => {
-                            tracing::debug!(%error, "unreadable run event skipped");
-                            continue;
-                        }
-                    }
-                }
+                None if self.replay_only => return None,
+                None => match self.next_live().await? {
+                    Some(event) => event,
+                    None => continue,
+                },
             };
             if self.last_seq.is_some_and(|last| event.seq <= last) {
                 continue;
@@ -99,5 +144,34 @@ impl RunFollow {
             return Some(event);
         }
         None
+    }
+
+    /// `None` when the source closed, `Some(None)` when nothing usable arrived
+    /// (an unreadable payload, or a lag that refilled the backlog).
+    async fn next_live(&mut self) -> Option<Option<StreamEvent>> {
+        match &mut self.live {
+            Live::Nats(subscriber) => {
+                let message = subscriber.next().await?;
+                match codec::decode::<StreamEvent>(&message.payload) {
+                    Ok(event) => Some(Some(event)),
+                    Err(error) => {
+                        tracing::debug!(%error, "unreadable run event skipped");
+                        Some(None)
+                    }
+                }
+            }
+            Live::Local {
+                subscription,
+                buffers,
+            } => match subscription.recv().await {
+                Ok(event) => Some(Some(event)),
+                Err(_lagged) => {
+                    let replay = buffers.replay(&self.run_id, self.last_seq);
+                    self.complete &= replay.complete;
+                    self.backlog.extend(replay.events);
+                    Some(None)
+                }
+            },
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! record of a run is its checkpointed messages in the thread store.
 
 mod follow;
+mod local;
 mod replay;
 
 use std::sync::Arc;
@@ -21,7 +22,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-pub use follow::{RunFollow, follow_run};
+pub use follow::{RunFollow, follow_local, follow_run};
+pub use local::{Lagged, LiveSubscription, LocalEventHub};
 pub use replay::{DEFAULT_REPLAY_CAPACITY, DEFAULT_RETAINED_RUNS, Replay, ReplayBuffers};
 
 use crate::codec;

@@ -34,7 +34,8 @@ impl Answer {
 #[derive(Debug, Clone)]
 pub struct ThreadHost {
     runtime: AgentRuntime,
-    fence: ShardedFence,
+    /// `None` on a single node, which owns every thread.
+    fence: Option<ShardedFence>,
     decisions: RuntimeDecisions,
     buffers: Arc<ReplayBuffers>,
 }
@@ -45,7 +46,18 @@ impl ThreadHost {
         let decisions = RuntimeDecisions::owned_by(runtime.clone(), fence.clone());
         Self {
             runtime,
-            fence,
+            fence: Some(fence),
+            decisions,
+            buffers,
+        }
+    }
+
+    /// A host for a single node, which owns every thread.
+    pub fn single_node(runtime: AgentRuntime, buffers: Arc<ReplayBuffers>) -> Self {
+        let decisions = RuntimeDecisions::single_node(runtime.clone());
+        Self {
+            runtime,
+            fence: None,
             decisions,
             buffers,
         }
@@ -53,7 +65,9 @@ impl ThreadHost {
 
     /// Whether this node owns the thread's shard now.
     pub fn owns(&self, thread_id: &ThreadId) -> bool {
-        self.fence.owns(thread_id)
+        self.fence
+            .as_ref()
+            .is_none_or(|fence| fence.owns(thread_id))
     }
 
     /// Answers `call` here; `NotOwner` when this node does not own its thread.

@@ -5,6 +5,7 @@
 //! awaken node --postgres-url URL [--nats-url URL] [--node-id ID] [--shards N]
 //!             [--lease-ttl-s S] [--claim-lease-ms MS] [--replicas N]
 //!             [--drain-timeout-s S] [--tool-journal PATH]
+//! awaken serve [--config PATH] [--address HOST:PORT]
 //! awaken bench local [--scenario NAME]... [--runs N] [--concurrency C] [--threads N]
 //!                    [--timeout-s S] [--run-timeout-s S] [--quiet]
 //! ```
@@ -15,12 +16,14 @@
 mod bench;
 mod node;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
 pub use bench::{BenchArgs, BenchTarget, LocalArgs, ScenarioArg};
 pub use node::NodeArgs;
 pub use run::RunArgs;
+pub use serve::ServeArgs;
 
 use crate::error::Result;
 
@@ -42,6 +45,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Run one node of a cluster on NATS and PostgreSQL until SIGTERM.
     Node(NodeArgs),
+    /// Serve the HTTP API (single node, or a cluster member) until SIGTERM.
+    Serve(ServeArgs),
 }
 
 /// Runs the parsed command; returns the exit code (0 when everything went well).
@@ -50,6 +55,7 @@ pub async fn dispatch(cli: Cli) -> Result<u8> {
         Command::Run(args) => run::execute(args).await,
         Command::Bench(args) => bench::execute(args).await,
         Command::Node(args) => node::execute(args).await,
+        Command::Serve(args) => Box::pin(serve::execute(args)).await,
     }
 }
 

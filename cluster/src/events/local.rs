@@ -1,0 +1,171 @@
+//! The single-node twin of [`ClusterEventHub`](super::ClusterEventHub): the same
+//! replay buffers, with live followers fed from in-process channels instead of NATS.
+
+use std::sync::Arc;
+
+use awaken_actors::contract::StreamEvent;
+use awaken_actors::thread::EventHub;
+use awaken_actors::{RunId, ThreadId};
+use dashmap::DashMap;
+use tokio::sync::broadcast;
+
+use super::{EventsConfig, ReplayBuffers};
+
+/// Live events a follower may fall behind by before it refills from the replay
+/// buffer (it loses nothing the buffer still holds).
+const LIVE_CAPACITY: usize = 256;
+
+/// Keeps every run's newest events and hands live ones to local followers.
+///
+/// A run has a live channel only while someone follows it, so runs nobody watches
+/// cost their replay buffer and nothing more.
+#[derive(Debug)]
+pub struct LocalEventHub {
+    buffers: Arc<ReplayBuffers>,
+    live: Arc<DashMap<RunId, broadcast::Sender<StreamEvent>>>,
+}
+
+impl LocalEventHub {
+    /// A hub with the buffer sizes of `config` (`publish_queue` does not apply).
+    pub fn new(config: &EventsConfig) -> Self {
+        Self {
+            buffers: Arc::new(ReplayBuffers::new(
+                config.replay_capacity,
+                config.retained_runs,
+            )),
+            live: Arc::new(DashMap::new()),
+        }
+    }
+
+    /// The replay buffers this hub fills.
+    pub fn buffers(&self) -> &Arc<ReplayBuffers> {
+        &self.buffers
+    }
+
+    /// Live events of `run_id` from now on; dropping the subscription ends it.
+    pub fn subscribe(&self, run_id: &RunId) -> LiveSubscription {
+        let receiver = self
+            .live
+            .entry(run_id.clone())
+            .or_insert_with(|| broadcast::channel(LIVE_CAPACITY).0)
+            .subscribe();
+        LiveSubscription {
+            run_id: run_id.clone(),
+            receiver: Some(receiver),
+            live: Arc::clone(&self.live),
+        }
+    }
+
+    /// Runs with at least one live follower.
+    pub fn followed_runs(&self) -> usize {
+        self.live.len()
+    }
+}
+
+impl EventHub for LocalEventHub {
+    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
+        // Buffer first: a follower that subscribed before this line and replays
+        // after it sees the event twice (deduplicated by seq), never not at all.
+        self.buffers.push(run_id, event);
+        if let Some(sender) = self.live.get(run_id) {
+            // No receiver left is fine: the last follower is just unsubscribing.
+            let _ = sender.send(event.clone());
+        }
+    }
+}
+
+/// One follower's live feed of a run.
+#[derive(Debug)]
+pub struct LiveSubscription {
+    run_id: RunId,
+    receiver: Option<broadcast::Receiver<StreamEvent>>,
+    live: Arc<DashMap<RunId, broadcast::Sender<StreamEvent>>>,
+}
+
+/// The follower fell behind and missed live events: refill from the replay buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lagged;
+
+impl LiveSubscription {
+    /// The next live event; pending forever once the hub is gone (a follower also
+    /// ends at the run's `RunFinish`, which always comes).
+    pub async fn recv(&mut self) -> Result<StreamEvent, Lagged> {
+        let Some(receiver) = self.receiver.as_mut() else {
+            return std::future::pending().await;
+        };
+        match receiver.recv().await {
+            Ok(event) => Ok(event),
+            Err(broadcast::error::RecvError::Lagged(_)) => Err(Lagged),
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for LiveSubscription {
+    fn drop(&mut self) {
+        drop(self.receiver.take());
+        self.live
+            .remove_if(&self.run_id, |_, sender| sender.receiver_count() == 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use awaken_actors::contract::AgentEvent;
+
+    use super::*;
+
+    fn event(seq: u64) -> StreamEvent {
+        StreamEvent::new(
+            seq,
+            "2026-01-01T00:00:00Z",
+            AgentEvent::TextDelta {
+                delta: format!("{seq}"),
+            },
+        )
+    }
+
+    fn ids() -> (ThreadId, RunId) {
+        (ThreadId::new("t").unwrap(), RunId::new("r").unwrap())
+    }
+
+    #[tokio::test]
+    async fn followers_get_live_events_and_leave_no_channel_behind() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        let mut first = hub.subscribe(&run);
+        let mut second = hub.subscribe(&run);
+        hub.publish(&thread, &run, &event(1));
+        for follower in [&mut first, &mut second] {
+            assert_eq!(follower.recv().await.unwrap().seq, 1);
+        }
+        assert_eq!(hub.buffers().replay(&run, None).events.len(), 2);
+        drop(first);
+        assert_eq!(hub.followed_runs(), 1, "one follower remains");
+        drop(second);
+        assert_eq!(hub.followed_runs(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_slow_follower_is_told_it_lagged() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        let mut follower = hub.subscribe(&run);
+        for seq in 0..(LIVE_CAPACITY as u64 + 10) {
+            hub.publish(&thread, &run, &event(seq));
+        }
+        assert_eq!(follower.recv().await.unwrap_err(), Lagged);
+    }
+
+    #[test]
+    fn unfollowed_runs_are_only_buffered() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        assert_eq!(hub.followed_runs(), 0);
+        assert_eq!(hub.buffers().len(), 1);
+    }
+}

@@ -1,0 +1,139 @@
+//! `LocalNode`: the in-process twin of [`ClusterNode`](crate::node::ClusterNode),
+//! for a single node with no NATS at all.
+//!
+//! ```text
+//! LocalNode
+//! ├─ AgentRuntime    thread actors (the builder brings agents, models, the store)
+//! ├─ MailboxWorker   claims every dispatch of the in-memory mailbox
+//! ├─ ThreadHost      answers thread calls in place (the node owns every thread)
+//! └─ LocalEventHub   replay buffers and live followers of runs' events
+//! ```
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use awaken_actors::contract::RunDispatch;
+use awaken_actors::mailbox::{
+    InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxError, MailboxStore,
+    MailboxWorker, RunInbox, SubmitOptions, submit,
+};
+use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
+use awaken_actors::thread::RunRequest;
+use awaken_actors::{RunId, ThreadId};
+
+use crate::control::{RunControl, probe_store};
+use crate::error::ClusterError;
+use crate::events::{EventsConfig, LocalEventHub, RunFollow, follow_local};
+use crate::routing::{Answer, RouteError, ThreadCall, ThreadHost};
+
+/// Everything a single node is configured with.
+#[derive(Debug, Clone, Default)]
+pub struct LocalNodeConfig {
+    /// The mailbox's leases, retries and sweeps.
+    pub mailbox: MailboxConfig,
+    /// Replay buffer sizes.
+    pub events: EventsConfig,
+}
+
+/// A single node: runs, decisions and event streams, all in this process.
+pub struct LocalNode {
+    runtime: AgentRuntime,
+    mailbox: Arc<InMemoryMailboxStore>,
+    inbox: Arc<InMemoryRunInbox>,
+    worker: MailboxWorker,
+    hub: Arc<LocalEventHub>,
+    host: ThreadHost,
+}
+
+impl std::fmt::Debug for LocalNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalNode").finish_non_exhaustive()
+    }
+}
+
+impl LocalNode {
+    /// Builds the runtime from `builder` (adding the node's event hub) and starts
+    /// claiming the mailbox's dispatches.
+    pub async fn start(
+        builder: AgentRuntimeBuilder,
+        config: LocalNodeConfig,
+    ) -> Result<Self, ClusterError> {
+        let hub = Arc::new(LocalEventHub::new(&config.events));
+        let runtime = builder
+            .with_event_hub(Arc::clone(&hub) as _)
+            .build()
+            .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
+        let mailbox = Arc::new(InMemoryMailboxStore::new(config.mailbox.clone()));
+        let inbox = Arc::new(InMemoryRunInbox::default());
+        let worker = MailboxWorker::start(
+            runtime.clone(),
+            Arc::clone(&mailbox) as _,
+            Arc::clone(&inbox) as _,
+            config.mailbox,
+            "local",
+            Arc::new(|_: &ThreadId| true),
+        )
+        .await
+        .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
+        let host = ThreadHost::single_node(runtime.clone(), Arc::clone(hub.buffers()));
+        Ok(Self {
+            runtime,
+            mailbox,
+            inbox,
+            worker,
+            hub,
+            host,
+        })
+    }
+
+    /// The node's event hub (replay buffers and live followers).
+    pub fn events(&self) -> &Arc<LocalEventHub> {
+        &self.hub
+    }
+
+    /// Stops claiming and stops every thread at its last checkpoint.
+    pub async fn shutdown(self) {
+        self.worker.stop_claiming();
+        self.runtime.shutdown().await;
+    }
+}
+
+#[async_trait]
+impl RunControl for LocalNode {
+    fn runtime(&self) -> &AgentRuntime {
+        &self.runtime
+    }
+
+    fn mailbox(&self) -> Arc<dyn MailboxStore> {
+        Arc::clone(&self.mailbox) as _
+    }
+
+    async fn submit(
+        &self,
+        request: RunRequest,
+        options: SubmitOptions,
+    ) -> Result<RunDispatch, MailboxError> {
+        submit(&*self.mailbox, &*self.inbox, request, options).await
+    }
+
+    async fn accepted_run(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
+        self.inbox.get(run_id).await
+    }
+
+    async fn call(&self, call: ThreadCall) -> Result<Answer, RouteError> {
+        Ok(self.host.handle(call).await)
+    }
+
+    async fn follow(
+        &self,
+        _thread_id: &ThreadId,
+        run_id: &RunId,
+        after_seq: Option<u64>,
+    ) -> Result<RunFollow, RouteError> {
+        Ok(follow_local(&self.hub, run_id, after_seq))
+    }
+
+    async fn check_ready(&self) -> Result<(), String> {
+        probe_store(&**self.runtime.store()).await
+    }
+}

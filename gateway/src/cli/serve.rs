@@ -1,0 +1,174 @@
+//! `awaken serve`: the HTTP gateway until SIGTERM or Ctrl-C.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use awaken_actors::store::{FileStore, InMemoryStore, PostgresStore, ThreadRunStore};
+use awaken_actors::thread::ThreadConfig;
+use awaken_cluster::RunControl;
+use awaken_cluster::events::EventsConfig;
+use awaken_cluster::local::{LocalNode, LocalNodeConfig};
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::node::{ClusterNode, NodeConfig};
+use awaken_cluster::shards::ShardCount;
+use clap::Args;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::demo::{self, FakeFiles, Journal};
+use crate::error::{GatewayError, Result};
+use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
+use crate::server::{AppState, Server};
+
+/// Flags of `awaken serve` (everything else is in the config file or environment).
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The config file; `./awaken.toml` when it exists otherwise.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Overrides `server.address`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+}
+
+fn invalid(what: &str, error: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Config(format!("{what}: {error}"))
+}
+
+/// Serves until a signal, then stops taking requests, lets in-flight ones finish,
+/// and leaves (a cluster node drains its shards).
+pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
+    let mut config = ServeConfig::load(args.config.as_deref(), std::env::vars())
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    if let Some(address) = args.address {
+        config.server.address = address;
+    }
+    let store = open_store(&config.store).await?;
+    let events = EventsConfig {
+        replay_capacity: config.server.replay_buffer_capacity,
+        ..EventsConfig::default()
+    };
+    let builder = demo::builder(
+        ThreadConfig::default(),
+        Arc::new(FakeFiles::with_demo_files()),
+        Journal::default(),
+    )?
+    .with_thread_run_store(store);
+    match &config.cluster {
+        None => {
+            let local_config = LocalNodeConfig {
+                events,
+                ..LocalNodeConfig::default()
+            };
+            let node = LocalNode::start(builder, local_config)
+                .await
+                .map_err(|e| GatewayError::Cluster(e.to_string()))?;
+            let node = serve(Arc::new(node), config.server, "local").await?;
+            if let Some(node) = node {
+                node.shutdown().await;
+            }
+        }
+        Some(cluster) => {
+            let drain = Duration::from_secs(cluster.drain_timeout_secs);
+            let node = join_cluster(cluster, events, builder).await?;
+            let node_id = node.node_id().to_string();
+            if let Some(node) = serve(Arc::new(node), config.server, &node_id).await? {
+                node.drain(drain)
+                    .await
+                    .map_err(|e| GatewayError::Cluster(e.to_string()))?;
+            }
+        }
+    }
+    println!("{}", serde_json::json!({"event": "stopped"}));
+    Ok(0)
+}
+
+/// Serves `node` until SIGTERM or Ctrl-C; gives the node back once no request
+/// holds it any more (`None` when one outlived the shutdown deadline).
+async fn serve<N: RunControl>(
+    node: Arc<N>,
+    config: crate::server::ServerConfig,
+    node_id: &str,
+) -> Result<Option<N>> {
+    if config.api_keys.is_empty() && !is_loopback(&config.address) {
+        tracing::warn!(address = %config.address, "serving without API keys on a non-loopback address");
+    }
+    let state = AppState::new(Arc::clone(&node) as Arc<dyn RunControl>, config);
+    let server = Server::bind(state)
+        .await
+        .map_err(|e| invalid("server.address", e))?;
+    let address = server.local_addr()?;
+    println!(
+        "{}",
+        serde_json::json!({"event": "listening", "address": address.to_string(), "node_id": node_id})
+    );
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    let finished = server.serve(shutdown).await?;
+    if !finished {
+        eprintln!("shutdown deadline passed with requests still in flight");
+    }
+    Ok(Arc::into_inner(node))
+}
+
+fn is_loopback(address: &str) -> bool {
+    address
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|socket| socket.ip().is_loopback())
+        || address.starts_with("localhost:")
+}
+
+async fn open_store(config: &StoreConfig) -> Result<Arc<dyn ThreadRunStore>> {
+    Ok(match config {
+        StoreConfig::Memory => Arc::new(InMemoryStore::new()),
+        StoreConfig::File { path } => Arc::new(
+            FileStore::open(path.clone())
+                .await
+                .map_err(|e| invalid("store.path", e))?,
+        ),
+        StoreConfig::Postgres { url } => {
+            let store = PostgresStore::connect(url)
+                .await
+                .map_err(|e| invalid("store.url", e))?;
+            store
+                .ensure_schema()
+                .await
+                .map_err(|e| invalid("postgres", e))?;
+            Arc::new(store)
+        }
+    })
+}
+
+async fn join_cluster(
+    cluster: &ClusterConfig,
+    events: EventsConfig,
+    builder: awaken_actors::runtime::AgentRuntimeBuilder,
+) -> Result<ClusterNode> {
+    let node_id = cluster
+        .node_id
+        .clone()
+        .unwrap_or_else(|| format!("node-{}", uuid::Uuid::now_v7().simple()));
+    let node_id = NodeId::new(node_id).map_err(|e| invalid("cluster.node_id", e))?;
+    let mut config = NodeConfig::new(node_id);
+    config.shards.count =
+        ShardCount::new(cluster.shards).map_err(|e| invalid("cluster.shards", e))?;
+    config.shards.lease_ttl = Duration::from_secs(cluster.lease_ttl_secs);
+    config.membership.ttl = config.shards.lease_ttl;
+    config.decisions.ack_wait = config.shards.lease_ttl;
+    config.replicas = cluster.replicas;
+    config.mailbox.lease_ms = cluster.claim_lease_ms;
+    config.mailbox.lease_renewal_interval = Duration::from_millis(cluster.claim_lease_ms / 5);
+    config.events = events;
+    let client = async_nats::connect(cluster.nats_url.as_str())
+        .await
+        .map_err(|e| invalid("cluster.nats_url", e))?;
+    ClusterNode::start(client, builder, config)
+        .await
+        .map_err(|e| GatewayError::Cluster(e.to_string()))
+}

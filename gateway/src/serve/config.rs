@@ -1,0 +1,228 @@
+//! `ServeConfig`: everything `awaken serve` reads, layered: built-in defaults, then
+//! `awaken.toml` (or `--config`), then `AWAKEN_<SECTION>__<KEY>` environment
+//! variables (`AWAKEN_SERVER__ADDRESS=127.0.0.1:8080`).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::server::ServerConfig;
+
+/// The config file read when `--config` is not given (if it exists).
+pub const DEFAULT_CONFIG_FILE: &str = "awaken.toml";
+/// Prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "AWAKEN_";
+/// Separator of sections and keys in those variables.
+pub const ENV_SEPARATOR: &str = "__";
+
+/// The whole configuration of `awaken serve`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// The HTTP server.
+    pub server: ServerConfig,
+    /// Where threads, messages and runs are kept.
+    pub store: StoreConfig,
+    /// Join a cluster on NATS; a single node without it.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// The thread store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// In process memory: gone when the process stops (single node only).
+    #[default]
+    Memory,
+    /// Files under `path` (single node only).
+    File {
+        /// The store's directory (created if missing).
+        path: PathBuf,
+    },
+    /// PostgreSQL: the one store every node of a cluster shares.
+    Postgres {
+        /// Connection URL; `?options=-c%20search_path%3DSCHEMA` picks a schema.
+        url: String,
+    },
+}
+
+/// Cluster membership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// NATS server URL(s), comma-separated.
+    pub nats_url: String,
+    /// This node's id; a new one when absent.
+    pub node_id: Option<String>,
+    /// Shards of the cluster (the same on every node).
+    pub shards: u32,
+    /// Shard lease and membership TTL: a dead node's threads move after this long.
+    pub lease_ttl_secs: u64,
+    /// Lease of a dispatch claim while its run executes.
+    pub claim_lease_ms: u64,
+    /// Copies of every bucket and stream (a clustered NATS).
+    pub replicas: usize,
+    /// How long leaving the cluster on SIGTERM may take.
+    pub drain_timeout_secs: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            node_id: None,
+            shards: 256,
+            lease_ttl_secs: 5,
+            claim_lease_ms: 10_000,
+            replicas: 1,
+            drain_timeout_secs: 10,
+        }
+    }
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(String);
+
+impl ServeConfig {
+    /// Reads `file` (required) or else `awaken.toml` in the working directory (if
+    /// present), then the `AWAKEN_<SECTION>__<KEY>` variables of `env`.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let file_source = match file {
+            Some(path) => config::File::from(path).required(true),
+            None => config::File::with_name(DEFAULT_CONFIG_FILE).required(false),
+        };
+        // Only sectioned variables are configuration: `AWAKEN_POSTGRES_URL` and
+        // friends belong to other commands.
+        let overrides: config::Map<String, String> = env
+            .into_iter()
+            .filter_map(|(name, value)| {
+                let key = name.strip_prefix(ENV_PREFIX)?;
+                key.contains(ENV_SEPARATOR).then(|| (key.to_owned(), value))
+            })
+            .collect();
+        let environment = config::Environment::default()
+            .separator(ENV_SEPARATOR)
+            .try_parsing(true)
+            .source(Some(overrides));
+        let config = config::Config::builder()
+            .add_source(file_source.format(config::FileFormat::Toml))
+            .add_source(environment)
+            .build()
+            .map_err(|e| ConfigError(e.to_string()))?;
+        let loaded: Self = config
+            .try_deserialize()
+            .map_err(|e| ConfigError(e.to_string()))?;
+        loaded.validate()?;
+        Ok(loaded)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let refuse = |what: &str| Err(ConfigError(what.to_owned()));
+        if self.server.max_concurrent_requests == 0 {
+            return refuse("server.max_concurrent_requests must be at least 1");
+        }
+        if self.server.max_body_bytes == 0 {
+            return refuse("server.max_body_bytes must be at least 1");
+        }
+        if self.server.replay_buffer_capacity == 0 {
+            return refuse("server.replay_buffer_capacity must be at least 1");
+        }
+        if self.cluster.is_some() && !matches!(self.store, StoreConfig::Postgres { .. }) {
+            return refuse(
+                "a cluster needs a store every node shares: set store.kind = \"postgres\"",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::io::Write;
+
+    use super::*;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_a_single_node_in_memory() {
+        let empty = file("");
+        let config = ServeConfig::load(Some(empty.path()), env(&[])).unwrap();
+        assert_eq!(config, ServeConfig::default());
+        assert_eq!(config.server.address, "0.0.0.0:3000");
+        assert_eq!(config.cluster, None);
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let toml = file(
+            "[server]\naddress = \"127.0.0.1:9\"\nmax_concurrent_requests = 7\n\n\
+             [store]\nkind = \"file\"\npath = \"/tmp/x\"\n",
+        );
+        let config = ServeConfig::load(
+            Some(toml.path()),
+            env(&[
+                ("AWAKEN_SERVER__MAX_CONCURRENT_REQUESTS", "9"),
+                ("AWAKEN_POSTGRES_URL", "ignored: not sectioned"),
+                ("OTHER__SERVER__ADDRESS", "ignored: other prefix"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.server.address, "127.0.0.1:9");
+        assert_eq!(config.server.max_concurrent_requests, 9);
+        assert_eq!(
+            config.store,
+            StoreConfig::File {
+                path: "/tmp/x".into()
+            }
+        );
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_what_is_wrong() {
+        for (text, expected) in [
+            ("[server]\nadress = \"x\"\n", "adress"),
+            (
+                "[server]\nmax_concurrent_requests = \"many\"\n",
+                "max_concurrent_requests",
+            ),
+            ("[store]\nkind = \"redis\"\n", "redis"),
+            ("[server]\nmax_body_bytes = 0\n", "max_body_bytes"),
+            ("[cluster]\nnats_url = \"nats://x\"\n", "postgres"),
+            ("[server\n", "TOML"),
+        ] {
+            let error = ServeConfig::load(Some(file(text).path()), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(expected) || error.to_lowercase().contains(&expected.to_lowercase()),
+                "{text:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_named_file_is_an_error() {
+        let error =
+            ServeConfig::load(Some(Path::new("/nonexistent/awaken.toml")), env(&[])).unwrap_err();
+        assert!(error.to_string().contains("nonexistent"), "{error}");
+    }
+}

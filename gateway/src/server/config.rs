@@ -1,0 +1,56 @@
+//! `ServerConfig`: the HTTP server's settings (the book's `ServerConfig`, plus the
+//! body limit and API keys).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// How the HTTP server listens and what it allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Socket address to bind.
+    pub address: String,
+    /// Events a slow SSE client may fall behind by before its stream refills from
+    /// the run's replay buffer.
+    pub sse_buffer_size: usize,
+    /// Events kept per run for reconnects (`Last-Event-ID`).
+    pub replay_buffer_capacity: usize,
+    /// Requests in flight at once; more get 503.
+    pub max_concurrent_requests: usize,
+    /// Largest request body, in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// Graceful shutdown.
+    pub shutdown: ShutdownConfig,
+    /// API keys: key → tenant. Empty means no authentication (a warning is logged
+    /// when the server binds to a non-loopback address).
+    pub api_keys: BTreeMap<String, String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            address: "0.0.0.0:3000".into(),
+            sse_buffer_size: 64,
+            replay_buffer_capacity: 1024,
+            max_concurrent_requests: 100,
+            max_body_bytes: 1024 * 1024,
+            shutdown: ShutdownConfig::default(),
+            api_keys: BTreeMap::new(),
+        }
+    }
+}
+
+/// How long a graceful shutdown may take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// Seconds in-flight requests get to finish before the server stops anyway.
+    pub timeout_secs: u64,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self { timeout_secs: 30 }
+    }
+}

@@ -1,0 +1,144 @@
+//! `ApiError`: every refusal of the HTTP API, as a status and `{"error": "..."}`.
+
+use awaken_actors::error::StorageError;
+use awaken_actors::mailbox::MailboxError;
+use awaken_actors::thread::ControlError;
+use awaken_cluster::control::InterruptError;
+use awaken_cluster::routing::RouteError;
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// Why a request was refused; the variant picks the status code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed or invalid input (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No or an unknown API key (401).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A valid key that may not touch this resource (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Unknown id (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The resource is not in a state that allows the request (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// Body above the configured limit (413).
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// Body in a content type the route does not read (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The node cannot serve this now: overload, no owner, a dependency down (503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A fault of the server or its dependencies (500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(%status, error = %self, "request failed");
+        }
+        (
+            status,
+            Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response()
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(error: StorageError) -> Self {
+        match error {
+            StorageError::NotFound(_) => Self::NotFound(error.to_string()),
+            StorageError::AlreadyExists(_) => Self::Conflict(error.to_string()),
+            StorageError::InvalidInput(_) => Self::BadRequest(error.to_string()),
+            StorageError::VersionConflict { .. } | StorageError::Fenced { .. } => {
+                Self::Conflict(error.to_string())
+            }
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<MailboxError> for ApiError {
+    fn from(error: MailboxError) -> Self {
+        match error {
+            MailboxError::NotFound(_) => Self::NotFound(error.to_string()),
+            MailboxError::Duplicate(_) => Self::Conflict(error.to_string()),
+            MailboxError::WrongState { .. } | MailboxError::ClaimMismatch(_) => {
+                Self::Conflict(error.to_string())
+            }
+            MailboxError::InvalidInput(_) => Self::BadRequest(error.to_string()),
+            MailboxError::Unavailable(_) => Self::Unavailable(error.to_string()),
+        }
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(error: ControlError) -> Self {
+        match error {
+            ControlError::EmptyInput | ControlError::NoAgent | ControlError::Resolve(_) => {
+                Self::BadRequest(error.to_string())
+            }
+            ControlError::RunNotFound { .. } | ControlError::UnknownToolCall { .. } => {
+                Self::NotFound(error.to_string())
+            }
+            ControlError::NoActiveRun { .. }
+            | ControlError::RunNotActive { .. }
+            | ControlError::CallFinished { .. }
+            | ControlError::CallNotSuspended { .. } => Self::Conflict(error.to_string()),
+            ControlError::Unavailable(_) => Self::Unavailable(error.to_string()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<RouteError> for ApiError {
+    fn from(error: RouteError) -> Self {
+        match error {
+            RouteError::Refused(refused) => refused.into(),
+            RouteError::NoOwner { .. } | RouteError::OwnerSilent { .. } => {
+                Self::Unavailable(error.to_string())
+            }
+            RouteError::Malformed(_) => Self::BadRequest(error.to_string()),
+            RouteError::Unexpected { .. } | RouteError::Transport(_) => {
+                Self::Internal(error.to_string())
+            }
+        }
+    }
+}
+
+impl From<InterruptError> for ApiError {
+    fn from(error: InterruptError) -> Self {
+        match error {
+            InterruptError::Mailbox(error) => error.into(),
+            InterruptError::Route(error) => error.into(),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The HTTP server (`awaken serve`): the Run API over HTTP/SSE on a [`RunControl`]
+//! node, single or clustered.
+//!
+//! [`RunControl`]: awaken_cluster::RunControl
+
+pub mod config;
+pub mod error;
+mod extract;
+mod routes;
+mod sse;
+pub mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use config::ServerConfig;
+pub use error::ApiError;
+pub use routes::router;
+pub use state::AppState;
+use tokio::net::TcpListener;
+
+/// A bound, not yet serving, HTTP server.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Server {
+    /// Binds `state.config.address`.
+    pub async fn bind(state: AppState) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(&state.config.address).await?;
+        Ok(Self { listener, state })
+    }
+
+    /// The address actually bound (port 0 picks a free one).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves, then lets in-flight requests finish for at
+    /// most `shutdown.timeout_secs`. `Ok(false)` when that deadline cut them off.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<bool> {
+        let deadline = Duration::from_secs(self.state.config.shutdown.timeout_secs);
+        let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = router(self.state);
+        let server = axum::serve(self.listener, app).with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = stopping.send(());
+        });
+        let server = tokio::spawn(async move { server.await });
+        tokio::pin!(server);
+        tokio::select! {
+            finished = &mut server => return finished.map_err(std::io::Error::other)?.map(|()| true),
+            _ = stopped => {}
+        }
+        match tokio::time::timeout(deadline, &mut server).await {
+            Ok(finished) => finished.map_err(std::io::Error::other)?.map(|()| true),
+            Err(_) => {
+                server.abort();
+                Ok(false)
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Request bodies that start runs: input messages and the run's target.
+
+use awaken_actors::contract::{ContentBlock, Message};
+use awaken_actors::{AgentId, ThreadId};
+use serde::Deserialize;
+
+use crate::server::error::ApiError;
+
+/// Most messages one request may bring.
+const MAX_INPUT_MESSAGES: usize = 256;
+
+/// A message a client sends: only users start or continue runs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InputMessage {
+    role: InputRole,
+    content: InputContent,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum InputRole {
+    User,
+}
+
+/// Text, or content blocks (text, images).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum InputContent {
+    Text(String),
+    Blocks(Vec<ContentBlock>),
+}
+
+impl InputMessage {
+    fn into_message(self) -> Message {
+        let InputRole::User = self.role;
+        match self.content {
+            InputContent::Text(text) => Message::user(text),
+            InputContent::Blocks(blocks) => {
+                let mut message = Message::user(String::new());
+                message.content = blocks;
+                message
+            }
+        }
+    }
+}
+
+/// The messages of a request as the engine's, refusing an empty or huge list and
+/// messages without content.
+pub(crate) fn user_messages(input: Vec<InputMessage>) -> Result<Vec<Message>, ApiError> {
+    if input.is_empty() {
+        return Err(ApiError::BadRequest(
+            "`messages` must hold at least one message".into(),
+        ));
+    }
+    if input.len() > MAX_INPUT_MESSAGES {
+        return Err(ApiError::BadRequest(format!(
+            "at most {MAX_INPUT_MESSAGES} messages per request"
+        )));
+    }
+    let messages: Vec<Message> = input.into_iter().map(InputMessage::into_message).collect();
+    if messages.iter().any(|message| message.content.is_empty()) {
+        return Err(ApiError::BadRequest("a message has no content".into()));
+    }
+    Ok(messages)
+}
+
+/// `POST /v1/runs`: which agent, which thread, what input.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct StartRunBody {
+    /// The agent; the thread's previous one, then the default agent, when absent.
+    #[serde(default, alias = "agent_id")]
+    pub agent_id: Option<AgentId>,
+    /// The thread; a new one when absent.
+    #[serde(default, alias = "thread_id")]
+    pub thread_id: Option<ThreadId>,
+    /// The user input.
+    pub messages: Vec<InputMessage>,
+}
+
+/// Bodies that add input to a known thread (`/v1/threads/:id/messages`,
+/// `/v1/threads/:id/mailbox`, `/v1/runs/:id/inputs`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct InputBody {
+    /// The agent; the thread's previous one, then the default agent, when absent.
+    #[serde(default, alias = "agent_id")]
+    pub agent_id: Option<AgentId>,
+    /// The user input.
+    pub messages: Vec<InputMessage>,
+    /// Queue priority, 0 highest (mailbox route).
+    #[serde(default)]
+    pub priority: Option<u8>,
+    /// A second submission with the same key is refused with 409 (mailbox route).
+    #[serde(default, alias = "dedupe_key")]
+    pub dedupe_key: Option<String>,
+}

@@ -1,0 +1,186 @@
+//! `/v1/runs`: start a run and stream it, read runs, add input, cancel, decide.
+
+use awaken_actors::RunId;
+use awaken_actors::ThreadId;
+use awaken_actors::contract::{RunStatus, Thread};
+use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::store::RunQuery;
+use awaken_actors::thread::RunRequest;
+use awaken_cluster::decisions::DecisionPayload;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::input::{InputBody, StartRunBody, user_messages};
+use super::shared::{Accepted, accept, cancel, check_agent, decide, thread_of_run};
+use crate::server::error::ApiError;
+use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::server::sse::{last_event_id, run_events};
+use crate::server::state::AppState;
+
+/// The run routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/runs", get(list_runs).post(start_run))
+        .route("/v1/runs/{run_id}", get(get_run))
+        .route("/v1/runs/{run_id}/events", get(follow_run))
+        .route("/v1/runs/{run_id}/inputs", post(add_input))
+        .route("/v1/runs/{run_id}/cancel", post(cancel_run))
+        .route("/v1/runs/{run_id}/decision", post(run_decision))
+}
+
+/// Paging and filters of run lists.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunListQuery {
+    #[serde(default)]
+    pub status: Option<RunStatus>,
+    #[serde(default)]
+    pub offset: usize,
+    #[serde(default = "default_limit")]
+    pub limit: usize,
+}
+
+pub(crate) fn default_limit() -> usize {
+    50
+}
+
+impl RunListQuery {
+    pub(crate) fn into_query(self, thread_id: Option<ThreadId>) -> RunQuery {
+        RunQuery {
+            thread_id,
+            status: self.status,
+            offset: self.offset,
+            limit: self.limit,
+        }
+    }
+}
+
+async fn list_runs(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<RunListQuery>,
+) -> Result<Response, ApiError> {
+    let page = state
+        .control
+        .store()
+        .list_runs(&query.into_query(None))
+        .await?;
+    Ok(Json(page).into_response())
+}
+
+/// Accepts the run, then streams its events (SSE) until it finishes or waits for
+/// a decision. The run belongs to the mailbox, not to this connection: closing the
+/// stream does not cancel it.
+async fn start_run(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<StartRunBody>,
+) -> Result<Response, ApiError> {
+    check_agent(&state, body.agent_id.as_ref())?;
+    let messages = user_messages(body.messages)?;
+    let thread_id = match body.thread_id {
+        Some(thread_id) => thread_id,
+        None => {
+            let thread = Thread::new();
+            state.control.store().create_thread(&thread).await?;
+            thread.id
+        }
+    };
+    let run_id = RunId::generate();
+    let mut request = RunRequest::new(thread_id.clone(), messages).with_run_id(run_id.clone());
+    request.agent_id = body.agent_id;
+    // Follow first, so not one event is published before the stream listens.
+    let follow = state.control.follow(&thread_id, &run_id, None).await?;
+    accept(&state, request, SubmitOptions::default()).await?;
+    Ok(run_events(follow).into_response())
+}
+
+async fn get_run(
+    State(state): State<AppState>,
+    ApiPath(run_id): ApiPath<RunId>,
+) -> Result<Response, ApiError> {
+    if let Some(record) = state.control.store().load_run(&run_id).await? {
+        return Ok(Json(record).into_response());
+    }
+    match state.control.accepted_run(&run_id).await? {
+        Some(request) => Ok((
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({
+                "run_id": run_id,
+                "thread_id": request.thread_id,
+                "status": "queued",
+            })),
+        )
+            .into_response()),
+        None => Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
+    }
+}
+
+/// Streams a run's events from any node: after `Last-Event-ID` when the client
+/// reconnects, from the oldest buffered event otherwise. A run that is not
+/// executing yields what is still buffered and ends.
+async fn follow_run(
+    State(state): State<AppState>,
+    ApiPath(run_id): ApiPath<RunId>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let after_seq = last_event_id(&headers)?;
+    let record = state.control.store().load_run(&run_id).await?;
+    let thread_id = match &record {
+        Some(record) => record.thread_id.clone(),
+        None => thread_of_run(&state, &run_id).await?,
+    };
+    let follow = state.control.follow(&thread_id, &run_id, after_seq).await?;
+    // Re-read: the run may have stopped between the first read and subscribing.
+    let executing = match state.control.store().load_run(&run_id).await? {
+        Some(record) => record.status == RunStatus::Running,
+        None => true,
+    };
+    let follow = if executing {
+        follow
+    } else {
+        follow.replay_only()
+    };
+    Ok(run_events(follow).into_response())
+}
+
+/// Follow-up input to a run's thread: a continuation run in the background.
+async fn add_input(
+    State(state): State<AppState>,
+    ApiPath(run_id): ApiPath<RunId>,
+    ApiJson(body): ApiJson<InputBody>,
+) -> Result<Response, ApiError> {
+    let thread_id = thread_of_run(&state, &run_id).await?;
+    let messages = user_messages(body.messages)?;
+    let mut request = RunRequest::new(thread_id, messages);
+    request.agent_id = body.agent_id;
+    request.parent_run_id = Some(run_id);
+    let options = SubmitOptions {
+        priority: body.priority,
+        dedupe_key: body.dedupe_key,
+        max_attempts: 0,
+    };
+    let dispatch = accept(&state, request, options).await?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted::from(dispatch))).into_response())
+}
+
+async fn cancel_run(
+    State(state): State<AppState>,
+    ApiPath(run_id): ApiPath<RunId>,
+) -> Result<Response, ApiError> {
+    let thread_id = thread_of_run(&state, &run_id).await?;
+    let answer = cancel(&state, &thread_id, Some(&run_id)).await?;
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+async fn run_decision(
+    State(state): State<AppState>,
+    ApiPath(run_id): ApiPath<RunId>,
+    ApiJson(payload): ApiJson<DecisionPayload>,
+) -> Result<Response, ApiError> {
+    let thread_id = thread_of_run(&state, &run_id).await?;
+    let answer = decide(&state, &thread_id, Some(&run_id), payload).await?;
+    Ok(Json(answer).into_response())
+}

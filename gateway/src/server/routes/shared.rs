@@ -1,0 +1,181 @@
+//! Steps several routes share: checking ids, accepting runs, sending decisions and
+//! cancellations to a thread's owner.
+
+use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
+use awaken_actors::mailbox::{DispatchQuery, SubmitOptions, now_ms};
+use awaken_actors::thread::RunRequest;
+use awaken_actors::{AgentId, RunId, ThreadId};
+use awaken_cluster::decisions::{DecisionPayload, Delivery, Encoding, parse_decision};
+use awaken_cluster::routing::{CallOutcome, ThreadCall};
+use serde::Serialize;
+
+use crate::server::error::ApiError;
+use crate::server::state::AppState;
+
+/// 404 unless the agent is registered on this node.
+pub(crate) fn check_agent(state: &AppState, agent_id: Option<&AgentId>) -> Result<(), ApiError> {
+    match agent_id {
+        Some(agent)
+            if !state
+                .control
+                .runtime()
+                .registries()
+                .agents
+                .contains(agent.as_str()) =>
+        {
+            Err(ApiError::NotFound(format!("unknown agent `{agent}`")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// 404 unless the thread exists.
+pub(crate) async fn check_thread(state: &AppState, thread_id: &ThreadId) -> Result<(), ApiError> {
+    match state.control.store().load_thread(thread_id).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::NotFound(format!("unknown thread `{thread_id}`"))),
+    }
+}
+
+/// The thread of a run that exists (started, or accepted and queued); 404 otherwise.
+pub(crate) async fn thread_of_run(state: &AppState, run_id: &RunId) -> Result<ThreadId, ApiError> {
+    if let Some(record) = state.control.store().load_run(run_id).await? {
+        return Ok(record.thread_id);
+    }
+    match state.control.accepted_run(run_id).await? {
+        Some(request) => Ok(request.thread_id),
+        None => Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
+    }
+}
+
+/// What a background submission answers (202).
+#[derive(Debug, Serialize)]
+pub(crate) struct Accepted {
+    pub status: &'static str,
+    pub thread_id: ThreadId,
+    pub run_id: RunId,
+    pub dispatch_id: String,
+}
+
+impl From<RunDispatch> for Accepted {
+    fn from(dispatch: RunDispatch) -> Self {
+        Self {
+            status: "queued",
+            thread_id: dispatch.thread_id,
+            run_id: dispatch.run_id,
+            dispatch_id: dispatch.dispatch_id.to_string(),
+        }
+    }
+}
+
+/// Accepts `request` into the mailbox.
+pub(crate) async fn accept(
+    state: &AppState,
+    request: RunRequest,
+    options: SubmitOptions,
+) -> Result<RunDispatch, ApiError> {
+    check_agent(state, request.agent_id.as_ref())?;
+    Ok(state.control.submit(request, options).await?)
+}
+
+/// Reads a decision body for `thread_id` (optionally pinned to `run_id`) and hands
+/// it to the thread's owner; answers once it is applied and the run it resumed has
+/// stopped or waits again, so an answered decision is never lost.
+pub(crate) async fn decide(
+    state: &AppState,
+    thread_id: &ThreadId,
+    run_id: Option<&RunId>,
+    mut payload: DecisionPayload,
+) -> Result<serde_json::Value, ApiError> {
+    if let Some(run_id) = run_id {
+        match &payload.run_id {
+            Some(named) if named != run_id.as_str() => {
+                return Err(ApiError::BadRequest(format!(
+                    "the body names run `{named}` but the path names `{run_id}`"
+                )));
+            }
+            _ => payload.run_id = Some(run_id.to_string()),
+        }
+    }
+    let body = serde_json::to_vec(&payload).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let subject = format!(
+        "{}{thread_id}",
+        awaken_cluster::decisions::DECISION_SUBJECT_PREFIX
+    );
+    let decision =
+        parse_decision(&subject, Encoding::Json, &body, now_ms()).map_err(ApiError::BadRequest)?;
+    let answer = state.control.call(ThreadCall::Decide { decision }).await?;
+    match answer.outcome {
+        CallOutcome::Delivered(Delivery::Applied { duplicate }) => Ok(serde_json::json!({
+            "status": "decision_applied",
+            "duplicate": duplicate,
+        })),
+        CallOutcome::Delivered(Delivery::Refused(reason)) => Err(ApiError::Conflict(reason)),
+        CallOutcome::Delivered(Delivery::Retry(reason)) => Err(ApiError::Unavailable(reason)),
+        CallOutcome::Failed(refused) => Err(refused.into()),
+        other => Err(unexpected("decide", &other)),
+    }
+}
+
+/// Cancels the thread's active run (`run_id` pins which), or else its queued
+/// dispatches (only the one of `run_id` when given). 409 when nothing matched.
+pub(crate) async fn cancel(
+    state: &AppState,
+    thread_id: &ThreadId,
+    run_id: Option<&RunId>,
+) -> Result<serde_json::Value, ApiError> {
+    let answer = state
+        .control
+        .call(ThreadCall::Cancel {
+            thread_id: thread_id.clone(),
+            run_id: run_id.cloned(),
+        })
+        .await?;
+    match answer.outcome {
+        CallOutcome::Cancelled(run_id) => {
+            return Ok(serde_json::json!({"status": "cancel_requested", "run_id": run_id}));
+        }
+        CallOutcome::Failed(_) => {}
+        other => return Err(unexpected("cancel", &other)),
+    }
+    let cancelled = cancel_queued(state, thread_id, run_id).await?;
+    if cancelled.is_empty() {
+        let what = run_id.map_or_else(
+            || format!("thread `{thread_id}` has no active or queued run"),
+            |run| format!("run `{run}` is neither active nor queued"),
+        );
+        return Err(ApiError::Conflict(what));
+    }
+    Ok(serde_json::json!({"status": "cancel_requested", "run_ids": cancelled}))
+}
+
+async fn cancel_queued(
+    state: &AppState,
+    thread_id: &ThreadId,
+    run_id: Option<&RunId>,
+) -> Result<Vec<RunId>, ApiError> {
+    let mailbox = state.control.mailbox();
+    let queued = mailbox
+        .list_dispatches(&DispatchQuery {
+            thread_id: Some(thread_id.clone()),
+            statuses: vec![RunDispatchStatus::Queued],
+            offset: 0,
+            limit: 200,
+        })
+        .await?;
+    let mut cancelled = Vec::new();
+    for dispatch in queued.dispatches {
+        if run_id.is_some_and(|run| *run != dispatch.run_id) {
+            continue;
+        }
+        // Claimed meanwhile: the run is starting, and this cancel came too late.
+        if let Ok(dispatch) = mailbox.cancel(&dispatch.dispatch_id, now_ms()).await {
+            cancelled.push(dispatch.run_id);
+        }
+    }
+    Ok(cancelled)
+}
+
+pub(crate) fn unexpected(call: &str, outcome: &CallOutcome) -> ApiError {
+    ApiError::Internal(format!("unexpected answer to {call}: {outcome:?}"))
+}

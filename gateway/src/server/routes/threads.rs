@@ -1,0 +1,333 @@
+//! `/v1/threads`: thread CRUD, history, background input, mailbox, runs, and
+//! control (cancel, interrupt, decision).
+
+use std::collections::BTreeMap;
+
+use awaken_actors::ThreadId;
+use awaken_actors::contract::{Thread, ThreadMetadata};
+use awaken_actors::mailbox::{DispatchQuery, SubmitOptions};
+use awaken_actors::store::MessageQuery;
+use awaken_actors::thread::RunRequest;
+use awaken_cluster::decisions::DecisionPayload;
+use awaken_cluster::routing::{CallOutcome, ThreadCall};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::Value as JsonValue;
+
+use super::input::{InputBody, user_messages};
+use super::runs::{RunListQuery, default_limit};
+use super::shared::{Accepted, accept, cancel, check_thread, decide, unexpected};
+use crate::server::error::ApiError;
+use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::server::state::AppState;
+
+/// The thread routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/threads", get(list_threads).post(create_thread))
+        .route("/v1/threads/summaries", get(list_summaries))
+        .route(
+            "/v1/threads/{thread_id}",
+            get(get_thread).patch(patch_thread).delete(delete_thread),
+        )
+        .route(
+            "/v1/threads/{thread_id}/metadata",
+            axum::routing::patch(patch_thread),
+        )
+        .route("/v1/threads/{thread_id}/cancel", post(cancel_thread))
+        .route("/v1/threads/{thread_id}/decision", post(thread_decision))
+        .route("/v1/threads/{thread_id}/interrupt", post(interrupt_thread))
+        .route(
+            "/v1/threads/{thread_id}/messages",
+            get(list_messages).post(post_messages),
+        )
+        .route(
+            "/v1/threads/{thread_id}/mailbox",
+            get(list_mailbox).post(post_messages),
+        )
+        .route("/v1/threads/{thread_id}/runs", get(list_thread_runs))
+        .route("/v1/threads/{thread_id}/runs/latest", get(latest_run))
+}
+
+/// Offset paging.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Paging {
+    #[serde(default)]
+    offset: usize,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+impl Paging {
+    fn limit(&self) -> usize {
+        awaken_actors::store::clamp_limit(self.limit)
+    }
+}
+
+async fn list_threads(
+    State(state): State<AppState>,
+    ApiQuery(paging): ApiQuery<Paging>,
+) -> Result<Response, ApiError> {
+    let threads = state
+        .control
+        .store()
+        .list_threads(paging.offset, paging.limit())
+        .await?;
+    Ok(Json(serde_json::json!({ "threads": threads })).into_response())
+}
+
+async fn list_summaries(
+    State(state): State<AppState>,
+    ApiQuery(paging): ApiQuery<Paging>,
+) -> Result<Response, ApiError> {
+    let summaries = state
+        .control
+        .store()
+        .list_thread_summaries(paging.offset, paging.limit())
+        .await?;
+    Ok(Json(serde_json::json!({ "threads": summaries })).into_response())
+}
+
+/// `POST /v1/threads` and `PATCH` bodies: the metadata a client may set.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ThreadBody {
+    /// A caller-chosen id (create only); generated when absent.
+    #[serde(default)]
+    id: Option<ThreadId>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    custom: Option<BTreeMap<String, JsonValue>>,
+}
+
+async fn create_thread(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ThreadBody>,
+) -> Result<Response, ApiError> {
+    let mut thread = body.id.map_or_else(Thread::new, Thread::with_id);
+    thread.metadata.title = body.title;
+    thread.metadata.custom = body.custom.unwrap_or_default();
+    let store = state.control.store();
+    store.create_thread(&thread).await?;
+    let created = store.load_thread(&thread.id).await?.unwrap_or(thread);
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+async fn get_thread(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    match state.control.store().load_thread(&thread_id).await? {
+        Some(thread) => Ok(Json(thread).into_response()),
+        None => Err(ApiError::NotFound(format!("unknown thread `{thread_id}`"))),
+    }
+}
+
+/// Sets the given fields (a `custom` map replaces the old one) and keeps the rest.
+async fn patch_thread(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiJson(body): ApiJson<ThreadBody>,
+) -> Result<Response, ApiError> {
+    if body.id.is_some() {
+        return Err(ApiError::BadRequest("a thread's id cannot change".into()));
+    }
+    let store = state.control.store();
+    let Some(thread) = store.load_thread(&thread_id).await? else {
+        return Err(ApiError::NotFound(format!("unknown thread `{thread_id}`")));
+    };
+    let metadata = ThreadMetadata {
+        title: body.title.or(thread.metadata.title),
+        custom: body.custom.unwrap_or(thread.metadata.custom),
+        ..thread.metadata
+    };
+    store.update_thread_metadata(&thread_id, metadata).await?;
+    let updated = store
+        .load_thread(&thread_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("thread `{thread_id}` was deleted")))?;
+    Ok(Json(updated).into_response())
+}
+
+/// Deletes an idle thread; 409 while it has an active or waiting run.
+async fn delete_thread(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    let answer = state
+        .control
+        .call(ThreadCall::Status {
+            thread_id: thread_id.clone(),
+        })
+        .await?;
+    match answer.outcome {
+        CallOutcome::Status(status) => {
+            if let Some(run) = status.run {
+                return Err(ApiError::Conflict(format!(
+                    "thread `{thread_id}` has run `{}` ({:?}); cancel it first",
+                    run.run_id, run.status
+                )));
+            }
+        }
+        CallOutcome::Failed(refused) => return Err(refused.into()),
+        other => return Err(unexpected("status", &other)),
+    }
+    state.control.store().delete_thread(&thread_id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn cancel_thread(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    let answer = cancel(&state, &thread_id, None).await?;
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+async fn thread_decision(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiJson(payload): ApiJson<DecisionPayload>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    let answer = decide(&state, &thread_id, None, payload).await?;
+    Ok(Json(answer).into_response())
+}
+
+async fn interrupt_thread(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    let interrupted = state.control.interrupt_thread(&thread_id).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "status": "interrupt_requested",
+            "superseded_jobs": interrupted.mailbox.superseded_count,
+            "dispatch_epoch": interrupted.mailbox.new_dispatch_epoch,
+            "cancelled_run_id": interrupted.cancelled_run,
+        })),
+    )
+        .into_response())
+}
+
+/// `?cursor=&limit=&visibility=all`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    #[serde(default)]
+    cursor: Option<u64>,
+    #[serde(default = "default_limit")]
+    limit: usize,
+    #[serde(default)]
+    visibility: Option<VisibilityFilter>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum VisibilityFilter {
+    /// Internal messages too.
+    All,
+    /// What users see (the default).
+    External,
+}
+
+async fn list_messages(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
+) -> Result<Response, ApiError> {
+    let query = MessageQuery {
+        cursor: query.cursor,
+        limit: query.limit,
+        include_internal: matches!(query.visibility, Some(VisibilityFilter::All)),
+    };
+    let page = state
+        .control
+        .store()
+        .load_messages(&thread_id, &query)
+        .await?;
+    Ok(Json(page).into_response())
+}
+
+/// Input for the thread as a background run (202 with the run id).
+async fn post_messages(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiJson(body): ApiJson<InputBody>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    let messages = user_messages(body.messages)?;
+    let mut request = RunRequest::new(thread_id, messages);
+    request.agent_id = body.agent_id;
+    let options = SubmitOptions {
+        priority: body.priority,
+        dedupe_key: body.dedupe_key,
+        max_attempts: 0,
+    };
+    let dispatch = accept(&state, request, options).await?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted::from(dispatch))).into_response())
+}
+
+async fn list_mailbox(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiQuery(paging): ApiQuery<Paging>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    let mut page = state
+        .control
+        .mailbox()
+        .list_dispatches(&DispatchQuery {
+            thread_id: Some(thread_id),
+            statuses: Vec::new(),
+            offset: paging.offset,
+            limit: paging.limit(),
+        })
+        .await?;
+    // A claim token lets its holder ack or fail the dispatch: never shown.
+    for dispatch in &mut page.dispatches {
+        dispatch.claim_token = None;
+    }
+    Ok(Json(serde_json::json!({
+        "dispatches": page.dispatches,
+        "total": page.total,
+    }))
+    .into_response())
+}
+
+async fn list_thread_runs(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiQuery(query): ApiQuery<RunListQuery>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    let page = state
+        .control
+        .store()
+        .list_runs(&query.into_query(Some(thread_id)))
+        .await?;
+    Ok(Json(page).into_response())
+}
+
+async fn latest_run(
+    State(state): State<AppState>,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &thread_id).await?;
+    match state.control.store().latest_run(&thread_id).await? {
+        Some(run) => Ok(Json(run).into_response()),
+        None => Err(ApiError::NotFound(format!(
+            "thread `{thread_id}` has no runs"
+        ))),
+    }
+}

@@ -1,0 +1,49 @@
+//! Run events as Server-Sent Events: `id` is the event's `seq` (what a client
+//! sends back as `Last-Event-ID`), `data` the `StreamEvent` as JSON.
+
+use std::convert::Infallible;
+
+use awaken_cluster::events::RunFollow;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+
+use super::error::ApiError;
+
+/// The header a reconnecting `EventSource` sends.
+pub(crate) const LAST_EVENT_ID: &str = "last-event-id";
+
+/// The `seq` after which a reconnecting client wants events; `None` for a first
+/// connection. 400 when the header is not a sequence number.
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get(LAST_EVENT_ID) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::BadRequest("Last-Event-ID must be the seq of an event (an integer)".into())
+        })
+}
+
+/// The run's events until its activation ends; the stream is read as the client
+/// reads, so a slow client holds at most one event here (the follow's source is
+/// bounded) and a client that goes away just drops it: the run goes on.
+pub(crate) fn run_events(follow: RunFollow) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let events = futures::stream::unfold(follow, |mut follow| async move {
+        loop {
+            let event = follow.next().await?;
+            match serde_json::to_string(&event) {
+                Ok(data) => {
+                    let frame = Event::default().id(event.seq.to_string()).data(data);
+                    return Some((Ok(frame), follow));
+                }
+                Err(error) => tracing::warn!(%error, seq = event.seq, "run event not encodable"),
+            }
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::default())
+}
