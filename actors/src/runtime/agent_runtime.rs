@@ -13,7 +13,7 @@ use super::run_watch::{RunWatch, WatchingHub};
 use crate::contract::{AgentEvent, RunRecord, TerminationReason, ToolCallResume};
 use crate::error::{ResolveError, RuntimeError};
 use crate::event_sink::EventSink;
-use crate::ids::{RunId, ThreadId, ToolCallId};
+use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::phase::PhaseRuntime;
 use crate::state::ProfileAccess;
 use crate::store::{InMemoryStore, ThreadRunStore};
@@ -103,6 +103,11 @@ impl AgentRuntime {
             watches,
             region: Arc::new(OnceCell::new()),
         }
+    }
+
+    /// The agent runs use when neither the request nor the thread names one.
+    pub fn default_agent(&self) -> Option<&AgentId> {
+        self.deps.config.default_agent.as_ref()
     }
 
     /// The registries this runtime resolves from.

@@ -11,10 +11,6 @@ use tokio::sync::broadcast;
 
 use super::{EventsConfig, ReplayBuffers};
 
-/// Live events a follower may fall behind by before it refills from the replay
-/// buffer (it loses nothing the buffer still holds).
-const LIVE_CAPACITY: usize = 256;
-
 /// Keeps every run's newest events and hands live ones to local followers.
 ///
 /// A run has a live channel only while someone follows it, so runs nobody watches
@@ -22,6 +18,8 @@ const LIVE_CAPACITY: usize = 256;
 #[derive(Debug)]
 pub struct LocalEventHub {
     buffers: Arc<ReplayBuffers>,
+    /// Events a follower may fall behind by before it refills from the buffer.
+    live_capacity: usize,
     live: Arc<DashMap<RunId, broadcast::Sender<StreamEvent>>>,
 }
 
@@ -33,6 +31,7 @@ impl LocalEventHub {
                 config.replay_capacity,
                 config.retained_runs,
             )),
+            live_capacity: config.live_capacity.max(1),
             live: Arc::new(DashMap::new()),
         }
     }
@@ -47,7 +46,7 @@ impl LocalEventHub {
         let receiver = self
             .live
             .entry(run_id.clone())
-            .or_insert_with(|| broadcast::channel(LIVE_CAPACITY).0)
+            .or_insert_with(|| broadcast::channel(self.live_capacity).0)
             .subscribe();
         LiveSubscription {
             run_id: run_id.clone(),
@@ -151,10 +150,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_follower_is_told_it_lagged() {
-        let hub = LocalEventHub::new(&EventsConfig::default());
+        let config = EventsConfig::default();
+        let hub = LocalEventHub::new(&config);
         let (thread, run) = ids();
         let mut follower = hub.subscribe(&run);
-        for seq in 0..(LIVE_CAPACITY as u64 + 10) {
+        for seq in 0..(config.live_capacity as u64 + 10) {
             hub.publish(&thread, &run, &event(seq));
         }
         assert_eq!(follower.recv().await.unwrap_err(), Lagged);

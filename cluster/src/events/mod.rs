@@ -56,6 +56,9 @@ pub struct EventsConfig {
     pub replay_capacity: usize,
     /// Ended runs whose buffers are kept.
     pub retained_runs: usize,
+    /// Events a local follower may fall behind by before it refills from the
+    /// replay buffer (single node; on NATS the subscription's own buffer applies).
+    pub live_capacity: usize,
     /// Encoded events waiting for the NATS connection; beyond it events are not
     /// published (they stay replayable) and [`ClusterEventHub::dropped`] counts them.
     pub publish_queue: usize,
@@ -66,6 +69,7 @@ impl Default for EventsConfig {
         Self {
             replay_capacity: DEFAULT_REPLAY_CAPACITY,
             retained_runs: DEFAULT_RETAINED_RUNS,
+            live_capacity: 256,
             publish_queue: 65_536,
         }
     }

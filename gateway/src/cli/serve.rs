@@ -46,6 +46,7 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
     let store = open_store(&config.store).await?;
     let events = EventsConfig {
         replay_capacity: config.server.replay_buffer_capacity,
+        live_capacity: config.server.sse_buffer_size,
         ..EventsConfig::default()
     };
     let builder = demo::builder(

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 pub struct ServerConfig {
     /// Socket address to bind.
     pub address: String,
-    /// Events a slow SSE client may fall behind by before its stream refills from
-    /// the run's replay buffer.
+    /// Events a slow SSE client of a single node may fall behind by before its
+    /// stream refills from the run's replay buffer.
     pub sse_buffer_size: usize,
     /// Events kept per run for reconnects (`Last-Event-ID`).
     pub replay_buffer_capacity: usize,

@@ -24,6 +24,9 @@ pub enum ApiError {
     /// Unknown id (404).
     #[error("{0}")]
     NotFound(String),
+    /// The path exists, not with this method (405).
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// The resource is not in a state that allows the request (409).
     #[error("{0}")]
     Conflict(String),
@@ -49,6 +52,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -39,17 +39,20 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` resolves, then lets in-flight requests finish for at
-    /// most `shutdown.timeout_secs`. `Ok(false)` when that deadline cut them off.
+    /// Serves until `shutdown` resolves, then ends open event streams and lets
+    /// other in-flight requests finish for at most `shutdown.timeout_secs`.
+    /// `Ok(false)` when that deadline cut them off.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<bool> {
         let deadline = Duration::from_secs(self.state.config.shutdown.timeout_secs);
         let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+        let state = self.state.clone();
         let app = router(self.state);
         let server = axum::serve(self.listener, app).with_graceful_shutdown(async move {
             shutdown.await;
+            state.stop_streams();
             let _ = stopping.send(());
         });
         let server = tokio::spawn(async move { server.await });

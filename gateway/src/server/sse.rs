@@ -6,7 +6,8 @@ use std::convert::Infallible;
 use awaken_cluster::events::RunFollow;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::Stream;
+use futures::{Stream, StreamExt};
+use tokio::sync::watch;
 
 use super::error::ApiError;
 
@@ -29,10 +30,14 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
         })
 }
 
-/// The run's events until its activation ends; the stream is read as the client
-/// reads, so a slow client holds at most one event here (the follow's source is
-/// bounded) and a client that goes away just drops it: the run goes on.
-pub(crate) fn run_events(follow: RunFollow) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+/// The run's events until its activation ends or the server shuts down; the
+/// stream is read as the client reads, so a slow client holds at most one event
+/// here (the follow's source is bounded) and a client that goes away just drops
+/// it: the run goes on.
+pub(crate) fn run_events(
+    follow: RunFollow,
+    mut stopping: watch::Receiver<bool>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let events = futures::stream::unfold(follow, |mut follow| async move {
         loop {
             let event = follow.next().await?;
@@ -45,5 +50,9 @@ pub(crate) fn run_events(follow: RunFollow) -> Sse<impl Stream<Item = Result<Eve
             }
         }
     });
-    Sse::new(events).keep_alive(KeepAlive::default())
+    let stopped = async move {
+        // An error means the server state is gone: stop as well.
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    };
+    Sse::new(events.take_until(stopped)).keep_alive(KeepAlive::default())
 }

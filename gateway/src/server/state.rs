@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use awaken_cluster::RunControl;
+use tokio::sync::watch;
 
 use super::config::ServerConfig;
 
@@ -13,6 +14,8 @@ pub struct AppState {
     pub control: Arc<dyn RunControl>,
     /// The server's settings.
     pub config: Arc<ServerConfig>,
+    /// Turns true when the server starts shutting down: open streams end then.
+    stopping: Arc<watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -29,6 +32,18 @@ impl AppState {
         Self {
             control,
             config: Arc::new(config),
+            stopping: Arc::new(watch::Sender::new(false)),
         }
+    }
+
+    /// Watches for the server's shutdown.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// Ends every open event stream (their clients reconnect, on a cluster to
+    /// another node, with `Last-Event-ID`).
+    pub fn stop_streams(&self) {
+        self.stopping.send_replace(true);
     }
 }

@@ -59,10 +59,20 @@ pub(crate) fn user_messages(input: Vec<InputMessage>) -> Result<Vec<Message>, Ap
         )));
     }
     let messages: Vec<Message> = input.into_iter().map(InputMessage::into_message).collect();
-    if messages.iter().any(|message| message.content.is_empty()) {
+    if messages.iter().any(|message| !has_content(message)) {
         return Err(ApiError::BadRequest("a message has no content".into()));
     }
     Ok(messages)
+}
+
+/// Whether a message says anything: blank text alone does not count.
+fn has_content(message: &Message) -> bool {
+    message.content.iter().any(|block| match block {
+        ContentBlock::Text { text } | ContentBlock::Reasoning { text, .. } => {
+            !text.trim().is_empty()
+        }
+        _ => true,
+    })
 }
 
 /// `POST /v1/runs`: which agent, which thread, what input.

@@ -9,28 +9,35 @@ mod threads;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::Uri;
+use axum::http::{Method, Uri};
+use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
 use super::error::ApiError;
 use super::state::AppState;
 
 /// Every route, with the body limit (413) and the in-flight request limit (503)
-/// of `state.config`.
+/// of `state.config`. Health probes are outside the limit: a busy node is alive.
 pub fn router(state: AppState) -> Router {
+    // One semaphore for all routes (a plain concurrency limit is per route).
     let limits = ServiceBuilder::new()
         .layer(HandleErrorLayer::new(|error: BoxError| async move {
             overloaded(&error)
         }))
         .load_shed()
-        .concurrency_limit(state.config.max_concurrent_requests.max(1));
-    Router::new()
-        .merge(health::routes())
+        .layer(GlobalConcurrencyLimitLayer::new(
+            state.config.max_concurrent_requests.max(1),
+        ));
+    let api = Router::new()
         .merge(threads::routes())
         .merge(runs::routes())
         .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
-        .layer(limits)
+        .layer(limits);
+    Router::new()
+        .merge(health::routes())
+        .merge(api)
         .with_state(state)
 }
 
@@ -40,4 +47,8 @@ fn overloaded(error: &BoxError) -> ApiError {
 
 async fn no_route(uri: Uri) -> ApiError {
     ApiError::NotFound(format!("no route for {}", uri.path()))
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
 }

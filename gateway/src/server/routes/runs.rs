@@ -15,7 +15,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::input::{InputBody, StartRunBody, user_messages};
-use super::shared::{Accepted, accept, cancel, check_agent, decide, thread_of_run};
+use super::shared::{Accepted, accept, cancel, check_agent, check_thread, decide, thread_of_run};
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::sse::{last_event_id, run_events};
@@ -78,8 +78,11 @@ async fn start_run(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<StartRunBody>,
 ) -> Result<Response, ApiError> {
-    check_agent(&state, body.agent_id.as_ref())?;
     let messages = user_messages(body.messages)?;
+    if let Some(thread_id) = &body.thread_id {
+        check_thread(&state, thread_id).await?;
+    }
+    check_agent(&state, body.agent_id.as_ref(), body.thread_id.as_ref()).await?;
     let thread_id = match body.thread_id {
         Some(thread_id) => thread_id,
         None => {
@@ -94,7 +97,7 @@ async fn start_run(
     // Follow first, so not one event is published before the stream listens.
     let follow = state.control.follow(&thread_id, &run_id, None).await?;
     accept(&state, request, SubmitOptions::default()).await?;
-    Ok(run_events(follow).into_response())
+    Ok(run_events(follow, state.stopping()).into_response())
 }
 
 async fn get_run(
@@ -118,9 +121,10 @@ async fn get_run(
     }
 }
 
-/// Streams a run's events from any node: after `Last-Event-ID` when the client
-/// reconnects, from the oldest buffered event otherwise. A run that is not
-/// executing yields what is still buffered and ends.
+/// Streams a run's events from any node, after `Last-Event-ID` when the client
+/// reconnects (from the oldest buffered event otherwise), until the activation
+/// ends. A waiting run with nothing new is followed until it resumes and stops
+/// again; a finished run yields what is still buffered.
 async fn follow_run(
     State(state): State<AppState>,
     ApiPath(run_id): ApiPath<RunId>,
@@ -133,17 +137,19 @@ async fn follow_run(
         None => thread_of_run(&state, &run_id).await?,
     };
     let follow = state.control.follow(&thread_id, &run_id, after_seq).await?;
-    // Re-read: the run may have stopped between the first read and subscribing.
-    let executing = match state.control.store().load_run(&run_id).await? {
-        Some(record) => record.status == RunStatus::Running,
-        None => true,
-    };
-    let follow = if executing {
-        follow
-    } else {
+    // Re-read: the run may have finished between the first read and subscribing.
+    let finished = state
+        .control
+        .store()
+        .load_run(&run_id)
+        .await?
+        .is_some_and(|record| record.status == RunStatus::Done);
+    let follow = if finished {
         follow.replay_only()
+    } else {
+        follow
     };
-    Ok(run_events(follow).into_response())
+    Ok(run_events(follow, state.stopping()).into_response())
 }
 
 /// Follow-up input to a run's thread: a continuation run in the background.

@@ -3,7 +3,7 @@
 
 use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
 use awaken_actors::mailbox::{DispatchQuery, SubmitOptions, now_ms};
-use awaken_actors::thread::RunRequest;
+use awaken_actors::thread::{ControlError, RunRequest};
 use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::decisions::{DecisionPayload, Delivery, Encoding, parse_decision};
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
@@ -12,21 +12,34 @@ use serde::Serialize;
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
 
-/// 404 unless the agent is registered on this node.
-pub(crate) fn check_agent(state: &AppState, agent_id: Option<&AgentId>) -> Result<(), ApiError> {
-    match agent_id {
-        Some(agent)
-            if !state
-                .control
-                .runtime()
-                .registries()
-                .agents
-                .contains(agent.as_str()) =>
-        {
-            Err(ApiError::NotFound(format!("unknown agent `{agent}`")))
+/// The agent a run on `thread_id` will use: the requested one (404 unless it is
+/// registered), else the thread's previous one, else the default agent; 400 when
+/// there is none, rather than accepting a run that can never start.
+pub(crate) async fn check_agent(
+    state: &AppState,
+    requested: Option<&AgentId>,
+    thread_id: Option<&ThreadId>,
+) -> Result<AgentId, ApiError> {
+    let runtime = state.control.runtime();
+    if let Some(agent) = requested {
+        if !runtime.registries().agents.contains(agent.as_str()) {
+            return Err(ApiError::NotFound(format!("unknown agent `{agent}`")));
         }
-        _ => Ok(()),
+        return Ok(agent.clone());
     }
+    if let Some(thread_id) = thread_id
+        && let Some(run) = state.control.store().latest_run(thread_id).await?
+    {
+        return Ok(run.agent_id);
+    }
+    runtime.default_agent().cloned().ok_or_else(|| {
+        let mut known: Vec<&str> = runtime.registries().agents.ids().collect();
+        known.sort_unstable();
+        ApiError::BadRequest(format!(
+            "no agent: name one in `agentId` (known: {})",
+            known.join(", ")
+        ))
+    })
 }
 
 /// 404 unless the thread exists.
@@ -74,7 +87,7 @@ pub(crate) async fn accept(
     request: RunRequest,
     options: SubmitOptions,
 ) -> Result<RunDispatch, ApiError> {
-    check_agent(state, request.agent_id.as_ref())?;
+    check_agent(state, request.agent_id.as_ref(), Some(&request.thread_id)).await?;
     Ok(state.control.submit(request, options).await?)
 }
 
@@ -135,7 +148,11 @@ pub(crate) async fn cancel(
         CallOutcome::Cancelled(run_id) => {
             return Ok(serde_json::json!({"status": "cancel_requested", "run_id": run_id}));
         }
-        CallOutcome::Failed(_) => {}
+        // Nothing active (or not this run): look for queued work instead.
+        CallOutcome::Failed(
+            ControlError::NoActiveRun { .. } | ControlError::RunNotActive { .. },
+        ) => {}
+        CallOutcome::Failed(refused) => return Err(refused.into()),
         other => return Err(unexpected("cancel", &other)),
     }
     let cancelled = cancel_queued(state, thread_id, run_id).await?;
@@ -149,13 +166,14 @@ pub(crate) async fn cancel(
     Ok(serde_json::json!({"status": "cancel_requested", "run_ids": cancelled}))
 }
 
-async fn cancel_queued(
+/// The thread's dispatches that wait in the mailbox.
+pub(crate) async fn queued_dispatches(
     state: &AppState,
     thread_id: &ThreadId,
-    run_id: Option<&RunId>,
-) -> Result<Vec<RunId>, ApiError> {
-    let mailbox = state.control.mailbox();
-    let queued = mailbox
+) -> Result<Vec<RunDispatch>, ApiError> {
+    let page = state
+        .control
+        .mailbox()
         .list_dispatches(&DispatchQuery {
             thread_id: Some(thread_id.clone()),
             statuses: vec![RunDispatchStatus::Queued],
@@ -163,8 +181,17 @@ async fn cancel_queued(
             limit: 200,
         })
         .await?;
+    Ok(page.dispatches)
+}
+
+async fn cancel_queued(
+    state: &AppState,
+    thread_id: &ThreadId,
+    run_id: Option<&RunId>,
+) -> Result<Vec<RunId>, ApiError> {
+    let mailbox = state.control.mailbox();
     let mut cancelled = Vec::new();
-    for dispatch in queued.dispatches {
+    for dispatch in queued_dispatches(state, thread_id).await? {
         if run_id.is_some_and(|run| *run != dispatch.run_id) {
             continue;
         }

@@ -20,7 +20,9 @@ use serde_json::Value as JsonValue;
 
 use super::input::{InputBody, user_messages};
 use super::runs::{RunListQuery, default_limit};
-use super::shared::{Accepted, accept, cancel, check_thread, decide, unexpected};
+use super::shared::{
+    Accepted, accept, cancel, check_thread, decide, queued_dispatches, unexpected,
+};
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::state::AppState;
@@ -178,6 +180,13 @@ async fn delete_thread(
         }
         CallOutcome::Failed(refused) => return Err(refused.into()),
         other => return Err(unexpected("status", &other)),
+    }
+    let queued = queued_dispatches(&state, &thread_id).await?;
+    if !queued.is_empty() {
+        return Err(ApiError::Conflict(format!(
+            "thread `{thread_id}` has {} queued run(s); cancel them first",
+            queued.len()
+        )));
     }
     state.control.store().delete_thread(&thread_id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())

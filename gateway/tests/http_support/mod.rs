@@ -1,0 +1,217 @@
+//! A real HTTP server on a free loopback port, and a client that reads its SSE.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
+
+use std::sync::Arc;
+
+use awaken_actors::contract::{AgentEvent, StreamEvent};
+use awaken_actors::thread::ThreadConfig;
+use awaken_cluster::RunControl;
+use awaken_cluster::local::{LocalNode, LocalNodeConfig};
+use awaken_gateway::demo::{self, FakeFiles, Journal};
+use awaken_gateway::server::{AppState, Server, ServerConfig};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use reqwest::{Response, StatusCode};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A served node: its base URL, and a handle that stops it.
+pub struct TestServer {
+    pub base: String,
+    control: Arc<dyn RunControl>,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<bool>>>,
+}
+
+impl TestServer {
+    /// A single node with the demo agents on an in-memory store.
+    pub async fn local(config: ServerConfig) -> Self {
+        let builder = demo::builder(
+            ThreadConfig::default(),
+            Arc::new(FakeFiles::with_demo_files()),
+            Journal::default(),
+        )
+        .unwrap();
+        let node = LocalNode::start(builder, LocalNodeConfig::default())
+            .await
+            .unwrap();
+        Self::serve(Arc::new(node), config).await
+    }
+
+    /// Serves `control` on a free loopback port.
+    pub async fn serve(control: Arc<dyn RunControl>, mut config: ServerConfig) -> Self {
+        config.address = "127.0.0.1:0".into();
+        let server = Server::bind(AppState::new(Arc::clone(&control), config))
+            .await
+            .unwrap();
+        let base = format!("http://{}", server.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.serve(async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            base,
+            control,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// The node behind the server.
+    pub fn control(&self) -> Arc<dyn RunControl> {
+        Arc::clone(&self.control)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client.get(self.url(path)).send().await.unwrap()
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Stops accepting, waits for in-flight requests; `true` when they all finished.
+    pub async fn shutdown(mut self) -> bool {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.take().unwrap().await.unwrap().unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The JSON body and status of a response.
+pub async fn json(response: Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text:?}"));
+    (status, body)
+}
+
+/// Asserts an error response: the status and `{"error": "..."}` mentioning `needle`.
+pub async fn expect_error(response: Response, status: StatusCode, needle: &str) {
+    let (got, body) = json(response).await;
+    assert_eq!(got, status, "{body}");
+    let error = body["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error field: {body}"));
+    assert!(
+        error.to_lowercase().contains(&needle.to_lowercase()),
+        "{error:?} should mention {needle:?}"
+    );
+}
+
+/// An SSE response's events, read as they arrive.
+pub struct EventReader {
+    events: std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<eventsource_stream::Event, String>> + Send>,
+    >,
+}
+
+impl EventReader {
+    pub fn new(response: Response) -> Self {
+        assert_eq!(response.status(), StatusCode::OK);
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        let events = response
+            .bytes_stream()
+            .eventsource()
+            .map(|event| event.map_err(|e| e.to_string()));
+        Self {
+            events: Box::pin(events),
+        }
+    }
+
+    /// The next run event (`id` checked against `seq`); `None` at the end.
+    pub async fn next(&mut self) -> Option<StreamEvent> {
+        loop {
+            let frame = self.events.next().await?.unwrap();
+            if frame.data.is_empty() {
+                continue;
+            }
+            let event: StreamEvent = serde_json::from_str(&frame.data).unwrap();
+            assert_eq!(frame.id, event.seq.to_string(), "the SSE id is the seq");
+            return Some(event);
+        }
+    }
+
+    /// Every event until the stream ends.
+    pub async fn rest(mut self) -> Vec<StreamEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            events.push(event);
+        }
+        events
+    }
+}
+
+/// The ids of the run's first `RunStart`.
+pub fn run_ids(events: &[StreamEvent]) -> (String, String) {
+    events
+        .iter()
+        .find_map(|event| match &event.event {
+            AgentEvent::RunStart {
+                thread_id, run_id, ..
+            } => Some((thread_id.to_string(), run_id.to_string())),
+            _ => None,
+        })
+        .expect("a run_start event")
+}
+
+/// The ids of the calls that suspended.
+pub fn suspended_calls(events: &[StreamEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match &event.event {
+            AgentEvent::ToolCallDone { id, result, .. } if result.suspension.is_some() => {
+                Some(id.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// How the activation ended, as the `termination.type` of its `RunFinish`.
+pub fn finish_type(events: &[StreamEvent]) -> String {
+    let last = events.last().expect("events");
+    let value = serde_json::to_value(last).unwrap();
+    assert_eq!(value["event_type"], "run_finish", "{value}");
+    value["termination"]["type"].as_str().unwrap().to_owned()
+}
+
+/// Asserts `events` are numbered `from`, `from + 1`, ... without a gap.
+pub fn assert_contiguous(events: &[StreamEvent], from: u64) {
+    let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
+    let expected: Vec<u64> = (from..from + events.len() as u64).collect();
+    assert_eq!(seqs, expected);
+}
+
+/// A user message body.
+pub fn user(text: &str) -> Value {
+    serde_json::json!([{"role": "user", "content": text}])
+}
