@@ -3,6 +3,7 @@
 //!
 //! [`RunControl`]: awaken_cluster::RunControl
 
+pub mod auth;
 pub mod config;
 pub mod error;
 mod extract;

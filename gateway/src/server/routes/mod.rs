@@ -13,6 +13,7 @@ use axum::http::{Method, Uri};
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
+use super::auth;
 use super::error::ApiError;
 use super::state::AppState;
 
@@ -33,6 +34,10 @@ pub fn router(state: AppState) -> Router {
         .merge(runs::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(limits);
     Router::new()

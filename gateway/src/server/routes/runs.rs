@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use super::input::{InputBody, StartRunBody, user_messages};
 use super::shared::{Accepted, accept, cancel, check_agent, check_thread, decide, thread_of_run};
+use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::sse::{last_event_id, run_events};
@@ -61,13 +62,23 @@ impl RunListQuery {
 
 async fn list_runs(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(query): ApiQuery<RunListQuery>,
 ) -> Result<Response, ApiError> {
-    let page = state
-        .control
-        .store()
-        .list_runs(&query.into_query(None))
-        .await?;
+    let store = state.control.store();
+    let mut page = store.list_runs(&query.into_query(None)).await?;
+    if caller.is_tenant() {
+        // With API keys, a page shows the caller's runs among those it spans.
+        let mut own = Vec::with_capacity(page.runs.len());
+        for run in page.runs {
+            if let Some(thread) = store.load_thread(&run.thread_id).await?
+                && caller.owns(&thread)
+            {
+                own.push(run);
+            }
+        }
+        page.runs = own;
+    }
     Ok(Json(page).into_response())
 }
 
@@ -76,17 +87,19 @@ async fn list_runs(
 /// stream does not cancel it.
 async fn start_run(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<StartRunBody>,
 ) -> Result<Response, ApiError> {
     let messages = user_messages(body.messages)?;
     if let Some(thread_id) = &body.thread_id {
-        check_thread(&state, thread_id).await?;
+        check_thread(&state, &caller, thread_id).await?;
     }
     check_agent(&state, body.agent_id.as_ref(), body.thread_id.as_ref()).await?;
     let thread_id = match body.thread_id {
         Some(thread_id) => thread_id,
         None => {
-            let thread = Thread::new();
+            let mut thread = Thread::new();
+            caller.stamp(&mut thread);
             state.control.store().create_thread(&thread).await?;
             thread.id
         }
@@ -102,21 +115,26 @@ async fn start_run(
 
 async fn get_run(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
 ) -> Result<Response, ApiError> {
     if let Some(record) = state.control.store().load_run(&run_id).await? {
+        check_thread(&state, &caller, &record.thread_id).await?;
         return Ok(Json(record).into_response());
     }
     match state.control.accepted_run(&run_id).await? {
-        Some(request) => Ok((
-            StatusCode::ACCEPTED,
-            Json(serde_json::json!({
-                "run_id": run_id,
-                "thread_id": request.thread_id,
-                "status": "queued",
-            })),
-        )
-            .into_response()),
+        Some(request) => {
+            check_thread(&state, &caller, &request.thread_id).await?;
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(serde_json::json!({
+                    "run_id": run_id,
+                    "thread_id": request.thread_id,
+                    "status": "queued",
+                })),
+            )
+                .into_response())
+        }
         None => Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
     }
 }
@@ -127,15 +145,12 @@ async fn get_run(
 /// again; a finished run yields what is still buffered.
 async fn follow_run(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after_seq = last_event_id(&headers)?;
-    let record = state.control.store().load_run(&run_id).await?;
-    let thread_id = match &record {
-        Some(record) => record.thread_id.clone(),
-        None => thread_of_run(&state, &run_id).await?,
-    };
+    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
     let follow = state.control.follow(&thread_id, &run_id, after_seq).await?;
     // Re-read: the run may have finished between the first read and subscribing.
     let finished = state
@@ -155,10 +170,11 @@ async fn follow_run(
 /// Follow-up input to a run's thread: a continuation run in the background.
 async fn add_input(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
     ApiJson(body): ApiJson<InputBody>,
 ) -> Result<Response, ApiError> {
-    let thread_id = thread_of_run(&state, &run_id).await?;
+    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
     let messages = user_messages(body.messages)?;
     let mut request = RunRequest::new(thread_id, messages);
     request.agent_id = body.agent_id;
@@ -174,19 +190,21 @@ async fn add_input(
 
 async fn cancel_run(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
 ) -> Result<Response, ApiError> {
-    let thread_id = thread_of_run(&state, &run_id).await?;
+    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
     let answer = cancel(&state, &thread_id, Some(&run_id)).await?;
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }
 
 async fn run_decision(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
     ApiJson(payload): ApiJson<DecisionPayload>,
 ) -> Result<Response, ApiError> {
-    let thread_id = thread_of_run(&state, &run_id).await?;
+    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
     let answer = decide(&state, &thread_id, Some(&run_id), payload).await?;
     Ok(Json(answer).into_response())
 }

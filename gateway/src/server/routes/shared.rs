@@ -1,7 +1,7 @@
 //! Steps several routes share: checking ids, accepting runs, sending decisions and
 //! cancellations to a thread's owner.
 
-use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
+use awaken_actors::contract::{RunDispatch, RunDispatchStatus, Thread};
 use awaken_actors::mailbox::{DispatchQuery, SubmitOptions, now_ms};
 use awaken_actors::thread::{ControlError, RunRequest};
 use awaken_actors::{AgentId, RunId, ThreadId};
@@ -9,6 +9,7 @@ use awaken_cluster::decisions::{DecisionPayload, Delivery, Encoding, parse_decis
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
 use serde::Serialize;
 
+use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
 
@@ -42,23 +43,38 @@ pub(crate) async fn check_agent(
     })
 }
 
-/// 404 unless the thread exists.
-pub(crate) async fn check_thread(state: &AppState, thread_id: &ThreadId) -> Result<(), ApiError> {
+/// The thread: 404 unless it exists, 403 unless the caller may touch it.
+pub(crate) async fn check_thread(
+    state: &AppState,
+    caller: &Caller,
+    thread_id: &ThreadId,
+) -> Result<Thread, ApiError> {
     match state.control.store().load_thread(thread_id).await? {
-        Some(_) => Ok(()),
+        Some(thread) => {
+            caller.authorize(&thread)?;
+            Ok(thread)
+        }
         None => Err(ApiError::NotFound(format!("unknown thread `{thread_id}`"))),
     }
 }
 
-/// The thread of a run that exists (started, or accepted and queued); 404 otherwise.
-pub(crate) async fn thread_of_run(state: &AppState, run_id: &RunId) -> Result<ThreadId, ApiError> {
-    if let Some(record) = state.control.store().load_run(run_id).await? {
-        return Ok(record.thread_id);
-    }
-    match state.control.accepted_run(run_id).await? {
-        Some(request) => Ok(request.thread_id),
-        None => Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
-    }
+/// The thread of a run that exists (started, or accepted and queued): 404
+/// otherwise, 403 unless the caller may touch the thread.
+pub(crate) async fn thread_of_run(
+    state: &AppState,
+    caller: &Caller,
+    run_id: &RunId,
+) -> Result<ThreadId, ApiError> {
+    let thread_id = if let Some(record) = state.control.store().load_run(run_id).await? {
+        record.thread_id
+    } else {
+        match state.control.accepted_run(run_id).await? {
+            Some(request) => request.thread_id,
+            None => return Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
+        }
+    };
+    check_thread(state, caller, &thread_id).await?;
+    Ok(thread_id)
 }
 
 /// What a background submission answers (202).

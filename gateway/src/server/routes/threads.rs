@@ -23,6 +23,7 @@ use super::runs::{RunListQuery, default_limit};
 use super::shared::{
     Accepted, accept, cancel, check_thread, decide, queued_dispatches, unexpected,
 };
+use crate::server::auth::{Caller, TENANT_KEY, refuse_reserved};
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::state::AppState;
@@ -73,25 +74,37 @@ impl Paging {
 
 async fn list_threads(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> Result<Response, ApiError> {
-    let threads = state
-        .control
-        .store()
-        .list_threads(paging.offset, paging.limit())
-        .await?;
+    let store = state.control.store();
+    let mut threads = store.list_threads(paging.offset, paging.limit()).await?;
+    if caller.is_tenant() {
+        // With API keys, a page shows the caller's threads among those it spans.
+        let mut own = Vec::with_capacity(threads.len());
+        for thread_id in threads {
+            if let Some(thread) = store.load_thread(&thread_id).await?
+                && caller.owns(&thread)
+            {
+                own.push(thread_id);
+            }
+        }
+        threads = own;
+    }
     Ok(Json(serde_json::json!({ "threads": threads })).into_response())
 }
 
 async fn list_summaries(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> Result<Response, ApiError> {
-    let summaries = state
+    let mut summaries = state
         .control
         .store()
         .list_thread_summaries(paging.offset, paging.limit())
         .await?;
+    summaries.retain(|summary| caller.owns(&summary.thread));
     Ok(Json(serde_json::json!({ "threads": summaries })).into_response())
 }
 
@@ -110,11 +123,14 @@ struct ThreadBody {
 
 async fn create_thread(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<ThreadBody>,
 ) -> Result<Response, ApiError> {
     let mut thread = body.id.map_or_else(Thread::new, Thread::with_id);
     thread.metadata.title = body.title;
     thread.metadata.custom = body.custom.unwrap_or_default();
+    refuse_reserved(&thread.metadata.custom)?;
+    caller.stamp(&mut thread);
     let store = state.control.store();
     store.create_thread(&thread).await?;
     let created = store.load_thread(&thread.id).await?.unwrap_or(thread);
@@ -123,32 +139,40 @@ async fn create_thread(
 
 async fn get_thread(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    match state.control.store().load_thread(&thread_id).await? {
-        Some(thread) => Ok(Json(thread).into_response()),
-        None => Err(ApiError::NotFound(format!("unknown thread `{thread_id}`"))),
-    }
+    let thread = check_thread(&state, &caller, &thread_id).await?;
+    Ok(Json(thread).into_response())
 }
 
 /// Sets the given fields (a `custom` map replaces the old one) and keeps the rest.
 async fn patch_thread(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiJson(body): ApiJson<ThreadBody>,
 ) -> Result<Response, ApiError> {
     if body.id.is_some() {
         return Err(ApiError::BadRequest("a thread's id cannot change".into()));
     }
-    let store = state.control.store();
-    let Some(thread) = store.load_thread(&thread_id).await? else {
-        return Err(ApiError::NotFound(format!("unknown thread `{thread_id}`")));
+    let thread = check_thread(&state, &caller, &thread_id).await?;
+    let custom = match body.custom {
+        Some(mut custom) => {
+            refuse_reserved(&custom)?;
+            if let Some(tenant) = thread.metadata.custom.get(TENANT_KEY) {
+                custom.insert(TENANT_KEY.to_owned(), tenant.clone());
+            }
+            custom
+        }
+        None => thread.metadata.custom,
     };
     let metadata = ThreadMetadata {
         title: body.title.or(thread.metadata.title),
-        custom: body.custom.unwrap_or(thread.metadata.custom),
+        custom,
         ..thread.metadata
     };
+    let store = state.control.store();
     store.update_thread_metadata(&thread_id, metadata).await?;
     let updated = store
         .load_thread(&thread_id)
@@ -160,9 +184,10 @@ async fn patch_thread(
 /// Deletes an idle thread; 409 while it has an active or waiting run.
 async fn delete_thread(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     let answer = state
         .control
         .call(ThreadCall::Status {
@@ -194,28 +219,31 @@ async fn delete_thread(
 
 async fn cancel_thread(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     let answer = cancel(&state, &thread_id, None).await?;
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }
 
 async fn thread_decision(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiJson(payload): ApiJson<DecisionPayload>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     let answer = decide(&state, &thread_id, None, payload).await?;
     Ok(Json(answer).into_response())
 }
 
 async fn interrupt_thread(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     let interrupted = state.control.interrupt_thread(&thread_id).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -252,9 +280,11 @@ enum VisibilityFilter {
 
 async fn list_messages(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
+    check_thread(&state, &caller, &thread_id).await?;
     let query = MessageQuery {
         cursor: query.cursor,
         limit: query.limit,
@@ -271,10 +301,11 @@ async fn list_messages(
 /// Input for the thread as a background run (202 with the run id).
 async fn post_messages(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiJson(body): ApiJson<InputBody>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     let messages = user_messages(body.messages)?;
     let mut request = RunRequest::new(thread_id, messages);
     request.agent_id = body.agent_id;
@@ -289,10 +320,11 @@ async fn post_messages(
 
 async fn list_mailbox(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     let mut page = state
         .control
         .mailbox()
@@ -316,10 +348,11 @@ async fn list_mailbox(
 
 async fn list_thread_runs(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(query): ApiQuery<RunListQuery>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     let page = state
         .control
         .store()
@@ -330,9 +363,10 @@ async fn list_thread_runs(
 
 async fn latest_run(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &thread_id).await?;
+    check_thread(&state, &caller, &thread_id).await?;
     match state.control.store().latest_run(&thread_id).await? {
         Some(run) => Ok(Json(run).into_response()),
         None => Err(ApiError::NotFound(format!(

@@ -1,0 +1,124 @@
+//! API keys: `Authorization: Bearer <key>` on every route but health, and tenants
+//! that own threads.
+
+use std::collections::BTreeMap;
+
+use awaken_actors::contract::Thread;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value as JsonValue;
+
+use super::error::ApiError;
+use super::state::AppState;
+
+/// The `custom` metadata key that records which tenant created a thread; clients
+/// cannot set or change it.
+pub const TENANT_KEY: &str = "awaken.tenant";
+
+/// Who is calling: the tenant of the caller's API key, or nobody in particular
+/// when the server has no keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Caller(Option<String>);
+
+impl Caller {
+    /// Stamps a new thread with the caller's tenant.
+    pub(crate) fn stamp(&self, thread: &mut Thread) {
+        if let Some(tenant) = &self.0 {
+            thread
+                .metadata
+                .custom
+                .insert(TENANT_KEY.to_owned(), JsonValue::String(tenant.clone()));
+        }
+    }
+
+    /// 403 unless the caller may touch `thread`: with API keys, only the tenant
+    /// that created it may.
+    pub(crate) fn authorize(&self, thread: &Thread) -> Result<(), ApiError> {
+        if self.owns(thread) {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden(format!(
+            "thread `{}` belongs to another tenant",
+            thread.id
+        )))
+    }
+
+    /// Whether the caller is a tenant (the server has API keys).
+    pub(crate) fn is_tenant(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Whether list results may show `thread`.
+    pub(crate) fn owns(&self, thread: &Thread) -> bool {
+        match &self.0 {
+            None => true,
+            Some(tenant) => {
+                thread
+                    .metadata
+                    .custom
+                    .get(TENANT_KEY)
+                    .and_then(JsonValue::as_str)
+                    == Some(tenant.as_str())
+            }
+        }
+    }
+}
+
+/// 400 when a client tries to set the reserved tenant key.
+pub(crate) fn refuse_reserved(custom: &BTreeMap<String, JsonValue>) -> Result<(), ApiError> {
+    if custom.contains_key(TENANT_KEY) {
+        return Err(ApiError::BadRequest(format!(
+            "`custom.{TENANT_KEY}` is set by the server"
+        )));
+    }
+    Ok(())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Self>()
+            .cloned()
+            .ok_or_else(|| ApiError::Internal("route served without the key check".into()))
+    }
+}
+
+/// Middleware: 401 without a known key (when keys are configured); the caller's
+/// tenant goes to the handlers as a [`Caller`].
+pub(crate) async fn require_key(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let keys = &state.config.api_keys;
+    let caller = if keys.is_empty() {
+        Caller(None)
+    } else {
+        let presented = request
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim);
+        match presented {
+            None => {
+                return ApiError::Unauthorized(
+                    "missing API key: send `Authorization: Bearer <key>`".into(),
+                )
+                .into_response();
+            }
+            Some(key) => match keys.get(key) {
+                Some(tenant) => Caller(Some(tenant.clone())),
+                None => return ApiError::Unauthorized("unknown API key".into()).into_response(),
+            },
+        }
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
