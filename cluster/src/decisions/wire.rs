@@ -140,29 +140,37 @@ pub fn parse_decision(
         }
     };
     let thread_id = ThreadId::new(thread).map_err(|e| e.to_string())?;
-    if let Some(named) = &payload.thread_id
-        && named != thread_id.as_str()
-    {
-        return Err(format!(
-            "payload names thread {named:?} but was published for {thread_id:?}"
-        ));
+    payload.into_decision(thread_id, now_ms)
+}
+
+impl DecisionPayload {
+    /// The decision for `thread_id` (the subject's, or an HTTP route's), checking
+    /// the ids; `now_ms` stamps it when the payload has no `updated_at`.
+    pub fn into_decision(self, thread_id: ThreadId, now_ms: u64) -> Result<Decision, String> {
+        if let Some(named) = &self.thread_id
+            && named != thread_id.as_str()
+        {
+            return Err(format!(
+                "payload names thread {named:?} but was published for {thread_id:?}"
+            ));
+        }
+        Ok(Decision {
+            call_id: ToolCallId::new(self.call_id).map_err(|e| e.to_string())?,
+            run_id: self
+                .run_id
+                .map(RunId::new)
+                .transpose()
+                .map_err(|e| e.to_string())?,
+            resume: ToolCallResume {
+                decision_id: DecisionId::new(self.decision_id).map_err(|e| e.to_string())?,
+                action: self.action,
+                result: self.result,
+                reason: self.reason,
+                updated_at: self.updated_at.unwrap_or(now_ms),
+            },
+            thread_id,
+        })
     }
-    Ok(Decision {
-        call_id: ToolCallId::new(payload.call_id).map_err(|e| e.to_string())?,
-        run_id: payload
-            .run_id
-            .map(RunId::new)
-            .transpose()
-            .map_err(|e| e.to_string())?,
-        resume: ToolCallResume {
-            decision_id: DecisionId::new(payload.decision_id).map_err(|e| e.to_string())?,
-            action: payload.action,
-            result: payload.result,
-            reason: payload.reason,
-            updated_at: payload.updated_at.unwrap_or(now_ms),
-        },
-        thread_id,
-    })
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use awaken_actors::contract::{RunDispatch, RunDispatchStatus, Thread};
 use awaken_actors::mailbox::{DispatchQuery, SubmitOptions, now_ms};
 use awaken_actors::thread::{ControlError, RunRequest};
 use awaken_actors::{AgentId, RunId, ThreadId};
-use awaken_cluster::decisions::{DecisionPayload, Delivery, Encoding, parse_decision};
+use awaken_cluster::decisions::{DecisionPayload, Delivery};
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
 use serde::Serialize;
 
@@ -126,13 +126,9 @@ pub(crate) async fn decide(
             _ => payload.run_id = Some(run_id.to_string()),
         }
     }
-    let body = serde_json::to_vec(&payload).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let subject = format!(
-        "{}{thread_id}",
-        awaken_cluster::decisions::DECISION_SUBJECT_PREFIX
-    );
-    let decision =
-        parse_decision(&subject, Encoding::Json, &body, now_ms()).map_err(ApiError::BadRequest)?;
+    let decision = payload
+        .into_decision(thread_id.clone(), now_ms())
+        .map_err(ApiError::BadRequest)?;
     let answer = state.control.call(ThreadCall::Decide { decision }).await?;
     match answer.outcome {
         CallOutcome::Delivered(Delivery::Applied { duplicate }) => Ok(serde_json::json!({
