@@ -15,7 +15,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::input::{InputBody, StartRunBody, user_messages};
-use super::shared::{Accepted, accept, cancel, check_agent, check_thread, decide, thread_of_run};
+use super::shared::{accept_input, cancel, check_agent, check_thread, decide, thread_of_run};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
@@ -109,7 +109,11 @@ async fn start_run(
     request.agent_id = body.agent_id;
     // Follow first, so not one event is published before the stream listens.
     let follow = state.control.follow(&thread_id, &run_id, None).await?;
-    accept(&state, request, SubmitOptions::default()).await?;
+    // The agent was checked above, before a new thread was created.
+    state
+        .control
+        .submit(request, SubmitOptions::default())
+        .await?;
     Ok(run_events(follow, state.stopping()).into_response())
 }
 
@@ -175,17 +179,7 @@ async fn add_input(
     ApiJson(body): ApiJson<InputBody>,
 ) -> Result<Response, ApiError> {
     let thread_id = thread_of_run(&state, &caller, &run_id).await?;
-    let messages = user_messages(body.messages)?;
-    let mut request = RunRequest::new(thread_id, messages);
-    request.agent_id = body.agent_id;
-    request.parent_run_id = Some(run_id);
-    let options = SubmitOptions {
-        priority: body.priority,
-        dedupe_key: body.dedupe_key,
-        max_attempts: 0,
-    };
-    let dispatch = accept(&state, request, options).await?;
-    Ok((StatusCode::ACCEPTED, Json(Accepted::from(dispatch))).into_response())
+    accept_input(&state, thread_id, body, Some(run_id)).await
 }
 
 async fn cancel_run(

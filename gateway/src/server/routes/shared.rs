@@ -7,8 +7,12 @@ use awaken_actors::thread::{ControlError, RunRequest};
 use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::decisions::{DecisionPayload, Delivery};
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::input::{InputBody, user_messages};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
@@ -97,14 +101,26 @@ impl From<RunDispatch> for Accepted {
     }
 }
 
-/// Accepts `request` into the mailbox.
-pub(crate) async fn accept(
+/// Accepts `body` as a background run on `thread_id` (continuing
+/// `parent_run_id` when given): 202 with the run's ids.
+pub(crate) async fn accept_input(
     state: &AppState,
-    request: RunRequest,
-    options: SubmitOptions,
-) -> Result<RunDispatch, ApiError> {
-    check_agent(state, request.agent_id.as_ref(), Some(&request.thread_id)).await?;
-    Ok(state.control.submit(request, options).await?)
+    thread_id: ThreadId,
+    body: InputBody,
+    parent_run_id: Option<RunId>,
+) -> Result<Response, ApiError> {
+    let messages = user_messages(body.messages)?;
+    check_agent(state, body.agent_id.as_ref(), Some(&thread_id)).await?;
+    let mut request = RunRequest::new(thread_id, messages);
+    request.agent_id = body.agent_id;
+    request.parent_run_id = parent_run_id;
+    let options = SubmitOptions {
+        priority: body.priority,
+        dedupe_key: body.dedupe_key,
+        max_attempts: 0,
+    };
+    let dispatch = state.control.submit(request, options).await?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted::from(dispatch))).into_response())
 }
 
 /// Reads a decision body for `thread_id` (optionally pinned to `run_id`) and hands

@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 
 use awaken_actors::ThreadId;
 use awaken_actors::contract::{Thread, ThreadMetadata};
-use awaken_actors::mailbox::{DispatchQuery, SubmitOptions};
+use awaken_actors::mailbox::DispatchQuery;
 use awaken_actors::store::MessageQuery;
-use awaken_actors::thread::RunRequest;
 use awaken_cluster::decisions::DecisionPayload;
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
 use axum::extract::State;
@@ -18,11 +17,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::Value as JsonValue;
 
-use super::input::{InputBody, user_messages};
+use super::input::InputBody;
 use super::runs::{RunListQuery, default_limit};
-use super::shared::{
-    Accepted, accept, cancel, check_thread, decide, queued_dispatches, unexpected,
-};
+use super::shared::{accept_input, cancel, check_thread, decide, queued_dispatches, unexpected};
 use crate::server::auth::{Caller, TENANT_KEY, refuse_reserved};
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
@@ -306,16 +303,7 @@ async fn post_messages(
     ApiJson(body): ApiJson<InputBody>,
 ) -> Result<Response, ApiError> {
     check_thread(&state, &caller, &thread_id).await?;
-    let messages = user_messages(body.messages)?;
-    let mut request = RunRequest::new(thread_id, messages);
-    request.agent_id = body.agent_id;
-    let options = SubmitOptions {
-        priority: body.priority,
-        dedupe_key: body.dedupe_key,
-        max_attempts: 0,
-    };
-    let dispatch = accept(&state, request, options).await?;
-    Ok((StatusCode::ACCEPTED, Json(Accepted::from(dispatch))).into_response())
+    accept_input(&state, thread_id, body, None).await
 }
 
 async fn list_mailbox(
