@@ -119,6 +119,46 @@ impl RunFollow {
         self
     }
 
+    /// Drops the buffered events and waits only for new ones: for following what a
+    /// decision about to be sent resumes, after an activation that already ended.
+    pub fn skip_backlog(mut self) -> Self {
+        if let Some(last) = self.backlog.back() {
+            self.last_seq = Some(last.seq);
+        }
+        self.backlog.clear();
+        self
+    }
+
+    /// Starts at the latest activation in the buffer (a resumed run's first
+    /// activations ended with their own `RunFinish`): what a client that missed the
+    /// whole current activation replays.
+    pub fn from_last_activation(mut self) -> Self {
+        let ends: Vec<usize> = self
+            .backlog
+            .iter()
+            .enumerate()
+            .filter(|(_, event)| matches!(event.event, AgentEvent::RunFinish { .. }))
+            .map(|(index, _)| index)
+            .collect();
+        let last = self.backlog.len().checked_sub(1);
+        // A backlog that ends with a `RunFinish` replays that (latest) activation.
+        let skip_through = match ends.as_slice() {
+            [.., before, end] if Some(*end) == last => Some(*before),
+            [.., end] if Some(*end) != last => Some(*end),
+            _ => None,
+        };
+        if let Some(index) = skip_through {
+            let skipped: Vec<StreamEvent> = self.backlog.drain(..=index).collect();
+            self.last_seq = skipped.last().map(|event| event.seq);
+        }
+        self
+    }
+
+    /// The `seq` of the last event returned (or skipped); `None` before any.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.last_seq
+    }
+
     /// The run being followed.
     pub fn run_id(&self) -> &RunId {
         &self.run_id

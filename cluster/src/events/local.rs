@@ -160,6 +160,74 @@ mod tests {
         assert_eq!(follower.recv().await.unwrap_err(), Lagged);
     }
 
+    #[tokio::test]
+    async fn a_follow_that_skips_its_backlog_sees_only_new_events() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        for seq in 0..3 {
+            hub.publish(&thread, &run, &event(seq));
+        }
+        let mut follow = crate::events::follow_local(&hub, &run, None).skip_backlog();
+        assert_eq!(follow.last_seq(), Some(2));
+        hub.publish(&thread, &run, &event(3));
+        assert_eq!(follow.next().await.unwrap().seq, 3);
+        assert_eq!(follow.last_seq(), Some(3));
+    }
+
+    fn finish(seq: u64) -> StreamEvent {
+        let (thread_id, run_id) = ids();
+        StreamEvent::new(
+            seq,
+            "2026-01-01T00:00:00Z",
+            AgentEvent::RunFinish {
+                thread_id,
+                run_id,
+                result: None,
+                termination: awaken_actors::contract::TerminationReason::Suspended,
+            },
+        )
+    }
+
+    async fn replayed_from_last_activation(events: &[StreamEvent]) -> Vec<u64> {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        for event in events {
+            hub.publish(&thread, &run, event);
+        }
+        let mut follow = crate::events::follow_local(&hub, &run, None)
+            .from_last_activation()
+            .replay_only();
+        let mut seqs = Vec::new();
+        while let Some(event) = follow.next().await {
+            seqs.push(event.seq);
+        }
+        seqs
+    }
+
+    #[tokio::test]
+    async fn replays_start_at_the_latest_activation() {
+        // One activation that waits: all of it.
+        assert_eq!(
+            replayed_from_last_activation(&[event(0), finish(1)]).await,
+            [0, 1]
+        );
+        // Waited, resumed, waits again: the second activation.
+        assert_eq!(
+            replayed_from_last_activation(&[event(0), finish(1), event(2), finish(3)]).await,
+            [2, 3]
+        );
+        // Waited, resumed, still running: what ran since the resume.
+        assert_eq!(
+            replayed_from_last_activation(&[event(0), finish(1), event(2), event(3)]).await,
+            [2, 3]
+        );
+        // Still in its first activation.
+        assert_eq!(
+            replayed_from_last_activation(&[event(0), event(1)]).await,
+            [0, 1]
+        );
+    }
+
     #[test]
     fn unfollowed_runs_are_only_buffered() {
         let hub = LocalEventHub::new(&EventsConfig::default());

@@ -1,7 +1,10 @@
-//! The route tree: health, threads, runs, under the server's limits.
+//! The route tree: health, threads, runs and the frontend protocols, under the
+//! server's limits.
 
+mod ai_sdk;
 mod health;
 mod input;
+mod protocol;
 mod runs;
 mod shared;
 mod threads;
@@ -32,6 +35,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(threads::routes())
         .merge(runs::routes())
+        .merge(ai_sdk::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(

@@ -214,7 +214,7 @@ async fn delete_thread(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn cancel_thread(
+pub(super) async fn cancel_thread(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
@@ -235,7 +235,7 @@ async fn thread_decision(
     Ok(Json(answer).into_response())
 }
 
-async fn interrupt_thread(
+pub(super) async fn interrupt_thread(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,

@@ -1,0 +1,147 @@
+//! A thread's log as AI SDK `UIMessage`s, for `useChat`'s initial messages.
+//!
+//! A run's assistant and tool messages fold into one assistant UI message whose id
+//! is the run id (as in the stream), one `step-start` per model turn, tool results
+//! filled into their tool parts.
+
+use awaken_actors::JsonValue;
+use awaken_actors::contract::{ContentBlock, Message, Role};
+use serde_json::json;
+
+/// The UI messages of `messages`, in order.
+pub(crate) fn ui_messages(messages: &[Message]) -> Vec<JsonValue> {
+    let mut out: Vec<JsonValue> = Vec::new();
+    let mut assistant: Option<AssistantMessage> = None;
+    for message in messages {
+        match message.role {
+            Role::User | Role::System => {
+                if let Some(done) = assistant.take() {
+                    out.push(done.into_json());
+                }
+                out.push(json!({
+                    "id": message.id,
+                    "role": if message.role == Role::User { "user" } else { "system" },
+                    "parts": content_parts(&message.content),
+                }));
+            }
+            Role::Assistant => {
+                let id = message
+                    .run_id
+                    .as_ref()
+                    .map_or_else(|| message.id.to_string(), ToString::to_string);
+                if assistant.as_ref().is_some_and(|current| current.id != id)
+                    && let Some(done) = assistant.take()
+                {
+                    out.push(done.into_json());
+                }
+                let current = assistant.get_or_insert_with(|| AssistantMessage {
+                    id,
+                    parts: Vec::new(),
+                });
+                current.parts.push(json!({"type": "step-start"}));
+                current.parts.extend(content_parts(&message.content));
+                for call in &message.tool_calls {
+                    current.parts.push(json!({
+                        "type": format!("tool-{}", call.name),
+                        "toolCallId": call.id,
+                        "state": "input-available",
+                        "input": call.arguments,
+                    }));
+                }
+            }
+            Role::Tool => {
+                let (Some(current), Some(call_id)) = (assistant.as_mut(), &message.tool_call_id)
+                else {
+                    continue;
+                };
+                let text = message.text();
+                let output = serde_json::from_str(&text).unwrap_or(JsonValue::String(text));
+                if let Some(part) = current
+                    .parts
+                    .iter_mut()
+                    .find(|part| part["toolCallId"] == json!(call_id))
+                {
+                    part["state"] = json!("output-available");
+                    part["output"] = output;
+                }
+            }
+        }
+    }
+    if let Some(done) = assistant {
+        out.push(done.into_json());
+    }
+    out
+}
+
+struct AssistantMessage {
+    id: String,
+    parts: Vec<JsonValue>,
+}
+
+impl AssistantMessage {
+    fn into_json(self) -> JsonValue {
+        json!({"id": self.id, "role": "assistant", "parts": self.parts})
+    }
+}
+
+fn content_parts(content: &[ContentBlock]) -> Vec<JsonValue> {
+    content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } if !text.is_empty() => {
+                Some(json!({"type": "text", "text": text, "state": "done"}))
+            }
+            ContentBlock::Text { .. } => None,
+            ContentBlock::Reasoning { text, .. } => {
+                Some(json!({"type": "reasoning", "text": text, "state": "done"}))
+            }
+            ContentBlock::Image {
+                url: Some(url),
+                media_type,
+                ..
+            } => Some(json!({
+                "type": "file",
+                "url": url,
+                "mediaType": media_type.as_deref().unwrap_or("image/*"),
+            })),
+            ContentBlock::Image { .. } => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use awaken_actors::contract::ToolCall;
+    use awaken_actors::{RunId, ToolCallId};
+
+    use super::*;
+
+    #[test]
+    fn a_run_folds_into_one_assistant_message_with_its_tool_results() {
+        let run = RunId::new("run-1").unwrap();
+        let call = ToolCallId::new("c1").unwrap();
+        let asked = Message::assistant_with_tool_calls(
+            "let me look",
+            vec![ToolCall::new(call.clone(), "ls", json!({"dir": "."}))],
+        )
+        .with_run_id(run.clone());
+        let result = Message::tool_result(call, "[\"a\"]").with_run_id(run.clone());
+        let answer = Message::assistant("found a").with_run_id(run);
+        let ui = ui_messages(&[Message::user("hi"), asked, result, answer]);
+        assert_eq!(ui.len(), 2);
+        assert_eq!(ui[0]["role"], "user");
+        assert_eq!(ui[0]["parts"][0]["text"], "hi");
+        assert_eq!(ui[1]["id"], "run-1");
+        let types: Vec<&str> = ui[1]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["step-start", "text", "tool-ls", "step-start", "text"]);
+        assert_eq!(ui[1]["parts"][2]["state"], "output-available");
+        assert_eq!(ui[1]["parts"][2]["output"], json!(["a"]));
+    }
+}

@@ -1,0 +1,176 @@
+//! `/v1/ai-sdk`: the Vercel AI SDK v6 UI message stream for `useChat`.
+//!
+//! A chat id is a thread id. A POST whose last message is from the user starts a
+//! run and streams it; one whose last message answers approval requests resumes the
+//! thread's waiting run with those decisions and streams the continuation. GET
+//! `…/stream` resumes the stream of what a thread (or run) is executing.
+
+mod encoder;
+mod messages;
+mod request;
+
+use awaken_actors::contract::Visibility;
+use awaken_actors::{AgentId, RunId, ThreadId};
+use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use self::encoder::UiEncoder;
+use self::request::{Approval, ChatInput, ChatRequest};
+use super::protocol::{
+    RunEvents, encoded_events, open_thread, replay_followed, resume_followed, running_run,
+    start_followed, waiting_run,
+};
+use super::shared::{check_thread, thread_of_run};
+use super::threads::{cancel_thread, interrupt_thread};
+use crate::server::auth::Caller;
+use crate::server::error::ApiError;
+use crate::server::extract::{ApiJson, ApiPath};
+use crate::server::state::AppState;
+
+/// The header that tells the client this is a UI message stream.
+const STREAM_HEADER: HeaderName = HeaderName::from_static("x-vercel-ai-ui-message-stream");
+
+/// The AI SDK routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/ai-sdk/chat", post(chat))
+        .route("/v1/ai-sdk/threads/{thread_id}/runs", post(thread_chat))
+        .route("/v1/ai-sdk/agents/{agent_id}/runs", post(agent_chat))
+        .route("/v1/ai-sdk/chat/{thread_id}/stream", get(resume_thread))
+        .route("/v1/ai-sdk/threads/{thread_id}/stream", get(resume_thread))
+        .route("/v1/ai-sdk/streams/{run_id}", get(resume_run))
+        .route("/v1/ai-sdk/runs/{run_id}/stream", get(resume_run))
+        .route("/v1/ai-sdk/threads/{thread_id}/messages", get(thread_messages))
+        .route("/v1/ai-sdk/threads/{thread_id}/cancel", post(cancel_thread))
+        .route(
+            "/v1/ai-sdk/threads/{thread_id}/interrupt",
+            post(interrupt_thread),
+        )
+}
+
+async fn chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let thread_id = body.thread_id()?;
+    let agent_id = body.agent_id.clone();
+    respond(&state, &caller, body, thread_id, agent_id).await
+}
+
+async fn thread_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiJson(body): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let agent_id = body.agent_id.clone();
+    respond(&state, &caller, body, Some(thread_id), agent_id).await
+}
+
+async fn agent_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(agent_id): ApiPath<AgentId>,
+    ApiJson(body): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let thread_id = body.thread_id()?;
+    respond(&state, &caller, body, thread_id, Some(agent_id)).await
+}
+
+/// Starts a run for a new user message, or resumes the waiting run with the
+/// approvals the last message answers.
+async fn respond(
+    state: &AppState,
+    caller: &Caller,
+    body: ChatRequest,
+    thread_id: Option<ThreadId>,
+    agent_id: Option<AgentId>,
+) -> Result<Response, ApiError> {
+    match body.input()? {
+        ChatInput::Message(message) => {
+            let thread_id = open_thread(state, caller, thread_id, agent_id.as_ref()).await?;
+            let events =
+                start_followed(state, thread_id, agent_id, vec![message], RunId::generate())
+                    .await?;
+            Ok(ui_stream(state, events, UiEncoder::new()))
+        }
+        ChatInput::Approvals(approvals) => {
+            let thread_id = thread_id.ok_or_else(|| {
+                ApiError::BadRequest("approvals answer a chat: send its `id`".into())
+            })?;
+            let run = waiting_run(state, caller, &thread_id).await?;
+            let denied = approvals
+                .iter()
+                .filter(|approval| !approval.approved)
+                .map(|approval| approval.tool_call_id.clone());
+            let encoder = UiEncoder::continuing(body.known_calls(), denied);
+            let decisions = approvals.iter().map(Approval::decision).collect();
+            let events = resume_followed(state, &run, decisions).await?;
+            Ok(ui_stream(state, events, encoder))
+        }
+    }
+}
+
+/// The stream of the run the thread executes; 204 when it executes none.
+async fn resume_thread(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &caller, &thread_id).await?;
+    match running_run(&state, &thread_id).await? {
+        Some(run_id) => {
+            let events = replay_followed(&state, &thread_id, &run_id).await?;
+            Ok(ui_stream(&state, events, UiEncoder::new()))
+        }
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// The run's latest activation, followed to its end while it executes.
+async fn resume_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(run_id): ApiPath<RunId>,
+) -> Result<Response, ApiError> {
+    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
+    let events = replay_followed(&state, &thread_id, &run_id).await?;
+    Ok(ui_stream(&state, events, UiEncoder::new()))
+}
+
+/// The thread's visible log as UI messages.
+async fn thread_messages(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &caller, &thread_id).await?;
+    let snapshot = state
+        .control
+        .store()
+        .load_thread_snapshot(&thread_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown thread `{thread_id}`")))?;
+    let visible: Vec<_> = snapshot
+        .messages
+        .into_iter()
+        .filter(|message| message.visibility == Visibility::All)
+        .collect();
+    Ok(Json(serde_json::json!({ "messages": messages::ui_messages(&visible) })).into_response())
+}
+
+fn ui_stream(state: &AppState, events: RunEvents, encoder: UiEncoder) -> Response {
+    let mut response = encoded_events(state, events, encoder).into_response();
+    let headers = response.headers_mut();
+    headers.insert(STREAM_HEADER, HeaderValue::from_static("v1"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    response
+}
