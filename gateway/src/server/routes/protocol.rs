@@ -7,9 +7,10 @@ use std::convert::Infallible;
 
 use awaken_actors::contract::{AgentEvent, Message, RunRecord, RunStatus, StreamEvent, Thread};
 use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::state::PersistedState;
 use awaken_actors::store::ThreadSnapshot;
 use awaken_actors::thread::RunRequest;
-use awaken_actors::{AgentId, RunId, ThreadId};
+use awaken_actors::{AgentId, JsonValue, RunId, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
 use awaken_cluster::events::RunFollow;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -289,7 +290,6 @@ impl<E: Encoder> Encoding<E> {
             self.pending.push_back(Event::default().data(terminator));
         }
     }
-
 }
 
 async fn snapshot(state: &AppState, thread_id: &ThreadId) -> Option<ThreadSnapshot> {
@@ -300,6 +300,18 @@ async fn snapshot(state: &AppState, thread_id: &ThreadId) -> Option<ThreadSnapsh
             None
         }
     }
+}
+
+/// The state a frontend may see: the persisted keys without the runtime's own
+/// (`__`-prefixed) bookkeeping.
+pub(crate) fn visible_state(state: &PersistedState) -> JsonValue {
+    let visible: serde_json::Map<String, JsonValue> = state
+        .extensions
+        .iter()
+        .filter(|(key, _)| !key.starts_with("__"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    JsonValue::Object(visible)
 }
 
 /// The run's events through `encoder` as SSE, until they end or the server shuts

@@ -15,11 +15,15 @@ use awaken_actors::store::ThreadSnapshot;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::server::routes::protocol::Encoder;
+use crate::server::routes::protocol::{Encoder, visible_state};
 
 /// One chunk of the UI message stream.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "kebab-case", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
 pub(crate) enum UiChunk {
     Start {
         message_id: String,
@@ -271,7 +275,7 @@ impl UiEncoder {
             out.push(DataChunk::kept(
                 "state-snapshot",
                 Some("state".to_owned()),
-                json!(state.extensions),
+                visible_state(state),
             ));
         }
         self.finished = true;
@@ -369,9 +373,7 @@ impl Encoder for UiEncoder {
                 out.push(UiChunk::ReasoningDelta {
                     id,
                     delta: String::new(),
-                    provider_metadata: Some(
-                        json!({"awaken": {"encryptedValue": encrypted_value}}),
-                    ),
+                    provider_metadata: Some(json!({"awaken": {"encryptedValue": encrypted_value}})),
                 });
             }
             AgentEvent::ToolCallStart { id, name } => {
@@ -486,14 +488,12 @@ mod tests {
     fn encode_all(encoder: &mut UiEncoder, events: Vec<AgentEvent>) -> Vec<JsonValue> {
         let mut out = Vec::new();
         for (seq, event) in events.into_iter().enumerate() {
-            encoder.encode(
-                &StreamEvent::new(seq as u64, "t", event),
-                None,
-                &mut out,
-            );
+            encoder.encode(&StreamEvent::new(seq as u64, "t", event), None, &mut out);
         }
         encoder.close(&mut out);
-        out.iter().map(|c| serde_json::to_value(c).unwrap()).collect()
+        out.iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect()
     }
 
     fn start() -> AgentEvent {
@@ -619,7 +619,10 @@ mod tests {
                 finish(TerminationReason::NaturalEnd),
             ],
         );
-        assert_eq!(denied[1], json!({"type": "tool-output-denied", "toolCallId": "c1"}));
+        assert_eq!(
+            denied[1],
+            json!({"type": "tool-output-denied", "toolCallId": "c1"})
+        );
     }
 
     #[test]
@@ -644,7 +647,12 @@ mod tests {
         let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
         assert_eq!(
             types,
-            ["start", "tool-input-available", "tool-output-error", "abort"]
+            [
+                "start",
+                "tool-input-available",
+                "tool-output-error",
+                "abort"
+            ]
         );
     }
 

@@ -140,7 +140,10 @@ mod tests {
             .iter()
             .map(|p| p["type"].as_str().unwrap())
             .collect();
-        assert_eq!(types, ["step-start", "text", "tool-ls", "step-start", "text"]);
+        assert_eq!(
+            types,
+            ["step-start", "text", "tool-ls", "step-start", "text"]
+        );
         assert_eq!(ui[1]["parts"][2]["state"], "output-available");
         assert_eq!(ui[1]["parts"][2]["output"], json!(["a"]));
     }

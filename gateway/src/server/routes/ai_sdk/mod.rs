@@ -43,7 +43,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/ai-sdk/threads/{thread_id}/stream", get(resume_thread))
         .route("/v1/ai-sdk/streams/{run_id}", get(resume_run))
         .route("/v1/ai-sdk/runs/{run_id}/stream", get(resume_run))
-        .route("/v1/ai-sdk/threads/{thread_id}/messages", get(thread_messages))
+        .route(
+            "/v1/ai-sdk/threads/{thread_id}/messages",
+            get(thread_messages),
+        )
         .route("/v1/ai-sdk/threads/{thread_id}/cancel", post(cancel_thread))
         .route(
             "/v1/ai-sdk/threads/{thread_id}/interrupt",

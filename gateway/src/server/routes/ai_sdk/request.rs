@@ -178,9 +178,12 @@ fn user_message(message: &UiMessage) -> Result<Message, ApiError> {
     for part in &message.parts {
         match part.get("type").and_then(JsonValue::as_str) {
             Some("text") => {
-                let text = part.get("text").and_then(JsonValue::as_str).ok_or_else(|| {
-                    ApiError::BadRequest("a text part has no `text` string".into())
-                })?;
+                let text = part
+                    .get("text")
+                    .and_then(JsonValue::as_str)
+                    .ok_or_else(|| {
+                        ApiError::BadRequest("a text part has no `text` string".into())
+                    })?;
                 blocks.push(ContentBlock::text(text));
             }
             Some("file") => {
@@ -210,11 +213,17 @@ fn user_message(message: &UiMessage) -> Result<Message, ApiError> {
         _ => true,
     });
     if !says_something {
-        return Err(ApiError::BadRequest("the user message has no content".into()));
+        return Err(ApiError::BadRequest(
+            "the user message has no content".into(),
+        ));
     }
     let mut engine = Message::user(String::new());
     engine.content = blocks;
-    if let Some(id) = message.id.as_ref().and_then(|id| MessageId::new(id.clone()).ok()) {
+    if let Some(id) = message
+        .id
+        .as_ref()
+        .and_then(|id| MessageId::new(id.clone()).ok())
+    {
         engine.id = id;
     }
     Ok(engine)
@@ -232,7 +241,9 @@ fn approvals(message: &UiMessage) -> Result<Vec<Approval>, ApiError> {
             .get("toolCallId")
             .and_then(JsonValue::as_str)
             .ok_or_else(|| bad("has no `toolCallId`"))?;
-        let approval = part.get("approval").ok_or_else(|| bad("has no `approval`"))?;
+        let approval = part
+            .get("approval")
+            .ok_or_else(|| bad("has no `approval`"))?;
         let approval_id = approval
             .get("id")
             .and_then(JsonValue::as_str)
@@ -322,7 +333,10 @@ mod tests {
             json!({"trigger": "regenerate-message", "messages": [{"role": "user", "content": "x"}]}),
         ] {
             let error = request(body.clone()).input().unwrap_err();
-            assert!(matches!(error, ApiError::BadRequest(_)), "{body}: {error:?}");
+            assert!(
+                matches!(error, ApiError::BadRequest(_)),
+                "{body}: {error:?}"
+            );
         }
         let long = request(json!({"id": "x".repeat(300), "messages": []}));
         assert!(long.thread_id().is_err());
