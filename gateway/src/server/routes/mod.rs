@@ -1,6 +1,7 @@
 //! The route tree: health, threads, runs and the frontend protocols, under the
 //! server's limits.
 
+mod ag_ui;
 mod ai_sdk;
 mod health;
 mod input;
@@ -36,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .merge(threads::routes())
         .merge(runs::routes())
         .merge(ai_sdk::routes())
+        .merge(ag_ui::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(

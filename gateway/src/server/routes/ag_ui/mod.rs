@@ -1,0 +1,146 @@
+//! `/v1/ag-ui`: the AG-UI protocol for CopilotKit and `@ag-ui/client`.
+//!
+//! Each POST is one AG-UI run streamed as SSE. A run whose input carries
+//! `resume[]` answers the interrupts of the thread's waiting run: the engine
+//! resumes that same run, reported under the client's new `runId`.
+
+mod encoder;
+mod messages;
+mod request;
+
+use awaken_actors::{AgentId, RunId, ThreadId};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use self::encoder::AgUiEncoder;
+use self::request::{AgUiInput, RunAgentInput};
+use super::protocol::{encoded_events, open_thread, resume_followed, start_followed, waiting_run};
+use super::shared::check_thread;
+use super::threads::interrupt_thread;
+use crate::server::auth::Caller;
+use crate::server::error::ApiError;
+use crate::server::extract::{ApiJson, ApiPath};
+use crate::server::state::AppState;
+
+/// The AG-UI routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/ag-ui/run", post(run))
+        .route("/v1/ag-ui/threads/{thread_id}/runs", post(thread_run))
+        .route("/v1/ag-ui/agents/{agent_id}/runs", post(agent_run))
+        .route(
+            "/v1/ag-ui/threads/{thread_id}/interrupt",
+            post(interrupt_thread),
+        )
+        .route(
+            "/v1/ag-ui/threads/{thread_id}/messages",
+            get(thread_messages),
+        )
+}
+
+async fn run(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(input): ApiJson<RunAgentInput>,
+) -> Result<Response, ApiError> {
+    let thread_id = input.thread_id()?;
+    let agent_id = input.agent_id.clone();
+    respond(&state, &caller, input, thread_id, agent_id).await
+}
+
+async fn thread_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+    ApiJson(input): ApiJson<RunAgentInput>,
+) -> Result<Response, ApiError> {
+    if let Some(named) = input.thread_id()?
+        && named != thread_id
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the body names thread `{named}` but the path names `{thread_id}`"
+        )));
+    }
+    let agent_id = input.agent_id.clone();
+    respond(&state, &caller, input, Some(thread_id), agent_id).await
+}
+
+async fn agent_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(agent_id): ApiPath<AgentId>,
+    ApiJson(input): ApiJson<RunAgentInput>,
+) -> Result<Response, ApiError> {
+    let thread_id = input.thread_id()?;
+    respond(&state, &caller, input, thread_id, Some(agent_id)).await
+}
+
+/// Starts a run with the user's message, or resumes the waiting run with the
+/// `resume[]` answers.
+async fn respond(
+    state: &AppState,
+    caller: &Caller,
+    input: RunAgentInput,
+    thread_id: Option<ThreadId>,
+    agent_id: Option<AgentId>,
+) -> Result<Response, ApiError> {
+    let client_run = input.run_id()?;
+    let parent = input.parent_run_id().map(str::to_owned);
+    let (encoder, events) = match input.input()? {
+        AgUiInput::Message(message) => {
+            let run_id = match client_run {
+                Some(run_id) => fresh_run_id(state, run_id).await?,
+                None => RunId::generate(),
+            };
+            let thread_id = open_thread(state, caller, thread_id, agent_id.as_ref()).await?;
+            let encoder = AgUiEncoder::new(thread_id.to_string(), run_id.to_string(), parent);
+            let events = start_followed(state, thread_id, agent_id, vec![message], run_id).await?;
+            (encoder, events)
+        }
+        AgUiInput::Resume => {
+            let thread_id = thread_id.ok_or_else(|| {
+                ApiError::BadRequest("`resume` answers a thread's run: send its `threadId`".into())
+            })?;
+            let run = waiting_run(state, caller, &thread_id).await?;
+            let decisions = input.decisions(&run)?;
+            let reported = client_run.unwrap_or_else(|| run.run_id.clone());
+            let encoder = AgUiEncoder::new(thread_id.to_string(), reported.to_string(), parent);
+            let events = resume_followed(state, &run, decisions).await?;
+            (encoder, events)
+        }
+    };
+    Ok(encoded_events(state, events, encoder).into_response())
+}
+
+/// The client's run id for a new run: 409 when a run already has it.
+async fn fresh_run_id(state: &AppState, run_id: RunId) -> Result<RunId, ApiError> {
+    let known = state.control.store().load_run(&run_id).await?.is_some()
+        || state.control.accepted_run(&run_id).await?.is_some();
+    if known {
+        return Err(ApiError::Conflict(format!(
+            "run `{run_id}` already exists: a new run needs a new `runId`"
+        )));
+    }
+    Ok(run_id)
+}
+
+/// The thread's visible log as AG-UI messages.
+async fn thread_messages(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(thread_id): ApiPath<ThreadId>,
+) -> Result<Response, ApiError> {
+    check_thread(&state, &caller, &thread_id).await?;
+    let snapshot = state
+        .control
+        .store()
+        .load_thread_snapshot(&thread_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown thread `{thread_id}`")))?;
+    Ok(Json(serde_json::json!({
+        "messages": messages::ag_ui_messages(&snapshot.messages),
+    }))
+    .into_response())
+}
