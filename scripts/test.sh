@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the tests need beyond Rust (nats-server, nats-py, the npm protocol clients);
+# quick when all is there.
+bash scripts/setup.sh
+
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-tests=fail
 else
