@@ -7,6 +7,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 mod extract;
+pub mod metrics;
 mod routes;
 mod sse;
 pub mod state;

@@ -6,6 +6,7 @@ use awaken_cluster::RunControl;
 use tokio::sync::watch;
 
 use super::config::ServerConfig;
+use super::metrics::Metrics;
 
 /// The node the routes serve from and the server's settings.
 #[derive(Clone)]
@@ -14,6 +15,8 @@ pub struct AppState {
     pub control: Arc<dyn RunControl>,
     /// The server's settings.
     pub config: Arc<ServerConfig>,
+    /// The server's Prometheus metrics.
+    pub metrics: Arc<Metrics>,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: Arc<watch::Sender<bool>>,
 }
@@ -32,6 +35,7 @@ impl AppState {
         Self {
             control,
             config: Arc::new(config),
+            metrics: Arc::new(Metrics::new()),
             stopping: Arc::new(watch::Sender::new(false)),
         }
     }

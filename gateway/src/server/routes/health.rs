@@ -1,11 +1,14 @@
-//! `/health` (readiness: the store and NATS answer) and `/health/live`.
+//! `/health` (readiness: the store and NATS answer), `/health/live`, and
+//! `/metrics` (Prometheus).
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
+use crate::server::error::ApiError;
+use crate::server::metrics::CONTENT_TYPE;
 use crate::server::state::AppState;
 
 /// The health routes (never behind authentication).
@@ -23,6 +26,19 @@ async fn ready(State(state): State<AppState>) -> Response {
             Json(serde_json::json!({"status": "unavailable", "error": reason})),
         )
             .into_response(),
+    }
+}
+
+/// The metrics route: outside the request limit, so a busy node can be observed,
+/// but behind the API keys like every route other than the probes.
+pub(crate) fn metrics_routes() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    match state.metrics.render(state.control.as_ref()) {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(error) => ApiError::Internal(format!("metrics not encodable: {error}")).into_response(),
     }
 }
 

@@ -17,9 +17,9 @@ use axum::http::{Method, Uri};
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
-use super::auth;
 use super::error::ApiError;
 use super::state::AppState;
+use super::{auth, metrics};
 
 /// Every route, with the body limit (413) and the in-flight request limit (503)
 /// of `state.config`. Health probes are outside the limit: a busy node is alive.
@@ -46,9 +46,18 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(limits);
+    let observed = health::metrics_routes().layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_key,
+    ));
     Router::new()
         .merge(health::routes())
+        .merge(observed)
         .merge(api)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::record,
+        ))
         .with_state(state)
 }
 

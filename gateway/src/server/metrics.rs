@@ -1,0 +1,154 @@
+//! Prometheus metrics of one server: its HTTP traffic, recorded by a middleware,
+//! and its node's threads, read when scraped (`GET /metrics`).
+
+use std::time::Instant;
+
+use awaken_cluster::RunControl;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::state::AppState;
+
+/// The content type of the OpenMetrics text format that Prometheus scrapes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The route label of requests that matched no route.
+const UNMATCHED: &str = "unmatched";
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs … ~3.3 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// The server's metrics registry and the handles that update it.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    in_flight: Gauge,
+    live_threads: Gauge,
+    warm_threads: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("awaken");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by method, route template and status",
+            requests.clone(),
+        );
+        let latency = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to the response's headers (an SSE stream counts until it starts)",
+            latency.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "http_requests_in_flight",
+            "HTTP requests received and not yet answered",
+            in_flight.clone(),
+        );
+        let live_threads = Gauge::default();
+        registry.register(
+            "threads_live",
+            "Thread actors running on this node",
+            live_threads.clone(),
+        );
+        let warm_threads = Gauge::default();
+        registry.register(
+            "threads_warm",
+            "Passivated threads whose state this node still caches",
+            warm_threads.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            latency,
+            in_flight,
+            live_threads,
+            warm_threads,
+        }
+    }
+
+    /// The metrics in the OpenMetrics text format, node gauges read from `control`.
+    pub fn render(&self, control: &dyn RunControl) -> Result<String, std::fmt::Error> {
+        let runtime = control.runtime();
+        self.live_threads
+            .set(i64::try_from(runtime.live_threads()).unwrap_or(i64::MAX));
+        self.warm_threads
+            .set(i64::try_from(runtime.warm_threads()).unwrap_or(i64::MAX));
+        let mut text = String::new();
+        encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// Middleware counting every request by its route template (not its path, so ids
+/// do not make new series).
+pub(crate) async fn record(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let metrics = &state.metrics;
+    let method = request.method().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(UNMATCHED, MatchedPath::as_str)
+        .to_owned();
+    metrics.in_flight.inc();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    metrics.in_flight.dec();
+    metrics
+        .latency
+        .get_or_create(&RouteLabels {
+            method: method.clone(),
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            method,
+            route,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}
