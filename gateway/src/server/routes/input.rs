@@ -66,7 +66,7 @@ pub(crate) fn user_messages(input: Vec<InputMessage>) -> Result<Vec<Message>, Ap
 }
 
 /// Whether a message says anything: blank text alone does not count.
-fn has_content(message: &Message) -> bool {
+pub(crate) fn has_content(message: &Message) -> bool {
     message.content.iter().any(|block| match block {
         ContentBlock::Text { text } | ContentBlock::Reasoning { text, .. } => {
             !text.trim().is_empty()

@@ -5,7 +5,9 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 
-use awaken_actors::contract::{AgentEvent, Message, RunRecord, RunStatus, StreamEvent, Thread};
+use awaken_actors::contract::{
+    AgentEvent, Message, RunRecord, RunStatus, StreamEvent, Thread, Visibility,
+};
 use awaken_actors::mailbox::SubmitOptions;
 use awaken_actors::state::PersistedState;
 use awaken_actors::store::ThreadSnapshot;
@@ -300,6 +302,27 @@ async fn snapshot(state: &AppState, thread_id: &ThreadId) -> Option<ThreadSnapsh
             None
         }
     }
+}
+
+/// The thread's log as users see it (internal messages left out): 404 for an
+/// unknown thread, 403 for another tenant's.
+pub(crate) async fn visible_messages(
+    state: &AppState,
+    caller: &Caller,
+    thread_id: &ThreadId,
+) -> Result<Vec<Message>, ApiError> {
+    check_thread(state, caller, thread_id).await?;
+    let snapshot = state
+        .control
+        .store()
+        .load_thread_snapshot(thread_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown thread `{thread_id}`")))?;
+    Ok(snapshot
+        .messages
+        .into_iter()
+        .filter(|message| message.visibility == Visibility::All)
+        .collect())
 }
 
 /// The state a frontend may see: the persisted keys without the runtime's own

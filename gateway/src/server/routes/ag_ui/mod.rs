@@ -16,8 +16,9 @@ use axum::{Json, Router};
 
 use self::encoder::AgUiEncoder;
 use self::request::{AgUiInput, RunAgentInput};
-use super::protocol::{encoded_events, open_thread, resume_followed, start_followed, waiting_run};
-use super::shared::check_thread;
+use super::protocol::{
+    encoded_events, open_thread, resume_followed, start_followed, visible_messages, waiting_run,
+};
 use super::threads::interrupt_thread;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
@@ -132,15 +133,6 @@ async fn thread_messages(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
-    let snapshot = state
-        .control
-        .store()
-        .load_thread_snapshot(&thread_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("unknown thread `{thread_id}`")))?;
-    Ok(Json(serde_json::json!({
-        "messages": messages::ag_ui_messages(&snapshot.messages),
-    }))
-    .into_response())
+    let visible = visible_messages(&state, &caller, &thread_id).await?;
+    Ok(Json(serde_json::json!({ "messages": messages::ag_ui_messages(&visible) })).into_response())
 }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::server::error::ApiError;
+use crate::server::routes::input::has_content;
 
 /// The request body. Unknown fields are allowed, as the protocol's schema does;
 /// `state`, `tools`, `context` and `forwardedProps` are accepted and not used.
@@ -188,17 +189,13 @@ fn user_message(message: &AgUiMessage) -> Result<Message, ApiError> {
             ));
         }
     }
-    let says_something = blocks.iter().any(|block| match block {
-        ContentBlock::Text { text } => !text.trim().is_empty(),
-        _ => true,
-    });
-    if !says_something {
+    let mut engine = Message::user(String::new());
+    engine.content = blocks;
+    if !has_content(&engine) {
         return Err(ApiError::BadRequest(
             "the user message has no content".into(),
         ));
     }
-    let mut engine = Message::user(String::new());
-    engine.content = blocks;
     if let Some(id) = message
         .id
         .as_ref()

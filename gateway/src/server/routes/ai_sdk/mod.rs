@@ -9,7 +9,6 @@ mod encoder;
 mod messages;
 mod request;
 
-use awaken_actors::contract::Visibility;
 use awaken_actors::{AgentId, RunId, ThreadId};
 use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -21,7 +20,7 @@ use self::encoder::UiEncoder;
 use self::request::{Approval, ChatInput, ChatRequest};
 use super::protocol::{
     RunEvents, encoded_events, open_thread, replay_followed, resume_followed, running_run,
-    start_followed, waiting_run,
+    start_followed, visible_messages, waiting_run,
 };
 use super::shared::{check_thread, thread_of_run};
 use super::threads::{cancel_thread, interrupt_thread};
@@ -151,18 +150,7 @@ async fn thread_messages(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
-    let snapshot = state
-        .control
-        .store()
-        .load_thread_snapshot(&thread_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("unknown thread `{thread_id}`")))?;
-    let visible: Vec<_> = snapshot
-        .messages
-        .into_iter()
-        .filter(|message| message.visibility == Visibility::All)
-        .collect();
+    let visible = visible_messages(&state, &caller, &thread_id).await?;
     Ok(Json(serde_json::json!({ "messages": messages::ui_messages(&visible) })).into_response())
 }
 

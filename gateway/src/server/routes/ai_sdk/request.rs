@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::server::error::ApiError;
+use crate::server::routes::input::has_content;
 
 /// Most messages one request may carry (clients send the whole chat).
 const MAX_CHAT_MESSAGES: usize = 10_000;
@@ -208,17 +209,13 @@ fn user_message(message: &UiMessage) -> Result<Message, ApiError> {
             _ => {}
         }
     }
-    let says_something = blocks.iter().any(|block| match block {
-        ContentBlock::Text { text } => !text.trim().is_empty(),
-        _ => true,
-    });
-    if !says_something {
+    let mut engine = Message::user(String::new());
+    engine.content = blocks;
+    if !has_content(&engine) {
         return Err(ApiError::BadRequest(
             "the user message has no content".into(),
         ));
     }
-    let mut engine = Message::user(String::new());
-    engine.content = blocks;
     if let Some(id) = message
         .id
         .as_ref()
