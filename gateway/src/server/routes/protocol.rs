@@ -6,19 +6,20 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 
 use awaken_actors::contract::{
-    AgentEvent, Message, RunRecord, RunStatus, StreamEvent, Thread, Visibility,
+    AgentEvent, ContentBlock, Message, RunRecord, RunStatus, StreamEvent, Thread, Visibility,
 };
 use awaken_actors::mailbox::SubmitOptions;
 use awaken_actors::state::PersistedState;
 use awaken_actors::store::ThreadSnapshot;
 use awaken_actors::thread::RunRequest;
-use awaken_actors::{AgentId, JsonValue, RunId, ThreadId};
+use awaken_actors::{AgentId, JsonValue, MessageId, RunId, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
 use awaken_cluster::events::RunFollow;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 
+use super::input::has_content;
 use super::shared::{check_agent, check_thread, decide, queued_dispatches};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
@@ -230,13 +231,9 @@ pub(crate) trait Encoder: Send + 'static {
     /// One protocol frame, sent as the `data` of an SSE event.
     type Frame: Serialize + Send;
 
-    /// Whether a `RunFinish` should come with the thread's snapshot (its
-    /// messages and state), read from the store after the run's checkpoint.
-    fn wants_snapshot(&self) -> bool {
-        false
-    }
-
-    /// Appends the frames `event` becomes.
+    /// Appends the frames `event` becomes; a `RunFinish` comes with the thread's
+    /// snapshot (its messages and state), read from the store after the run's
+    /// checkpoint.
     fn encode(
         &mut self,
         event: &StreamEvent,
@@ -268,7 +265,7 @@ impl<E: Encoder> Encoding<E> {
         match self.events.next().await {
             Some(event) => {
                 let snapshot = match &event.event {
-                    AgentEvent::RunFinish { thread_id, .. } if self.encoder.wants_snapshot() => {
+                    AgentEvent::RunFinish { thread_id, .. } => {
                         snapshot(&self.state, thread_id).await
                     }
                     _ => None,
@@ -323,6 +320,26 @@ pub(crate) async fn visible_messages(
         .into_iter()
         .filter(|message| message.visibility == Visibility::All)
         .collect())
+}
+
+/// A protocol client's user message as the engine's: 400 when it says nothing;
+/// the client's id is kept when it is a valid message id, so the thread's log and
+/// the client's view share ids.
+pub(crate) fn user_input(
+    blocks: Vec<ContentBlock>,
+    client_id: Option<&str>,
+) -> Result<Message, ApiError> {
+    let mut message = Message::user(String::new());
+    message.content = blocks;
+    if !has_content(&message) {
+        return Err(ApiError::BadRequest(
+            "the user message has no content".into(),
+        ));
+    }
+    if let Some(id) = client_id.and_then(|id| MessageId::new(id).ok()) {
+        message.id = id;
+    }
+    Ok(message)
 }
 
 /// The state a frontend may see: the persisted keys without the runtime's own

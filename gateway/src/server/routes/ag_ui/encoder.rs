@@ -315,10 +315,6 @@ impl AgUiEncoder {
 impl Encoder for AgUiEncoder {
     type Frame = AgUiEvent;
 
-    fn wants_snapshot(&self) -> bool {
-        true
-    }
-
     fn encode(
         &mut self,
         event: &StreamEvent,

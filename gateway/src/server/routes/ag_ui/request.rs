@@ -3,13 +3,13 @@
 //! with the last message, which must be the user's.
 
 use awaken_actors::contract::{ContentBlock, Message, ResumeDecisionAction, RunRecord};
-use awaken_actors::{AgentId, JsonValue, MessageId, RunId, ThreadId};
+use awaken_actors::{AgentId, JsonValue, RunId, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::server::error::ApiError;
-use crate::server::routes::input::has_content;
+use crate::server::routes::protocol::user_input;
 
 /// The request body. Unknown fields are allowed, as the protocol's schema does;
 /// `state`, `tools`, `context` and `forwardedProps` are accepted and not used.
@@ -189,21 +189,7 @@ fn user_message(message: &AgUiMessage) -> Result<Message, ApiError> {
             ));
         }
     }
-    let mut engine = Message::user(String::new());
-    engine.content = blocks;
-    if !has_content(&engine) {
-        return Err(ApiError::BadRequest(
-            "the user message has no content".into(),
-        ));
-    }
-    if let Some(id) = message
-        .id
-        .as_ref()
-        .and_then(|id| MessageId::new(id.clone()).ok())
-    {
-        engine.id = id;
-    }
-    Ok(engine)
+    user_input(blocks, message.id.as_deref())
 }
 
 #[cfg(test)]

@@ -317,10 +317,6 @@ fn finish_reason(termination: &TerminationReason) -> &'static str {
 impl Encoder for UiEncoder {
     type Frame = UiChunk;
 
-    fn wants_snapshot(&self) -> bool {
-        true
-    }
-
     fn encode(
         &mut self,
         event: &StreamEvent,

@@ -3,13 +3,13 @@
 //! an assistant message with answered approvals resumes the waiting one.
 
 use awaken_actors::contract::{ContentBlock, Message, ResumeDecisionAction};
-use awaken_actors::{AgentId, JsonValue, MessageId, ThreadId};
+use awaken_actors::{AgentId, JsonValue, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::server::error::ApiError;
-use crate::server::routes::input::has_content;
+use crate::server::routes::protocol::user_input;
 
 /// Most messages one request may carry (clients send the whole chat).
 const MAX_CHAT_MESSAGES: usize = 10_000;
@@ -209,21 +209,7 @@ fn user_message(message: &UiMessage) -> Result<Message, ApiError> {
             _ => {}
         }
     }
-    let mut engine = Message::user(String::new());
-    engine.content = blocks;
-    if !has_content(&engine) {
-        return Err(ApiError::BadRequest(
-            "the user message has no content".into(),
-        ));
-    }
-    if let Some(id) = message
-        .id
-        .as_ref()
-        .and_then(|id| MessageId::new(id.clone()).ok())
-    {
-        engine.id = id;
-    }
-    Ok(engine)
+    user_input(blocks, message.id.as_deref())
 }
 
 /// The tool parts the client answered (`approval-responded`).
