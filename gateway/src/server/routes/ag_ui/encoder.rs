@@ -195,6 +195,22 @@ impl AgUiEncoder {
         }
     }
 
+    /// `TOOL_CALL_START` of a call in the current step's assistant message (open
+    /// text and reasoning closed first).
+    fn open_call(&mut self, call_id: &str, name: &str, out: &mut Vec<AgUiEvent>) {
+        self.close_text(out);
+        self.close_reasoning(out);
+        self.calls.push(OpenCall {
+            id: call_id.to_owned(),
+            args_sent: false,
+        });
+        out.push(AgUiEvent::ToolCallStart {
+            tool_call_id: call_id.to_owned(),
+            tool_call_name: name.to_owned(),
+            parent_message_id: self.message_id.clone(),
+        });
+    }
+
     fn end_call(&mut self, call_id: &str, arguments: Option<&JsonValue>, out: &mut Vec<AgUiEvent>) {
         let Some(index) = self.calls.iter().position(|call| call.id == call_id) else {
             return;
@@ -393,19 +409,7 @@ impl Encoder for AgUiEncoder {
                     encrypted_value: encrypted_value.clone(),
                 });
             }
-            AgentEvent::ToolCallStart { id, name } => {
-                self.close_text(out);
-                self.close_reasoning(out);
-                self.calls.push(OpenCall {
-                    id: id.to_string(),
-                    args_sent: false,
-                });
-                out.push(AgUiEvent::ToolCallStart {
-                    tool_call_id: id.to_string(),
-                    tool_call_name: name.clone(),
-                    parent_message_id: self.message_id.clone(),
-                });
-            }
+            AgentEvent::ToolCallStart { id, name } => self.open_call(id.as_str(), name, out),
             AgentEvent::ToolCallDelta { id, args_delta } => {
                 if let Some(call) = self.calls.iter_mut().find(|call| call.id == id.as_str()) {
                     call.args_sent = true;
@@ -421,17 +425,7 @@ impl Encoder for AgUiEncoder {
                 arguments,
             } => {
                 if !self.calls.iter().any(|call| call.id == id.as_str()) {
-                    self.close_text(out);
-                    self.close_reasoning(out);
-                    self.calls.push(OpenCall {
-                        id: id.to_string(),
-                        args_sent: false,
-                    });
-                    out.push(AgUiEvent::ToolCallStart {
-                        tool_call_id: id.to_string(),
-                        tool_call_name: name.clone(),
-                        parent_message_id: self.message_id.clone(),
-                    });
+                    self.open_call(id.as_str(), name, out);
                 }
                 self.end_call(id.as_str(), Some(arguments), out);
             }
