@@ -454,6 +454,35 @@ fn build_dry_runs_every_local_agent() {
 }
 
 #[test]
+fn replacing_registries_reaches_every_clone_and_refuses_broken_sets() {
+    let runtime = base().with_agent_spec(agent("a")).build().unwrap();
+    let clone = runtime.clone();
+    let resolver = runtime.resolver();
+    assert!(matches!(
+        resolver.resolve("b"),
+        Err(ResolveError::AgentNotFound(_))
+    ));
+
+    let mut next = (*runtime.registries()).clone();
+    next.agents
+        .upsert("b", Arc::new(agent("b").with_system_prompt("new")));
+    runtime.replace_registries(next).unwrap();
+    assert_eq!(resolver.resolve("b").unwrap().spec.system_prompt, "new");
+    assert!(clone.registries().agents.contains("b"));
+
+    // A set in which an agent cannot resolve is refused and changes nothing.
+    let mut broken = (*runtime.registries()).clone();
+    broken.models.remove("m");
+    let err = runtime.replace_registries(broken).unwrap_err();
+    assert_eq!(
+        err,
+        BuildError::ValidationFailed("agent `a`: model `m` not found".into())
+    );
+    assert!(resolver.resolve("a").is_ok());
+    assert!(clone.registries().models.contains("m"));
+}
+
+#[test]
 fn context_policy_adds_the_context_transform() {
     let mut spec = agent("windowed");
     spec.context_policy = Some(awaken_actors::contract::ContextWindowPolicy {

@@ -7,11 +7,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OnceCell, oneshot};
 
+use super::live::LiveRegistries;
 use super::registry::RegistrySet;
-use super::resolve::{AgentResolver, RegistryResolver, ResolvedAgent, resolve};
+use super::resolve::{AgentResolver, ResolvedAgent, resolve};
 use super::run_watch::{RunWatch, WatchingHub};
 use crate::contract::{AgentEvent, RunRecord, TerminationReason, ToolCallResume};
-use crate::error::{ResolveError, RuntimeError};
+use crate::error::{BuildError, ResolveError, RuntimeError};
 use crate::event_sink::EventSink;
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::phase::PhaseRuntime;
@@ -56,7 +57,7 @@ pub struct AgentRunResult {
 /// Resolves agents and runs them on supervised thread actors.
 #[derive(Clone)]
 pub struct AgentRuntime {
-    registries: Arc<RegistrySet>,
+    registries: Arc<LiveRegistries>,
     deps: Arc<ThreadDeps>,
     watches: Arc<WatchingHub>,
     region: Arc<OnceCell<ThreadRegion>>,
@@ -86,8 +87,9 @@ impl AgentRuntime {
         let watches = Arc::new(WatchingHub::new(
             services.hub.unwrap_or_else(|| Arc::new(NullEventHub)),
         ));
+        let live = Arc::new(LiveRegistries::new(registries));
         let deps = ThreadDeps {
-            resolver: Arc::new(RegistryResolver::new(Arc::clone(&registries))),
+            resolver: Arc::clone(&live) as Arc<dyn AgentResolver>,
             store: services
                 .store
                 .unwrap_or_else(|| Arc::new(InMemoryStore::new())),
@@ -98,7 +100,7 @@ impl AgentRuntime {
             config,
         };
         Self {
-            registries,
+            registries: live,
             deps: Arc::new(deps),
             watches,
             region: Arc::new(OnceCell::new()),
@@ -110,9 +112,15 @@ impl AgentRuntime {
         self.deps.config.default_agent.as_ref()
     }
 
-    /// The registries this runtime resolves from.
-    pub fn registries(&self) -> &Arc<RegistrySet> {
-        &self.registries
+    /// The registries this runtime resolves from now.
+    pub fn registries(&self) -> Arc<RegistrySet> {
+        self.registries.current()
+    }
+
+    /// Replaces the registries (a configuration change) once every local agent in
+    /// `registries` resolves; runs pick the new set up at their next activation.
+    pub fn replace_registries(&self, registries: RegistrySet) -> Result<(), BuildError> {
+        self.registries.replace(registries)
     }
 
     /// The thread and run store.
@@ -127,7 +135,7 @@ impl AgentRuntime {
 
     /// Resolves an agent id into a runnable agent.
     pub fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
-        resolve(&self.registries, agent_id)
+        resolve(&self.registries.current(), agent_id)
     }
 
     async fn region(&self) -> Result<&ThreadRegion, ControlError> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::agent_runtime::{AgentRuntime, RuntimeServices};
 use super::registry::RegistrySet;
 use crate::contract::{AgentSpec, ModelSpec};
-use crate::error::{BuildError, ResolveError};
+use crate::error::BuildError;
 use crate::ids::AgentId;
 use crate::llm::LlmExecutor;
 use crate::plugin::Plugin;
@@ -153,18 +153,7 @@ impl AgentRuntimeBuilder {
     /// missing model, provider or plugin is reported at start-up.
     pub fn build(self) -> Result<AgentRuntime, BuildError> {
         let runtime = self.build_unchecked()?;
-        for (id, spec) in runtime.registries().agents.iter() {
-            if spec.endpoint.is_some() {
-                continue;
-            }
-            match runtime.resolve(id) {
-                Ok(_) => {}
-                Err(ResolveError::EnvBuild(state)) => return Err(BuildError::State(state)),
-                Err(err) => {
-                    return Err(BuildError::ValidationFailed(format!("agent `{id}`: {err}")));
-                }
-            }
-        }
+        super::live::validate_agents(&runtime.registries())?;
         Ok(runtime)
     }
 

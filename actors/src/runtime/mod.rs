@@ -2,12 +2,14 @@
 
 mod agent_runtime;
 mod builder;
+mod live;
 mod registry;
 mod resolve;
 mod run_watch;
 
 pub use agent_runtime::{AgentRunResult, AgentRuntime};
 pub use builder::AgentRuntimeBuilder;
+pub use live::{LiveRegistries, validate_agents};
 pub use registry::{Registry, RegistrySet};
 pub use resolve::{AgentResolver, RegistryResolver, ResolvedAgent, resolve};
 pub use run_watch::{RunEnd, RunWatch};

@@ -91,6 +91,11 @@ impl RegistryResolver {
             resolved: Arc::new(dashmap::DashMap::new()),
         }
     }
+
+    /// The registries this resolver reads.
+    pub fn registries(&self) -> &Arc<RegistrySet> {
+        &self.registries
+    }
 }
 
 impl AgentResolver for RegistryResolver {

@@ -38,8 +38,8 @@ pub(crate) async fn check_agent(
         return Ok(run.agent_id);
     }
     runtime.default_agent().cloned().ok_or_else(|| {
-        let mut known: Vec<&str> = runtime.registries().agents.ids().collect();
-        known.sort_unstable();
+        let registries = runtime.registries();
+        let known: Vec<&str> = registries.agents.ids().collect();
         ApiError::BadRequest(format!(
             "no agent: name one in `agentId` (known: {})",
             known.join(", ")
