@@ -16,6 +16,7 @@ use awaken_actors::store::{RunQuery, ThreadRunStore};
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 
+use crate::config_store::ConfigStore;
 use crate::events::RunFollow;
 use crate::routing::{Answer, CallOutcome, RouteError, ThreadCall};
 
@@ -47,6 +48,9 @@ pub trait RunControl: Send + Sync + 'static {
 
     /// The mailbox every node shares.
     fn mailbox(&self) -> Arc<dyn MailboxStore>;
+
+    /// The configuration document every node shares (the config API's entries).
+    fn config_store(&self) -> Arc<dyn ConfigStore>;
 
     /// Accepts a run for any thread; the thread's owner executes it.
     async fn submit(

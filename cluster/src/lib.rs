@@ -4,6 +4,7 @@
 //! `docs/cluster.md` for every subject, stream, bucket and payload).
 
 pub mod codec;
+pub mod config_store;
 pub mod control;
 pub mod decisions;
 pub mod error;

@@ -9,6 +9,7 @@
 //! └─ LocalEventHub   replay buffers and live followers of runs' events
 //! ```
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,6 +22,7 @@ use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 
+use crate::config_store::{ConfigStore, MemoryConfigStore};
 use crate::control::{RunControl, probe_store};
 use crate::error::ClusterError;
 use crate::events::{EventsConfig, LocalEventHub, RunFollow, follow_local};
@@ -33,6 +35,8 @@ pub struct LocalNodeConfig {
     pub mailbox: MailboxConfig,
     /// Replay buffer sizes.
     pub events: EventsConfig,
+    /// Keeps the config API's document in this file; in memory when `None`.
+    pub config_file: Option<PathBuf>,
 }
 
 /// A single node: runs, decisions and event streams, all in this process.
@@ -43,6 +47,7 @@ pub struct LocalNode {
     worker: MailboxWorker,
     hub: Arc<LocalEventHub>,
     host: ThreadHost,
+    config_store: Arc<MemoryConfigStore>,
 }
 
 impl std::fmt::Debug for LocalNode {
@@ -59,6 +64,10 @@ impl LocalNode {
         config: LocalNodeConfig,
     ) -> Result<Self, ClusterError> {
         let hub = Arc::new(LocalEventHub::new(&config.events));
+        let config_store = Arc::new(match config.config_file {
+            Some(path) => MemoryConfigStore::open(path).await?,
+            None => MemoryConfigStore::new(),
+        });
         let runtime = builder
             .with_event_hub(Arc::clone(&hub) as _)
             .build()
@@ -83,6 +92,7 @@ impl LocalNode {
             worker,
             hub,
             host,
+            config_store,
         })
     }
 
@@ -106,6 +116,10 @@ impl RunControl for LocalNode {
 
     fn mailbox(&self) -> Arc<dyn MailboxStore> {
         Arc::clone(&self.mailbox) as _
+    }
+
+    fn config_store(&self) -> Arc<dyn ConfigStore> {
+        Arc::clone(&self.config_store) as _
     }
 
     async fn submit(

@@ -34,6 +34,7 @@ use awaken_actors::store::FencingToken;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 
+use crate::config_store::{ConfigStore, DEFAULT_CONFIG_BUCKET, NatsConfigStore};
 use crate::control::{RunControl, probe_store};
 use crate::decisions::{DecisionBus, DecisionBusConfig, DecisionWorker, RoutedDecisions};
 use crate::error::ClusterError;
@@ -124,6 +125,7 @@ pub struct ClusterNode {
     owner: ShardOwner,
     membership: Membership,
     fence: ShardedFence,
+    config_store: Arc<NatsConfigStore>,
 }
 
 impl std::fmt::Debug for ClusterNode {
@@ -177,6 +179,8 @@ impl ClusterNode {
             .await?,
         );
         let inbox = Arc::new(KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas).await?);
+        let config_store =
+            Arc::new(NatsConfigStore::open(&js, DEFAULT_CONFIG_BUCKET, config.replicas).await?);
         let placement = {
             let fence = fence.clone();
             Arc::new(move |thread_id: &ThreadId| fence.owns(thread_id))
@@ -251,6 +255,7 @@ impl ClusterNode {
             owner,
             membership,
             fence,
+            config_store,
         })
     }
 
@@ -359,6 +364,10 @@ impl RunControl for ClusterNode {
 
     fn mailbox(&self) -> Arc<dyn MailboxStore> {
         Arc::clone(&self.mailbox) as _
+    }
+
+    fn config_store(&self) -> Arc<dyn ConfigStore> {
+        Arc::clone(&self.config_store) as _
     }
 
     async fn submit(

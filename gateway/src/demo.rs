@@ -72,8 +72,20 @@ pub fn builder(
     files: Arc<FakeFiles>,
     journal: Journal,
 ) -> Result<AgentRuntimeBuilder, BuildError> {
-    let permission = PermissionPlugin::new(PermissionRules::new(PermissionBehavior::Allow));
-    let builder = AgentRuntimeBuilder::new()
+    let rules = PermissionRules::new(PermissionBehavior::Allow);
+    with_demo_agents(tools_builder(config, files, journal, rules))
+}
+
+/// The embedded tools and the permission plugin (with `rules` for every agent
+/// without a `permission` section of its own), and no agents.
+pub fn tools_builder(
+    config: ThreadConfig,
+    files: Arc<FakeFiles>,
+    journal: Journal,
+    rules: PermissionRules,
+) -> AgentRuntimeBuilder {
+    let permission = PermissionPlugin::new(rules);
+    AgentRuntimeBuilder::new()
         .with_thread_config(config)
         .with_plugin(PermissionPlugin::ID, Arc::new(permission))
         .with_tool(DeleteFileTool::ID, Arc::new(DeleteFileTool { files }))
@@ -83,7 +95,11 @@ pub fn builder(
                 journal: journal.clone(),
             }),
         )
-        .with_tool(SleepTool::ID, Arc::new(SleepTool { journal }));
+        .with_tool(SleepTool::ID, Arc::new(SleepTool { journal }))
+}
+
+/// Adds the embedded agents of the table above, each with its scripted model.
+pub fn with_demo_agents(builder: AgentRuntimeBuilder) -> Result<AgentRuntimeBuilder, BuildError> {
     let builder = with_scripted_agent(builder, demo_spec()?, demo_script())?;
     let builder = with_scripted_agent(builder, bench_spec(BENCH_AGENT, false)?, w_script())?;
     let builder = with_scripted_agent(builder, bench_spec(BENCH_HITL_AGENT, true)?, w_script())?;

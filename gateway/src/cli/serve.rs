@@ -15,10 +15,16 @@ use awaken_cluster::shards::ShardCount;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
+use awaken_actors::permission::{PermissionBehavior, PermissionRules};
+
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
+use crate::runtime_config::ConfigDocument;
 use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
 use crate::server::{AppState, Server};
+
+/// The config API's document in a `file` store's directory.
+const CONFIG_FILE_NAME: &str = "config.msgpack";
 
 /// Flags of `awaken serve` (everything else is in the config file or environment).
 #[derive(Debug, Clone, Args)]
@@ -49,22 +55,25 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
         live_capacity: config.server.sse_buffer_size,
         ..EventsConfig::default()
     };
-    let builder = demo::builder(
-        ThreadConfig::default(),
-        Arc::new(FakeFiles::with_demo_files()),
-        Journal::default(),
-    )?
-    .with_thread_run_store(store);
+    let file_entries = config
+        .entries()
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let builder = runtime_builder(&config, &file_entries)?.with_thread_run_store(store);
     match &config.cluster {
         None => {
+            let config_file = match &config.store {
+                StoreConfig::File { path } => Some(path.join(CONFIG_FILE_NAME)),
+                _ => None,
+            };
             let local_config = LocalNodeConfig {
                 events,
+                config_file,
                 ..LocalNodeConfig::default()
             };
             let node = LocalNode::start(builder, local_config)
                 .await
                 .map_err(|e| GatewayError::Cluster(e.to_string()))?;
-            let node = serve(Arc::new(node), config.server, "local").await?;
+            let node = serve(Arc::new(node), config.server, file_entries, "local").await?;
             if let Some(node) = node {
                 node.shutdown().await;
             }
@@ -73,7 +82,8 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
             let drain = Duration::from_secs(cluster.drain_timeout_secs);
             let node = join_cluster(cluster, events, builder).await?;
             let node_id = node.node_id().to_string();
-            if let Some(node) = serve(Arc::new(node), config.server, &node_id).await? {
+            if let Some(node) = serve(Arc::new(node), config.server, file_entries, &node_id).await?
+            {
                 node.drain(drain)
                     .await
                     .map_err(|e| GatewayError::Cluster(e.to_string()))?;
@@ -89,12 +99,19 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
 async fn serve<N: RunControl>(
     node: Arc<N>,
     config: crate::server::ServerConfig,
+    file_entries: ConfigDocument,
     node_id: &str,
 ) -> Result<Option<N>> {
     if config.api_keys.is_empty() && !is_loopback(&config.address) {
         tracing::warn!(address = %config.address, "serving without API keys on a non-loopback address");
     }
-    let state = AppState::new(Arc::clone(&node) as Arc<dyn RunControl>, config);
+    let state = AppState::start(
+        Arc::clone(&node) as Arc<dyn RunControl>,
+        config,
+        file_entries,
+    )
+    .await
+    .map_err(|e| GatewayError::Config(e.to_string()))?;
     let server = Server::bind(state)
         .await
         .map_err(|e| invalid("server.address", e))?;
@@ -116,6 +133,30 @@ async fn serve<N: RunControl>(
         eprintln!("shutdown deadline passed with requests still in flight");
     }
     Ok(Arc::into_inner(node))
+}
+
+/// The embedded tools with the configured permission rules, the demo agents
+/// unless `demo_agents = false`, and the file's agents, models and providers.
+fn runtime_builder(
+    config: &ServeConfig,
+    file_entries: &ConfigDocument,
+) -> Result<awaken_actors::runtime::AgentRuntimeBuilder> {
+    let rules = match &config.permissions {
+        Some(rules) => rules.compile().map_err(|e| invalid("permissions", e))?,
+        None => PermissionRules::new(PermissionBehavior::Allow),
+    };
+    let mut builder = demo::tools_builder(
+        ThreadConfig::default(),
+        Arc::new(FakeFiles::with_demo_files()),
+        Journal::default(),
+        rules,
+    );
+    if config.demo_agents {
+        builder = demo::with_demo_agents(builder)?;
+    }
+    file_entries
+        .register(builder)
+        .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
 fn is_loopback(address: &str) -> bool {

@@ -2,10 +2,14 @@
 //! `awaken.toml` (or `--config`), then `AWAKEN_<SECTION>__<KEY>` environment
 //! variables (`AWAKEN_SERVER__ADDRESS=127.0.0.1:8080`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use awaken_actors::permission::PermissionRulesConfig;
 use serde::{Deserialize, Serialize};
+use serde_json::Value as JsonValue;
 
+use crate::runtime_config::{ConfigDocument, Namespace};
 use crate::server::ServerConfig;
 
 /// The config file read when `--config` is not given (if it exists).
@@ -16,7 +20,7 @@ pub const ENV_PREFIX: &str = "AWAKEN_";
 pub const ENV_SEPARATOR: &str = "__";
 
 /// The whole configuration of `awaken serve`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServeConfig {
     /// The HTTP server.
@@ -25,6 +29,35 @@ pub struct ServeConfig {
     pub store: StoreConfig,
     /// Join a cluster on NATS; a single node without it.
     pub cluster: Option<ClusterConfig>,
+    /// Registers the embedded demo and benchmark agents (`demo`, `bench`, ...).
+    pub demo_agents: bool,
+    /// Permission rules for every agent without a `permission` section of its own;
+    /// everything is allowed when absent.
+    pub permissions: Option<PermissionRulesConfig>,
+    /// `[agents.<id>]`: agent specs (the `agents` config namespace).
+    pub agents: BTreeMap<String, JsonValue>,
+    /// `[models.<id>]`: model entries.
+    pub models: BTreeMap<String, JsonValue>,
+    /// `[providers.<id>]`: provider entries.
+    pub providers: BTreeMap<String, JsonValue>,
+    /// `[mcp_servers.<id>]`: MCP server entries.
+    pub mcp_servers: BTreeMap<String, JsonValue>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            store: StoreConfig::default(),
+            cluster: None,
+            demo_agents: true,
+            permissions: None,
+            agents: BTreeMap::new(),
+            models: BTreeMap::new(),
+            providers: BTreeMap::new(),
+            mcp_servers: BTreeMap::new(),
+        }
+    }
 }
 
 /// The thread store.
@@ -137,7 +170,39 @@ impl ServeConfig {
                 "a cluster needs a store every node shares: set store.kind = \"postgres\"",
             );
         }
-        Ok(())
+        if let Some(permissions) = &self.permissions {
+            permissions
+                .compile()
+                .map_err(|e| ConfigError(format!("permissions: {e}")))?;
+        }
+        self.entries().map(drop)
+    }
+
+    /// The `[agents.*]`, `[models.*]`, `[providers.*]` and `[mcp_servers.*]`
+    /// tables as config entries: the table key is the entry's id (an `id` field,
+    /// when present, must repeat it), checked as the config API checks entries.
+    pub fn entries(&self) -> Result<ConfigDocument, ConfigError> {
+        let mut document = ConfigDocument::default();
+        for (namespace, section, tables) in [
+            (Namespace::Agents, "agents", &self.agents),
+            (Namespace::Models, "models", &self.models),
+            (Namespace::Providers, "providers", &self.providers),
+            (Namespace::McpServers, "mcp_servers", &self.mcp_servers),
+        ] {
+            for (id, table) in tables {
+                let mut value = table.clone();
+                if let JsonValue::Object(fields) = &mut value {
+                    fields
+                        .entry("id")
+                        .or_insert_with(|| JsonValue::String(id.clone()));
+                }
+                let entry = namespace
+                    .check(&value, Some(id))
+                    .map_err(|e| ConfigError(format!("{section}.{id}: {e}")))?;
+                document.put(&entry);
+            }
+        }
+        Ok(document)
     }
 }
 

@@ -51,6 +51,14 @@ impl Caller {
         self.0.is_some()
     }
 
+    /// Whether the caller may change the configuration: anyone without API keys,
+    /// otherwise the tenants in `admins`.
+    pub(crate) fn is_admin(&self, admins: &[String]) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|tenant| admins.iter().any(|admin| admin == tenant))
+    }
+
     /// Whether list results may show `thread`.
     pub(crate) fn owns(&self, thread: &Thread) -> bool {
         match &self.0 {

@@ -25,6 +25,9 @@ pub struct ServerConfig {
     /// API keys: key → tenant. Empty means no authentication (a warning is logged
     /// when the server binds to a non-loopback address).
     pub api_keys: BTreeMap<String, String>,
+    /// Tenants whose keys may change the configuration through the config API
+    /// (anyone may when there are no API keys).
+    pub admin_tenants: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +40,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1024 * 1024,
             shutdown: ShutdownConfig::default(),
             api_keys: BTreeMap::new(),
+            admin_tenants: Vec::new(),
         }
     }
 }

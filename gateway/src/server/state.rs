@@ -7,6 +7,7 @@ use tokio::sync::watch;
 
 use super::config::ServerConfig;
 use super::metrics::Metrics;
+use crate::runtime_config::{ConfigApiError, ConfigDocument, ConfigManager};
 
 /// The node the routes serve from and the server's settings.
 #[derive(Clone)]
@@ -15,6 +16,8 @@ pub struct AppState {
     pub control: Arc<dyn RunControl>,
     /// The server's settings.
     pub config: Arc<ServerConfig>,
+    /// The config namespaces and this node's registries.
+    pub runtime_config: Arc<ConfigManager>,
     /// The server's Prometheus metrics.
     pub metrics: Arc<Metrics>,
     /// Turns true when the server starts shutting down: open streams end then.
@@ -30,14 +33,31 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// State for routes over `control`.
-    pub fn new(control: Arc<dyn RunControl>, config: ServerConfig) -> Self {
+    /// State for routes over `control`, whose registries `runtime_config` manages.
+    pub fn new(
+        control: Arc<dyn RunControl>,
+        config: ServerConfig,
+        runtime_config: Arc<ConfigManager>,
+    ) -> Self {
         Self {
             control,
             config: Arc::new(config),
+            runtime_config,
             metrics: Arc::new(Metrics::new()),
             stopping: Arc::new(watch::Sender::new(false)),
         }
+    }
+
+    /// State for routes over `control`, with a config manager over its runtime and
+    /// config store (`file`: the entries that came from `awaken.toml`).
+    pub async fn start(
+        control: Arc<dyn RunControl>,
+        config: ServerConfig,
+        file: ConfigDocument,
+    ) -> Result<Self, ConfigApiError> {
+        let runtime_config =
+            ConfigManager::start(control.runtime().clone(), control.config_store(), file).await?;
+        Ok(Self::new(control, config, runtime_config))
     }
 
     /// Watches for the server's shutdown.

@@ -8,6 +8,7 @@ use awaken_actors::thread::ThreadConfig;
 use awaken_cluster::RunControl;
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_gateway::demo::{self, FakeFiles, Journal};
+use awaken_gateway::runtime_config::ConfigDocument;
 use awaken_gateway::server::{AppState, Server, ServerConfig};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -43,9 +44,10 @@ impl TestServer {
     /// Serves `control` on a free loopback port.
     pub async fn serve(control: Arc<dyn RunControl>, mut config: ServerConfig) -> Self {
         config.address = "127.0.0.1:0".into();
-        let server = Server::bind(AppState::new(Arc::clone(&control), config))
+        let state = AppState::start(Arc::clone(&control), config, ConfigDocument::default())
             .await
             .unwrap();
+        let server = Server::bind(state).await.unwrap();
         let base = format!("http://{}", server.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve(async move {

@@ -1,8 +1,9 @@
-//! The route tree: health, threads, runs and the frontend protocols, under the
-//! server's limits.
+//! The route tree: health, threads, runs, config and the frontend protocols, under
+//! the server's limits.
 
 mod ag_ui;
 mod ai_sdk;
+mod config;
 mod health;
 mod input;
 mod protocol;
@@ -38,6 +39,7 @@ pub fn router(state: AppState) -> Router {
         .merge(runs::routes())
         .merge(ai_sdk::routes())
         .merge(ag_ui::routes())
+        .merge(config::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(

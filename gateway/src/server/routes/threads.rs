@@ -56,15 +56,16 @@ pub(crate) fn routes() -> Router<AppState> {
 /// Offset paging.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Paging {
+pub(super) struct Paging {
     #[serde(default)]
-    offset: usize,
+    pub(super) offset: usize,
     #[serde(default = "default_limit")]
     limit: usize,
 }
 
 impl Paging {
-    fn limit(&self) -> usize {
+    /// The page size, clamped to 1..=200.
+    pub(super) fn limit(&self) -> usize {
         awaken_actors::store::clamp_limit(self.limit)
     }
 }

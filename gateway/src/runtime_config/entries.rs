@@ -1,0 +1,126 @@
+//! The entry types of the `providers` and `mcp-servers` namespaces (agents and
+//! models are the engine's own `AgentSpec` and `ModelSpec`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use awaken_actors::contract::ProviderSpec;
+use awaken_actors::llm::{GenaiExecutor, LlmExecutor, ScriptSpec, ScriptedExecutor};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The adapter answered by [`ScriptedExecutor`] instead of a remote model.
+pub const SCRIPTED_ADAPTER: &str = "scripted";
+
+/// How to reach one model provider: a genai adapter, or a script.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The provider id models refer to.
+    pub id: String,
+    /// `scripted`, or a genai adapter: `openai`, `anthropic`, `ollama`, `gemini`, ...
+    pub adapter: String,
+    /// Endpoint override (OpenAI-compatible servers, proxies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the API key (read by each node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Request timeout, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The answers of a `scripted` provider: `{"steps": [{"text": ...} | {"tool_calls":
+    /// [{"name": ..., "arguments": {...}}]}], "after_last": "repeat_last"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
+    pub script: Option<ScriptSpec>,
+}
+
+/// Why a provider entry cannot serve inference on this node.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ProviderError(String);
+
+impl ProviderConfig {
+    /// The executor this entry describes; environment variables are read now.
+    pub fn executor(&self) -> Result<Arc<dyn LlmExecutor>, ProviderError> {
+        if self.adapter == SCRIPTED_ADAPTER {
+            let script = self.script.clone().ok_or_else(|| {
+                ProviderError(format!(
+                    "provider `{}`: a `scripted` provider needs a `script`",
+                    self.id
+                ))
+            })?;
+            let executor = ScriptedExecutor::new(script)
+                .map_err(|e| ProviderError(format!("provider `{}`: {e}", self.id)))?;
+            return Ok(Arc::new(executor));
+        }
+        if self.script.is_some() {
+            return Err(ProviderError(format!(
+                "provider `{}`: `script` is only for the `scripted` adapter",
+                self.id
+            )));
+        }
+        let spec = ProviderSpec {
+            id: self.id.clone(),
+            adapter: self.adapter.clone(),
+            base_url: self.base_url.clone(),
+            api_key_env: self.api_key_env.clone(),
+            timeout_ms: self.timeout_ms,
+        };
+        let executor = GenaiExecutor::from_spec(&spec).map_err(|e| ProviderError(e.to_string()))?;
+        Ok(Arc::new(executor))
+    }
+}
+
+/// An MCP server whose tools agents may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerSpec {
+    /// The server's id.
+    pub id: String,
+    /// How to reach it.
+    pub transport: McpTransport,
+    /// Per-request timeout, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The MCP transports: a child process on stdio, or streamable HTTP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum McpTransport {
+    /// A command started by the node, speaking JSON-RPC on stdin/stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
+        /// Extra environment variables.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        /// The endpoint URL (`http` or `https`).
+        url: String,
+    },
+}
+
+impl McpServerSpec {
+    /// Checks what the schema cannot: a non-empty command, an http(s) URL.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.transport {
+            McpTransport::Stdio { command, .. } if command.trim().is_empty() => {
+                Err("transport.command is empty".into())
+            }
+            McpTransport::Http { url }
+                if !(url.starts_with("http://") || url.starts_with("https://")) =>
+            {
+                Err(format!("transport.url `{url}` is not an http(s) URL"))
+            }
+            _ => Ok(()),
+        }
+    }
+}

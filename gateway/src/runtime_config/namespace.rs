@@ -1,0 +1,223 @@
+//! The config namespaces (`agents`, `models`, `providers`, `mcp-servers`): their
+//! JSON Schemas and the checks every entry passes before it is stored.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::LazyLock;
+
+use awaken_actors::contract::{AgentSpec, ModelSpec};
+use serde::de::DeserializeOwned;
+use serde_json::Value as JsonValue;
+
+use super::entries::{McpServerSpec, ProviderConfig};
+
+/// Longest entry id accepted.
+pub const MAX_ID_LEN: usize = 128;
+
+/// One kind of config entry, named as in the URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Namespace {
+    /// Agent definitions (`AgentSpec`).
+    Agents,
+    /// Model ids mapped to a provider and an upstream model (`ModelSpec`).
+    Models,
+    /// Provider endpoints and scripts (`ProviderConfig`).
+    Providers,
+    /// MCP servers (`McpServerSpec`).
+    McpServers,
+}
+
+impl Namespace {
+    /// Every namespace, in the order listings use.
+    pub const ALL: [Self; 4] = [
+        Self::Agents,
+        Self::Models,
+        Self::Providers,
+        Self::McpServers,
+    ];
+
+    /// The name used in URLs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agents => "agents",
+            Self::Models => "models",
+            Self::Providers => "providers",
+            Self::McpServers => "mcp-servers",
+        }
+    }
+
+    /// The JSON Schema every entry of this namespace is checked against.
+    pub fn schema(self) -> &'static JsonValue {
+        &SCHEMAS[self as usize].0
+    }
+
+    /// Checks `value` (schema, id, the entry's own rules) and returns the entry in
+    /// its normal form, defaults filled in. `path_id`, when given, must match the
+    /// body's `id`.
+    pub fn check(self, value: &JsonValue, path_id: Option<&str>) -> Result<Entry, EntryError> {
+        let validator = &SCHEMAS[self as usize].1;
+        let problems: Vec<String> = validator
+            .iter_errors(value)
+            .map(|error| {
+                let path = error.instance_path().to_string();
+                if path.is_empty() {
+                    error.to_string()
+                } else {
+                    format!("{path}: {error}")
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(EntryError::Invalid(problems.join("; ")));
+        }
+        let entry = match self {
+            Self::Agents => Entry::Agent(Box::new(parse(value)?)),
+            Self::Models => Entry::Model(parse(value)?),
+            Self::Providers => Entry::Provider(parse(value)?),
+            Self::McpServers => {
+                let spec: McpServerSpec = parse(value)?;
+                spec.check().map_err(EntryError::Invalid)?;
+                Entry::McpServer(spec)
+            }
+        };
+        let id = entry.id();
+        check_id(id)?;
+        if let Some(path_id) = path_id
+            && path_id != id
+        {
+            return Err(EntryError::IdMismatch {
+                path: path_id.to_owned(),
+                body: id.to_owned(),
+            });
+        }
+        Ok(entry)
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Namespace {
+    type Err = EntryError;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|ns| ns.as_str() == name)
+            .ok_or_else(|| EntryError::UnknownNamespace(name.to_owned()))
+    }
+}
+
+/// A checked entry of one namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// An agent.
+    Agent(Box<AgentSpec>),
+    /// A model.
+    Model(ModelSpec),
+    /// A provider.
+    Provider(ProviderConfig),
+    /// An MCP server.
+    McpServer(McpServerSpec),
+}
+
+impl Entry {
+    /// The entry's id.
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Agent(spec) => spec.id.as_str(),
+            Self::Model(spec) => &spec.id,
+            Self::Provider(config) => &config.id,
+            Self::McpServer(spec) => &spec.id,
+        }
+    }
+
+    /// The entry's namespace.
+    pub fn namespace(&self) -> Namespace {
+        match self {
+            Self::Agent(_) => Namespace::Agents,
+            Self::Model(_) => Namespace::Models,
+            Self::Provider(_) => Namespace::Providers,
+            Self::McpServer(_) => Namespace::McpServers,
+        }
+    }
+
+    /// The entry as stored and served: its normal JSON form.
+    pub fn to_json(&self) -> JsonValue {
+        let value = match self {
+            Self::Agent(spec) => serde_json::to_value(spec),
+            Self::Model(spec) => serde_json::to_value(spec),
+            Self::Provider(config) => serde_json::to_value(config),
+            Self::McpServer(spec) => serde_json::to_value(spec),
+        };
+        // These types serialize to JSON by construction (string keys, no NaN).
+        value.unwrap_or(JsonValue::Null)
+    }
+}
+
+/// Why an entry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The URL names no namespace.
+    #[error("unknown config namespace `{0}` (known: agents, models, providers, mcp-servers)")]
+    UnknownNamespace(String),
+    /// The entry does not match its schema or its own rules.
+    #[error("{0}")]
+    Invalid(String),
+    /// The body's id is not the one in the path.
+    #[error("the body's id `{body}` is not the path's `{path}`")]
+    IdMismatch {
+        /// The id in the URL.
+        path: String,
+        /// The id in the body.
+        body: String,
+    },
+}
+
+fn parse<T: DeserializeOwned>(value: &JsonValue) -> Result<T, EntryError> {
+    T::deserialize(value).map_err(|e| EntryError::Invalid(e.to_string()))
+}
+
+fn check_id(id: &str) -> Result<(), EntryError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+    if id.is_empty() || id.len() > MAX_ID_LEN || !id.chars().all(allowed) {
+        return Err(EntryError::Invalid(format!(
+            "id `{id}`: 1 to {MAX_ID_LEN} characters of A-Z a-z 0-9 - _ . :"
+        )));
+    }
+    Ok(())
+}
+
+/// Each namespace's schema and its compiled validator, in `Namespace` order.
+static SCHEMAS: LazyLock<Vec<(JsonValue, jsonschema::Validator)>> = LazyLock::new(|| {
+    Namespace::ALL
+        .into_iter()
+        .map(|ns| {
+            let mut schema = match ns {
+                Namespace::Agents => schema_of::<AgentSpec>(),
+                Namespace::Models => schema_of::<ModelSpec>(),
+                Namespace::Providers => schema_of::<ProviderConfig>(),
+                Namespace::McpServers => schema_of::<McpServerSpec>(),
+            };
+            // Unknown fields are refused in every namespace: a typo must not be
+            // stored and silently ignored.
+            if let Some(root) = schema.as_object_mut() {
+                root.insert("additionalProperties".into(), JsonValue::Bool(false));
+                root.insert(
+                    "title".into(),
+                    JsonValue::String(format!("awaken config: {ns}")),
+                );
+            }
+            let validator = jsonschema::validator_for(&schema)
+                .unwrap_or_else(|e| unreachable!("generated schema for {ns} compiles: {e}"));
+            (schema, validator)
+        })
+        .collect()
+});
+
+fn schema_of<T: schemars::JsonSchema>() -> JsonValue {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(JsonValue::Null)
+}
