@@ -171,3 +171,86 @@ async fn a_decision_given_to_a_node_that_does_not_own_the_thread_resumes_it() {
     let (status, body) = json(a.get("/health").await).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_write_on_one_node_reaches_every_node() {
+    let cluster = two_nodes().await;
+    let (a, b) = (&cluster.servers[0], &cluster.servers[1]);
+    for (namespace, body) in [
+        (
+            "providers",
+            json!({"id": "p", "adapter": "scripted", "script": {"steps": [{"text": "from the config API"}]}}),
+        ),
+        (
+            "models",
+            json!({"id": "m", "provider": "p", "model": "script"}),
+        ),
+        ("agents", json!({"id": "greeter", "model": "m"})),
+    ] {
+        let (status, body) = json(a.post(&format!("/v1/config/{namespace}"), body).await).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (_, listing) = json(b.get("/v1/config/agents/greeter").await).await;
+    assert_eq!(listing["model"], "m", "B reads the shared document");
+    let (_, listing) = json(a.get("/v1/config/agents").await).await;
+    let revision = listing["revision"].as_u64().unwrap();
+
+    // B installs the revision from its watch of the store: wait for it, bounded.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, capabilities) = json(b.get("/v1/capabilities").await).await;
+        if capabilities["config_revision"].as_u64() >= Some(revision) {
+            assert!(
+                capabilities["agents"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!("greeter"))
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B never installed revision {revision}: {capabilities}"
+        );
+        tokio::task::yield_now().await;
+    }
+    // A run of the new agent, accepted by B, on a thread A owns.
+    let thread = thread_owned_by(&cluster, 0, "config");
+    let (status, _) = json(b.post("/v1/threads", json!({"id": thread.as_str()})).await).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let response = b
+        .post(
+            "/v1/runs",
+            json!({"agentId": "greeter", "threadId": thread.as_str(), "messages": user("hi")}),
+        )
+        .await;
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(finish_type(&events), "natural_end");
+    let finish = serde_json::to_value(events.last().unwrap()).unwrap();
+    assert_eq!(finish["result"]["response"], "from the config API");
+
+    // A node that joins later starts from the stored document.
+    let late = ClusterNode::start(
+        cluster._nats.connect().await.unwrap(),
+        demo::builder(
+            ThreadConfig::default(),
+            Arc::new(FakeFiles::with_demo_files()),
+            Journal::default(),
+        )
+        .unwrap(),
+        NodeConfig::new(NodeId::new("node-late").unwrap()),
+    )
+    .await
+    .unwrap();
+    let manager = awaken_gateway::runtime_config::ConfigManager::start(
+        late.runtime().clone(),
+        awaken_cluster::RunControl::config_store(&late),
+        awaken_gateway::runtime_config::ConfigDocument::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(manager.revision(), revision);
+    assert!(late.runtime().registries().agents.contains("greeter"));
+    drop(manager);
+    late.drain(Duration::from_secs(5)).await.unwrap();
+}

@@ -191,3 +191,87 @@ impl ConfigDocument {
         Ok(builder)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use awaken_actors::llm::ScriptedExecutor;
+    use awaken_actors::runtime::AgentRuntimeBuilder;
+    use serde_json::json;
+
+    use super::*;
+
+    fn document(entries: &[(Namespace, JsonValue)]) -> ConfigDocument {
+        let mut document = ConfigDocument::default();
+        for (namespace, value) in entries {
+            document.put(&namespace.check(value, None).unwrap());
+        }
+        document
+    }
+
+    fn scripted() -> (Namespace, JsonValue) {
+        (
+            Namespace::Providers,
+            json!({"id": "p", "adapter": "scripted", "script": {"steps": [{"text": "hi"}]}}),
+        )
+    }
+
+    #[test]
+    fn the_wire_form_is_messagepack_with_field_names() {
+        let document = document(&[
+            scripted(),
+            (
+                Namespace::McpServers,
+                json!({"id": "fs", "transport": {"kind": "http", "url": "http://x"}}),
+            ),
+        ]);
+        let bytes = document.encode().unwrap();
+        let value: JsonValue = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(value["providers"]["p"]["adapter"], json!("scripted"));
+        assert_eq!(
+            value["mcp_servers"]["fs"]["transport"]["kind"],
+            json!("http")
+        );
+        assert_eq!(ConfigDocument::decode(&bytes).unwrap(), document);
+        assert!(matches!(
+            ConfigDocument::decode(b"\xc1"),
+            Err(DocumentError::Codec(_))
+        ));
+    }
+
+    #[test]
+    fn apply_adds_entries_and_refuses_built_in_ids() {
+        let base = AgentRuntimeBuilder::new()
+            .with_provider("builtin", Arc::new(ScriptedExecutor::always("x")))
+            .build()
+            .unwrap();
+        let document = document(&[
+            scripted(),
+            (
+                Namespace::Models,
+                json!({"id": "m", "provider": "p", "model": "x"}),
+            ),
+            (Namespace::Agents, json!({"id": "a", "model": "m"})),
+        ]);
+        let registries = document.apply(&base.registries()).unwrap();
+        assert!(registries.agents.contains("a"));
+        assert!(registries.providers.contains("builtin"));
+        assert!(awaken_actors::runtime::validate_agents(&registries).is_ok());
+
+        let clash = self::document(&[(
+            Namespace::Providers,
+            json!({"id": "builtin", "adapter": "scripted", "script": {"steps": [{"text": "y"}]}}),
+        )]);
+        assert!(matches!(
+            clash.apply(&base.registries()),
+            Err(DocumentError::BuiltIn { .. })
+        ));
+        let unusable = self::document(&[(
+            Namespace::Providers,
+            json!({"id": "q", "adapter": "scripted"}),
+        )]);
+        let error = unusable.apply(&base.registries()).unwrap_err().to_string();
+        assert!(error.contains("needs a `script`"), "{error}");
+    }
+}

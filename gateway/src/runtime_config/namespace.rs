@@ -221,3 +221,125 @@ static SCHEMAS: LazyLock<Vec<(JsonValue, jsonschema::Validator)>> = LazyLock::ne
 fn schema_of<T: schemars::JsonSchema>() -> JsonValue {
     serde_json::to_value(schemars::schema_for!(T)).unwrap_or(JsonValue::Null)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_schema_compiles_and_refuses_unknown_fields() {
+        for namespace in Namespace::ALL {
+            let schema = namespace.schema();
+            assert_eq!(schema["additionalProperties"], json!(false), "{namespace}");
+            assert!(
+                schema["required"]
+                    .as_array()
+                    .is_some_and(|r| r.contains(&json!("id"))),
+                "{namespace}: {schema}"
+            );
+            assert_eq!(namespace.as_str().parse::<Namespace>(), Ok(namespace));
+        }
+        assert!(matches!(
+            "tools".parse::<Namespace>(),
+            Err(EntryError::UnknownNamespace(_))
+        ));
+    }
+
+    #[test]
+    fn entries_come_back_in_normal_form() {
+        let agent = Namespace::Agents
+            .check(&json!({"id": "a", "model": "m"}), Some("a"))
+            .unwrap();
+        assert_eq!(agent.to_json()["max_rounds"], json!(16));
+        assert_eq!(agent.namespace(), Namespace::Agents);
+        let provider = Namespace::Providers
+            .check(
+                &json!({"id": "p", "adapter": "scripted", "script": {"steps": [{"text": "hi"}]}}),
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            provider.to_json()["script"]["after_last"],
+            json!("repeat_last")
+        );
+        let mcp = Namespace::McpServers
+            .check(
+                &json!({"id": "fs", "transport": {"kind": "stdio", "command": "mcp-fs"}}),
+                None,
+            )
+            .unwrap();
+        assert_eq!(mcp.id(), "fs");
+    }
+
+    #[test]
+    fn bad_entries_say_what_is_wrong() {
+        for (namespace, value, needle) in [
+            (
+                Namespace::Agents,
+                json!({"model": "m"}),
+                "\"id\" is a required",
+            ),
+            (Namespace::Agents, json!({"id": "a", "modle": "m"}), "modle"),
+            (
+                Namespace::Agents,
+                json!({"id": "a", "max_rounds": "x"}),
+                "/max_rounds",
+            ),
+            (Namespace::Agents, json!({"id": "a b"}), "a b"),
+            (
+                Namespace::Models,
+                json!({"id": "m", "provider": "p"}),
+                "model",
+            ),
+            (
+                Namespace::Models,
+                json!({"id": "m/1", "provider": "p", "model": "x"}),
+                "m/1",
+            ),
+            (Namespace::Providers, json!({"id": "p"}), "adapter"),
+            (
+                Namespace::Providers,
+                json!({"id": "p", "adapter": "scripted", "script": {"steps": [{"txt": "x"}]}}),
+                "txt",
+            ),
+            (
+                Namespace::McpServers,
+                json!({"id": "x", "transport": {"kind": "http", "url": "ftp://x"}}),
+                "ftp://x",
+            ),
+            (
+                Namespace::McpServers,
+                json!({"id": "x", "transport": {"kind": "pipe"}}),
+                "transport",
+            ),
+            (Namespace::Models, json!([1, 2]), "object"),
+        ] {
+            let error = namespace.check(&value, None).unwrap_err().to_string();
+            assert!(error.contains(needle), "{namespace} {value}: {error}");
+        }
+        let too_long = "a".repeat(MAX_ID_LEN + 1);
+        assert!(
+            Namespace::Models
+                .check(
+                    &json!({"id": too_long, "provider": "p", "model": "x"}),
+                    None
+                )
+                .is_err()
+        );
+        let mismatch = Namespace::Models
+            .check(
+                &json!({"id": "m", "provider": "p", "model": "x"}),
+                Some("n"),
+            )
+            .unwrap_err();
+        assert_eq!(
+            mismatch,
+            EntryError::IdMismatch {
+                path: "n".into(),
+                body: "m".into()
+            }
+        );
+    }
+}

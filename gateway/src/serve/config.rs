@@ -285,6 +285,62 @@ mod tests {
     }
 
     #[test]
+    fn entries_and_permissions_come_from_tables_keyed_by_id() {
+        let toml = file(
+            "demo_agents = false\n\n\
+             [permissions]\ndefault_behavior = \"ask\"\n\
+             rules = [{ tool = \"echo\", behavior = \"allow\" }]\n\n\
+             [providers.local]\nadapter = \"scripted\"\n\
+             script = { steps = [{ text = \"hi\" }] }\n\n\
+             [models.fast]\nprovider = \"local\"\nmodel = \"x\"\n\n\
+             [agents.helper]\nmodel = \"fast\"\nmax_rounds = 3\n\n\
+             [mcp_servers.fs]\ntransport = { kind = \"stdio\", command = \"mcp-fs\" }\n",
+        );
+        let config = ServeConfig::load(
+            Some(toml.path()),
+            env(&[("AWAKEN_AGENTS__HELPER__SYSTEM_PROMPT", "Be brief.")]),
+        )
+        .unwrap();
+        assert!(!config.demo_agents);
+        assert!(config.permissions.is_some());
+        let entries = config.entries().unwrap();
+        assert_eq!(entries.len(), 4);
+        let helper = &entries.entries(Namespace::Agents)["helper"];
+        assert_eq!(helper["id"], "helper");
+        assert_eq!(helper["max_rounds"], 3);
+        assert_eq!(helper["system_prompt"], "Be brief.");
+        assert_eq!(
+            entries.entries(Namespace::Models)["fast"]["provider"],
+            "local"
+        );
+    }
+
+    #[test]
+    fn bad_entries_refuse_to_start_naming_the_table() {
+        for (text, expected) in [
+            ("[agents.a]\nmodle = \"m\"\n", "agents.a"),
+            (
+                "[models.m]\nid = \"other\"\nprovider = \"p\"\nmodel = \"x\"\n",
+                "other",
+            ),
+            ("[providers.p]\nadapter = 3\n", "providers.p"),
+            (
+                "[mcp_servers.x]\ntransport = { kind = \"http\", url = \"x\" }\n",
+                "mcp_servers.x",
+            ),
+            (
+                "[permissions]\nrules = [{ tool = \"[\", behavior = \"deny\" }]\n",
+                "permissions",
+            ),
+        ] {
+            let error = ServeConfig::load(Some(file(text).path()), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{text:?}: {error}");
+        }
+    }
+
+    #[test]
     fn a_missing_named_file_is_an_error() {
         let error =
             ServeConfig::load(Some(Path::new("/nonexistent/awaken.toml")), env(&[])).unwrap_err();

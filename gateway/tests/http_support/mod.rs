@@ -84,6 +84,19 @@ impl TestServer {
             .unwrap()
     }
 
+    pub async fn put(&self, path: &str, body: Value) -> Response {
+        self.client
+            .put(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn delete(&self, path: &str) -> Response {
+        self.client.delete(self.url(path)).send().await.unwrap()
+    }
+
     /// Stops accepting, waits for in-flight requests; `true` when they all finished.
     pub async fn shutdown(mut self) -> bool {
         if let Some(stop) = self.stop.take() {
