@@ -18,7 +18,7 @@ use std::time::Duration;
 
 pub use config::ServerConfig;
 pub use error::ApiError;
-pub use routes::router;
+pub use routes::{router, served_routes};
 pub use state::AppState;
 use tokio::net::TcpListener;
 

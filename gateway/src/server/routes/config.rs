@@ -1,13 +1,13 @@
 //! The config API: `/v1/config/{namespace}[/{id}]` with `$schema`,
 //! `/v1/capabilities`, and the `/v1/agents` aliases.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
 use serde_json::{Value as JsonValue, json};
 
+use super::table::Routes;
 use super::threads::Paging;
 use crate::runtime_config::{ConfigApiError, Namespace};
 use crate::server::auth::Caller;
@@ -19,16 +19,16 @@ use crate::server::state::AppState;
 const SCHEMA_SEGMENT: &str = "$schema";
 
 /// The config and capabilities routes.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/capabilities", get(capabilities))
-        .route("/v1/config/{namespace}", get(list).post(create))
-        .route(
-            "/v1/config/{namespace}/{id}",
-            get(get_entry).put(replace).delete(delete),
-        )
-        .route("/v1/agents", get(list_agents))
-        .route("/v1/agents/{id}", get(get_agent))
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .get("/v1/capabilities", capabilities)
+        .get("/v1/config/{namespace}", list)
+        .post("/v1/config/{namespace}", create)
+        .get("/v1/config/{namespace}/{id}", get_entry)
+        .put("/v1/config/{namespace}/{id}", replace)
+        .delete("/v1/config/{namespace}/{id}", delete)
+        .get("/v1/agents", list_agents)
+        .get("/v1/agents/{id}", get_agent)
 }
 
 impl From<ConfigApiError> for ApiError {

@@ -1,21 +1,21 @@
 //! `/health` (readiness: the store and NATS answer), `/health/live`, and
 //! `/metrics` (Prometheus).
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
 
+use super::table::Routes;
 use crate::server::error::ApiError;
 use crate::server::metrics::CONTENT_TYPE;
 use crate::server::state::AppState;
 
 /// The health routes (never behind authentication).
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/health", get(ready))
-        .route("/health/live", get(live))
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .get("/health", ready)
+        .get("/health/live", live)
 }
 
 async fn ready(State(state): State<AppState>) -> Response {
@@ -31,8 +31,8 @@ async fn ready(State(state): State<AppState>) -> Response {
 
 /// The metrics route: outside the request limit, so a busy node can be observed,
 /// but behind the API keys like every route other than the probes.
-pub(crate) fn metrics_routes() -> Router<AppState> {
-    Router::new().route("/metrics", get(metrics))
+pub(crate) fn metrics_routes() -> Routes {
+    Routes::new().get("/metrics", metrics)
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

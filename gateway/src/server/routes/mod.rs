@@ -6,9 +6,11 @@ mod ai_sdk;
 mod config;
 mod health;
 mod input;
+mod openapi;
 mod protocol;
 mod runs;
 mod shared;
+mod table;
 mod threads;
 
 use axum::Router;
@@ -21,6 +23,7 @@ use tower::{BoxError, ServiceBuilder};
 use super::error::ApiError;
 use super::state::AppState;
 use super::{auth, metrics};
+use table::Routes;
 
 /// Every route, with the body limit (413) and the in-flight request limit (503)
 /// of `state.config`. Health probes are outside the limit: a busy node is alive.
@@ -34,12 +37,8 @@ pub fn router(state: AppState) -> Router {
         .layer(GlobalConcurrencyLimitLayer::new(
             state.config.max_concurrent_requests.max(1),
         ));
-    let api = Router::new()
-        .merge(threads::routes())
-        .merge(runs::routes())
-        .merge(ai_sdk::routes())
-        .merge(ag_ui::routes())
-        .merge(config::routes())
+    let api = api_routes()
+        .into_router()
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
@@ -48,12 +47,15 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(limits);
-    let observed = health::metrics_routes().layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        auth::require_key,
-    ));
+    let observed =
+        health::metrics_routes()
+            .into_router()
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                auth::require_key,
+            ));
     Router::new()
-        .merge(health::routes())
+        .merge(health::routes().into_router())
         .merge(observed)
         .merge(api)
         .layer(axum::middleware::from_fn_with_state(
@@ -61,6 +63,25 @@ pub fn router(state: AppState) -> Router {
             metrics::record,
         ))
         .with_state(state)
+}
+
+/// The routes behind the API keys and the request limit.
+fn api_routes() -> Routes {
+    threads::routes()
+        .merge(runs::routes())
+        .merge(ai_sdk::routes())
+        .merge(ag_ui::routes())
+        .merge(config::routes())
+        .merge(openapi::routes())
+}
+
+/// Every `(method, path template)` the server answers: what the OpenAPI
+/// document must describe.
+pub fn served_routes() -> Vec<(Method, &'static str)> {
+    let all = health::routes()
+        .merge(health::metrics_routes())
+        .merge(api_routes());
+    all.served().to_vec()
 }
 
 fn overloaded(error: &BoxError) -> ApiError {

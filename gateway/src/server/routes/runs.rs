@@ -7,15 +7,15 @@ use awaken_actors::mailbox::SubmitOptions;
 use awaken_actors::store::RunQuery;
 use awaken_actors::thread::RunRequest;
 use awaken_cluster::decisions::DecisionPayload;
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::input::{InputBody, StartRunBody, user_messages};
 use super::shared::{accept_input, cancel, check_agent, check_thread, decide, thread_of_run};
+use super::table::Routes;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
@@ -23,14 +23,15 @@ use crate::server::sse::{last_event_id, run_events};
 use crate::server::state::AppState;
 
 /// The run routes.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/runs", get(list_runs).post(start_run))
-        .route("/v1/runs/{run_id}", get(get_run))
-        .route("/v1/runs/{run_id}/events", get(follow_run))
-        .route("/v1/runs/{run_id}/inputs", post(add_input))
-        .route("/v1/runs/{run_id}/cancel", post(cancel_run))
-        .route("/v1/runs/{run_id}/decision", post(run_decision))
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .get("/v1/runs", list_runs)
+        .post("/v1/runs", start_run)
+        .get("/v1/runs/{run_id}", get_run)
+        .get("/v1/runs/{run_id}/events", follow_run)
+        .post("/v1/runs/{run_id}/inputs", add_input)
+        .post("/v1/runs/{run_id}/cancel", cancel_run)
+        .post("/v1/runs/{run_id}/decision", run_decision)
 }
 
 /// Paging and filters of run lists.

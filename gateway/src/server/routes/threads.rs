@@ -9,48 +9,41 @@ use awaken_actors::mailbox::DispatchQuery;
 use awaken_actors::store::MessageQuery;
 use awaken_cluster::decisions::DecisionPayload;
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::Value as JsonValue;
 
 use super::input::InputBody;
 use super::runs::{RunListQuery, default_limit};
 use super::shared::{accept_input, cancel, check_thread, decide, queued_dispatches, unexpected};
+use super::table::Routes;
 use crate::server::auth::{Caller, TENANT_KEY, refuse_reserved};
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::state::AppState;
 
 /// The thread routes.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/threads", get(list_threads).post(create_thread))
-        .route("/v1/threads/summaries", get(list_summaries))
-        .route(
-            "/v1/threads/{thread_id}",
-            get(get_thread).patch(patch_thread).delete(delete_thread),
-        )
-        .route(
-            "/v1/threads/{thread_id}/metadata",
-            axum::routing::patch(patch_thread),
-        )
-        .route("/v1/threads/{thread_id}/cancel", post(cancel_thread))
-        .route("/v1/threads/{thread_id}/decision", post(thread_decision))
-        .route("/v1/threads/{thread_id}/interrupt", post(interrupt_thread))
-        .route(
-            "/v1/threads/{thread_id}/messages",
-            get(list_messages).post(post_messages),
-        )
-        .route(
-            "/v1/threads/{thread_id}/mailbox",
-            get(list_mailbox).post(post_messages),
-        )
-        .route("/v1/threads/{thread_id}/runs", get(list_thread_runs))
-        .route("/v1/threads/{thread_id}/runs/latest", get(latest_run))
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .get("/v1/threads", list_threads)
+        .post("/v1/threads", create_thread)
+        .get("/v1/threads/summaries", list_summaries)
+        .get("/v1/threads/{thread_id}", get_thread)
+        .patch("/v1/threads/{thread_id}", patch_thread)
+        .delete("/v1/threads/{thread_id}", delete_thread)
+        .patch("/v1/threads/{thread_id}/metadata", patch_thread)
+        .post("/v1/threads/{thread_id}/cancel", cancel_thread)
+        .post("/v1/threads/{thread_id}/decision", thread_decision)
+        .post("/v1/threads/{thread_id}/interrupt", interrupt_thread)
+        .get("/v1/threads/{thread_id}/messages", list_messages)
+        .post("/v1/threads/{thread_id}/messages", post_messages)
+        .get("/v1/threads/{thread_id}/mailbox", list_mailbox)
+        .post("/v1/threads/{thread_id}/mailbox", post_messages)
+        .get("/v1/threads/{thread_id}/runs", list_thread_runs)
+        .get("/v1/threads/{thread_id}/runs/latest", latest_run)
 }
 
 /// Offset paging.

@@ -9,10 +9,9 @@ mod messages;
 mod request;
 
 use awaken_actors::{AgentId, RunId, ThreadId};
+use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 
 use self::encoder::AgUiEncoder;
 use self::request::{AgUiInput, RunAgentInput};
@@ -23,22 +22,17 @@ use super::threads::interrupt_thread;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath};
+use crate::server::routes::table::Routes;
 use crate::server::state::AppState;
 
 /// The AG-UI routes.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/ag-ui/run", post(run))
-        .route("/v1/ag-ui/threads/{thread_id}/runs", post(thread_run))
-        .route("/v1/ag-ui/agents/{agent_id}/runs", post(agent_run))
-        .route(
-            "/v1/ag-ui/threads/{thread_id}/interrupt",
-            post(interrupt_thread),
-        )
-        .route(
-            "/v1/ag-ui/threads/{thread_id}/messages",
-            get(thread_messages),
-        )
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .post("/v1/ag-ui/run", run)
+        .post("/v1/ag-ui/threads/{thread_id}/runs", thread_run)
+        .post("/v1/ag-ui/agents/{agent_id}/runs", agent_run)
+        .post("/v1/ag-ui/threads/{thread_id}/interrupt", interrupt_thread)
+        .get("/v1/ag-ui/threads/{thread_id}/messages", thread_messages)
 }
 
 async fn run(

@@ -10,11 +10,10 @@ mod messages;
 mod request;
 
 use awaken_actors::{AgentId, RunId, ThreadId};
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 
 use self::encoder::UiEncoder;
 use self::request::{Approval, ChatInput, ChatRequest};
@@ -27,30 +26,25 @@ use super::threads::{cancel_thread, interrupt_thread};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath};
+use crate::server::routes::table::Routes;
 use crate::server::state::AppState;
 
 /// The header that tells the client this is a UI message stream.
 const STREAM_HEADER: HeaderName = HeaderName::from_static("x-vercel-ai-ui-message-stream");
 
 /// The AI SDK routes.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/ai-sdk/chat", post(chat))
-        .route("/v1/ai-sdk/threads/{thread_id}/runs", post(thread_chat))
-        .route("/v1/ai-sdk/agents/{agent_id}/runs", post(agent_chat))
-        .route("/v1/ai-sdk/chat/{thread_id}/stream", get(resume_thread))
-        .route("/v1/ai-sdk/threads/{thread_id}/stream", get(resume_thread))
-        .route("/v1/ai-sdk/streams/{run_id}", get(resume_run))
-        .route("/v1/ai-sdk/runs/{run_id}/stream", get(resume_run))
-        .route(
-            "/v1/ai-sdk/threads/{thread_id}/messages",
-            get(thread_messages),
-        )
-        .route("/v1/ai-sdk/threads/{thread_id}/cancel", post(cancel_thread))
-        .route(
-            "/v1/ai-sdk/threads/{thread_id}/interrupt",
-            post(interrupt_thread),
-        )
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .post("/v1/ai-sdk/chat", chat)
+        .post("/v1/ai-sdk/threads/{thread_id}/runs", thread_chat)
+        .post("/v1/ai-sdk/agents/{agent_id}/runs", agent_chat)
+        .get("/v1/ai-sdk/chat/{thread_id}/stream", resume_thread)
+        .get("/v1/ai-sdk/threads/{thread_id}/stream", resume_thread)
+        .get("/v1/ai-sdk/streams/{run_id}", resume_run)
+        .get("/v1/ai-sdk/runs/{run_id}/stream", resume_run)
+        .get("/v1/ai-sdk/threads/{thread_id}/messages", thread_messages)
+        .post("/v1/ai-sdk/threads/{thread_id}/cancel", cancel_thread)
+        .post("/v1/ai-sdk/threads/{thread_id}/interrupt", interrupt_thread)
 }
 
 async fn chat(
