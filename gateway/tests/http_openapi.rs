@@ -25,16 +25,21 @@ async fn the_served_document_lists_every_route_and_each_one_answers() {
             .replace("{namespace}", "models")
             .replace('{', "")
             .replace('}', "-unknown");
-        let mut request = server
-            .client
-            .request(Method::from_bytes(method.as_str().as_bytes()).unwrap(), server.url(&path));
+        let mut request = server.client.request(
+            Method::from_bytes(method.as_str().as_bytes()).unwrap(),
+            server.url(&path),
+        );
         if method != Method::GET && method != Method::DELETE {
             request = request.json(&json!({}));
         }
         let response = request.send().await.unwrap();
         let status = response.status();
         let body = response.text().await.unwrap();
-        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {body}");
+        assert_ne!(
+            status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}: {body}"
+        );
         assert!(
             !body.contains("no route for"),
             "{method} {path} fell through: {body}"

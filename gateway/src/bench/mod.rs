@@ -32,6 +32,7 @@ mod driver;
 pub mod failover;
 pub mod hitl;
 pub mod hitl_remote;
+pub mod http;
 pub mod idle_threads;
 pub mod report;
 pub mod sequential;

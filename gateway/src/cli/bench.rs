@@ -23,6 +23,47 @@ pub enum BenchTarget {
     Local(LocalArgs),
     /// Against a NATS server: the cluster's building blocks.
     Cluster(ClusterArgs),
+    /// Workload W over the HTTP API (`POST /v1/runs`, SSE read to the end).
+    Http(HttpArgs),
+}
+
+/// Flags of `awaken bench http`.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// A running server to measure; without it, `awaken serve` is started as a
+    /// child process and its CPU per run is reported.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Runs to measure (after 200 warm-up runs).
+    #[arg(long, default_value_t = BenchOptions::default().runs, value_name = "N",
+          value_parser = at_least_one)]
+    pub runs: usize,
+    /// Concurrent clients, each with its own connection.
+    #[arg(long, default_value_t = 64, value_name = "C", value_parser = at_least_one)]
+    pub concurrency: usize,
+    /// Time limit, seconds; no run starts after it.
+    #[arg(long, default_value_t = BenchOptions::default().timeout.as_secs(), value_name = "S")]
+    pub timeout_s: u64,
+    /// Time limit of each run, seconds; a slower run counts as an error.
+    #[arg(long, default_value_t = BenchOptions::default().run_timeout.as_secs(), value_name = "S")]
+    pub run_timeout_s: u64,
+    /// Print no progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl HttpArgs {
+    /// The sizes and limits these flags ask for.
+    pub fn options(&self) -> BenchOptions {
+        BenchOptions {
+            runs: self.runs,
+            concurrency: self.concurrency,
+            timeout: Duration::from_secs(self.timeout_s),
+            run_timeout: Duration::from_secs(self.run_timeout_s),
+            progress: !self.quiet,
+            ..BenchOptions::default()
+        }
+    }
 }
 
 /// Flags of `awaken bench cluster`.
@@ -176,6 +217,13 @@ pub(super) async fn execute(args: BenchArgs) -> Result<u8> {
     let local = match args.target {
         BenchTarget::Local(local) => local,
         BenchTarget::Cluster(cluster) => return execute_cluster(cluster).await,
+        BenchTarget::Http(http) => {
+            let report = bench::http::run(http.url.as_deref(), &http.options()).await?;
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", report.to_json_line())?;
+            stdout.flush()?;
+            return Ok(u8::from(report.errors > 0));
+        }
     };
     let options = local.options();
     let mut failed = false;

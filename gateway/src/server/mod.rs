@@ -20,6 +20,7 @@ pub use config::ServerConfig;
 pub use error::ApiError;
 pub use routes::{router, served_routes};
 pub use state::AppState;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 /// A bound, not yet serving, HTTP server.
@@ -52,7 +53,14 @@ impl Server {
         let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
         let state = self.state.clone();
         let app = router(self.state);
-        let server = axum::serve(self.listener, app).with_graceful_shutdown(async move {
+        // SSE writes many small frames: without TCP_NODELAY, Nagle's algorithm
+        // holds each behind the client's delayed ACK (~40 ms per stream).
+        let listener = self.listener.tap_io(|stream| {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::warn!(%error, "TCP_NODELAY not set");
+            }
+        });
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             shutdown.await;
             state.stop_streams();
             let _ = stopping.send(());
