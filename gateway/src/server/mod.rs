@@ -16,11 +16,11 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 pub use config::ServerConfig;
 pub use error::ApiError;
 pub use routes::{router, served_routes};
 pub use state::AppState;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 /// A bound, not yet serving, HTTP server.
