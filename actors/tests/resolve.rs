@@ -11,7 +11,7 @@ use awaken_actors::contract::{
 };
 use awaken_actors::llm::{InferenceRequest, LlmExecutor, StreamResult};
 use awaken_actors::plugin::{ConfigSchema, Plugin, PluginDescriptor, PluginRegistrar};
-use awaken_actors::runtime::AgentRuntimeBuilder;
+use awaken_actors::runtime::{AgentRuntimeBuilder, ValidatedRegistries};
 use awaken_actors::state::{StateKey, StateKeyOptions};
 use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
 use awaken_actors::{
@@ -454,7 +454,7 @@ fn build_dry_runs_every_local_agent() {
 }
 
 #[test]
-fn replacing_registries_reaches_every_clone_and_refuses_broken_sets() {
+fn replacing_registries_reaches_every_clone_and_broken_sets_are_not_valid() {
     let runtime = base().with_agent_spec(agent("a")).build().unwrap();
     let clone = runtime.clone();
     let resolver = runtime.resolver();
@@ -466,14 +466,14 @@ fn replacing_registries_reaches_every_clone_and_refuses_broken_sets() {
     let mut next = (*runtime.registries()).clone();
     next.agents
         .upsert("b", Arc::new(agent("b").with_system_prompt("new")));
-    runtime.replace_registries(next).unwrap();
+    runtime.replace_registries(ValidatedRegistries::new(next).unwrap());
     assert_eq!(resolver.resolve("b").unwrap().spec.system_prompt, "new");
     assert!(clone.registries().agents.contains("b"));
 
-    // A set in which an agent cannot resolve is refused and changes nothing.
+    // A set in which an agent cannot resolve cannot be installed.
     let mut broken = (*runtime.registries()).clone();
     broken.models.remove("m");
-    let err = runtime.replace_registries(broken).unwrap_err();
+    let err = ValidatedRegistries::new(broken).unwrap_err();
     assert_eq!(
         err,
         BuildError::ValidationFailed("agent `a`: model `m` not found".into())

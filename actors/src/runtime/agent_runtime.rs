@@ -7,12 +7,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OnceCell, oneshot};
 
-use super::live::LiveRegistries;
+use super::live::{LiveRegistries, ValidatedRegistries};
 use super::registry::RegistrySet;
 use super::resolve::{AgentResolver, ResolvedAgent, resolve};
 use super::run_watch::{RunWatch, WatchingHub};
 use crate::contract::{AgentEvent, RunRecord, TerminationReason, ToolCallResume};
-use crate::error::{BuildError, ResolveError, RuntimeError};
+use crate::error::{ResolveError, RuntimeError};
 use crate::event_sink::EventSink;
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::phase::PhaseRuntime;
@@ -117,10 +117,10 @@ impl AgentRuntime {
         self.registries.current()
     }
 
-    /// Replaces the registries (a configuration change) once every local agent in
-    /// `registries` resolves; runs pick the new set up at their next activation.
-    pub fn replace_registries(&self, registries: RegistrySet) -> Result<(), BuildError> {
-        self.registries.replace(registries)
+    /// Replaces the registries (a configuration change); runs pick the new set up
+    /// at their next activation.
+    pub fn replace_registries(&self, registries: ValidatedRegistries) {
+        self.registries.replace(registries);
     }
 
     /// The thread and run store.

@@ -31,19 +31,29 @@ impl LiveRegistries {
         Arc::clone(self.current.load().registries())
     }
 
-    /// Replaces the registries once every local agent in `registries` resolves;
-    /// refused otherwise, leaving the current set in force.
-    pub fn replace(&self, registries: RegistrySet) -> Result<(), BuildError> {
-        validate_agents(&registries)?;
+    /// Replaces the registries with a set whose agents all resolve.
+    pub fn replace(&self, registries: ValidatedRegistries) {
         self.current
-            .store(Arc::new(RegistryResolver::new(Arc::new(registries))));
-        Ok(())
+            .store(Arc::new(RegistryResolver::new(Arc::new(registries.0))));
     }
 }
 
 impl AgentResolver for LiveRegistries {
     fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
         self.current.load().resolve(agent_id)
+    }
+}
+
+/// A registry set in which every local agent resolves: the only kind a running
+/// runtime can switch to.
+#[derive(Debug, Clone)]
+pub struct ValidatedRegistries(RegistrySet);
+
+impl ValidatedRegistries {
+    /// Checks `registries` with [`validate_agents`].
+    pub fn new(registries: RegistrySet) -> Result<Self, BuildError> {
+        validate_agents(&registries)?;
+        Ok(Self(registries))
     }
 }
 

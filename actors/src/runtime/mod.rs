@@ -9,7 +9,7 @@ mod run_watch;
 
 pub use agent_runtime::{AgentRunResult, AgentRuntime};
 pub use builder::AgentRuntimeBuilder;
-pub use live::{LiveRegistries, validate_agents};
+pub use live::{LiveRegistries, ValidatedRegistries, validate_agents};
 pub use registry::{Registry, RegistrySet};
 pub use resolve::{AgentResolver, RegistryResolver, ResolvedAgent, resolve};
 pub use run_watch::{RunEnd, RunWatch};

@@ -59,6 +59,9 @@ pub enum DocumentError {
         /// The entry's id.
         id: String,
     },
+    /// An agent of the resulting configuration does not resolve.
+    #[error("{0}")]
+    Unbuildable(String),
     /// The stored bytes are not a document.
     #[error("config document: {0}")]
     Codec(String),

@@ -4,13 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awaken_actors::runtime::{AgentRuntime, RegistrySet};
+use awaken_actors::runtime::{AgentRuntime, RegistrySet, ValidatedRegistries};
 use awaken_cluster::ClusterError;
 use awaken_cluster::config_store::{ConfigStore, ConfigVersion};
 use futures::StreamExt;
 use serde_json::{Value as JsonValue, json};
 
-use super::document::ConfigDocument;
+use super::document::{ConfigDocument, DocumentError};
 use super::namespace::{EntryError, Namespace};
 
 /// Compare-and-set attempts of one write before it gives up (each lost attempt
@@ -183,33 +183,25 @@ impl ConfigManager {
         if version.revision <= self.revision() {
             return;
         }
-        let built = ConfigDocument::decode(&version.document)
-            .and_then(|document| Ok((document.apply(&self.base)?, document)));
+        let built = ConfigDocument::decode(&version.document).and_then(|document| {
+            let registries = ValidatedRegistries::new(document.apply(&self.base)?)
+                .map_err(|e| DocumentError::Unbuildable(e.to_string()))?;
+            Ok((registries, document))
+        });
         match built {
-            Ok((registries, document)) => {
-                if let Err(error) = self.install(version.revision, registries, document) {
-                    tracing::error!(revision = version.revision, %error, "config revision refused on this node");
-                }
-            }
+            Ok((registries, document)) => self.install(version.revision, registries, document),
             Err(error) => {
                 tracing::error!(revision = version.revision, %error, "config revision unusable on this node");
             }
         }
     }
 
-    fn install(
-        &self,
-        revision: u64,
-        registries: RegistrySet,
-        document: ConfigDocument,
-    ) -> Result<(), awaken_actors::BuildError> {
+    fn install(&self, revision: u64, registries: ValidatedRegistries, document: ConfigDocument) {
         let mut applied = self.lock_applied();
-        if revision <= applied.revision {
-            return Ok(());
+        if revision > applied.revision {
+            self.runtime.replace_registries(registries);
+            *applied = Applied { revision, document };
         }
-        self.runtime.replace_registries(registries)?;
-        *applied = Applied { revision, document };
-        Ok(())
     }
 
     async fn latest(&self) -> Result<(Option<u64>, ConfigDocument), ConfigApiError> {
@@ -369,15 +361,13 @@ impl ConfigManager {
             let refuse =
                 |error: &dyn std::fmt::Display| refusal(namespace, id, &before, &document, error);
             let registries = document.apply(&self.base).map_err(|e| refuse(&e))?;
-            awaken_actors::runtime::validate_agents(&registries).map_err(|e| refuse(&e))?;
+            let registries = ValidatedRegistries::new(registries).map_err(|e| refuse(&e))?;
             let bytes = document
                 .encode()
                 .map_err(|e| ConfigApiError::Invalid(e.to_string()))?;
             match self.store.save(bytes, revision).await {
                 Ok(new_revision) => {
-                    if let Err(error) = self.install(new_revision, registries, document) {
-                        return Err(ConfigApiError::Invalid(error.to_string()));
-                    }
+                    self.install(new_revision, registries, document);
                     return Ok(());
                 }
                 Err(ClusterError::Conflict { .. }) => continue,
