@@ -19,6 +19,6 @@ pub use action::{ActionRegistration, ScheduledActionHandler, TypedScheduledActio
 pub use effect::{EffectHandler, EffectRegistration, TypedEffectHandler};
 pub use env::{ExecutionEnv, PluginEntry, PluginTool};
 pub use hook::{PhaseHook, TaggedPhaseHook};
-pub use plugin::{ConfigSchema, Plugin, PluginConfigError, PluginDescriptor};
+pub use plugin::{ConfigSchema, Plugin, PluginConfigError, PluginDescriptor, schema_violations};
 pub use registrar::PluginRegistrar;
 pub use transform::{InferenceRequestTransform, TaggedRequestTransform};

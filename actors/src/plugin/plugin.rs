@@ -43,6 +43,26 @@ impl ConfigSchema {
     }
 }
 
+/// Every way `value` breaks `validator`'s schema, each prefixed with the JSON
+/// pointer of the offending part and joined by `; `; `None` when it conforms.
+pub fn schema_violations(
+    validator: &jsonschema::Validator,
+    value: &serde_json::Value,
+) -> Option<String> {
+    let problems: Vec<String> = validator
+        .iter_errors(value)
+        .map(|error| {
+            let path = error.instance_path().to_string();
+            if path.is_empty() {
+                error.to_string()
+            } else {
+                format!("{path}: {error}")
+            }
+        })
+        .collect();
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
 /// A config section that satisfies its JSON Schema but is still unusable (a pattern
 /// that does not compile, say); the resolver reports it as `InvalidPluginConfig`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

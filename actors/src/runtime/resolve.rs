@@ -25,7 +25,7 @@ use crate::error::ResolveError;
 use crate::llm::{
     CircuitBreakerConfigKey, CircuitBreakerExecutor, LlmExecutor, RetryConfigKey, RetryingExecutor,
 };
-use crate::plugin::{ConfigSchema, ExecutionEnv, PluginEntry};
+use crate::plugin::{ConfigSchema, ExecutionEnv, PluginEntry, schema_violations};
 use crate::policies::{MaxRoundsPlugin, StopConditionPlugin, StopConditionsConfigKey};
 use crate::tool::Tool;
 
@@ -342,19 +342,8 @@ fn validate_sections(
             .map_err(|e| invalid_config(owner, &schema.key, format!("unusable schema: {e}")))?;
         let validator = jsonschema::validator_for(&schema_json)
             .map_err(|e| invalid_config(owner, &schema.key, format!("unusable schema: {e}")))?;
-        let problems: Vec<String> = validator
-            .iter_errors(section)
-            .map(|error| {
-                let path = error.instance_path().to_string();
-                if path.is_empty() {
-                    error.to_string()
-                } else {
-                    format!("{path}: {error}")
-                }
-            })
-            .collect();
-        if !problems.is_empty() {
-            return Err(invalid_config(owner, &schema.key, problems.join("; ")));
+        if let Some(problems) = schema_violations(&validator, section) {
+            return Err(invalid_config(owner, &schema.key, problems));
         }
     }
     Ok(())

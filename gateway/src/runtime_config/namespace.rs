@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::LazyLock;
 
 use awaken_actors::contract::{AgentSpec, ModelSpec};
+use awaken_actors::plugin::schema_violations;
 use serde::de::DeserializeOwned;
 use serde_json::Value as JsonValue;
 
@@ -55,20 +56,8 @@ impl Namespace {
     /// its normal form, defaults filled in. `path_id`, when given, must match the
     /// body's `id`.
     pub fn check(self, value: &JsonValue, path_id: Option<&str>) -> Result<Entry, EntryError> {
-        let validator = &SCHEMAS[self as usize].1;
-        let problems: Vec<String> = validator
-            .iter_errors(value)
-            .map(|error| {
-                let path = error.instance_path().to_string();
-                if path.is_empty() {
-                    error.to_string()
-                } else {
-                    format!("{path}: {error}")
-                }
-            })
-            .collect();
-        if !problems.is_empty() {
-            return Err(EntryError::Invalid(problems.join("; ")));
+        if let Some(problems) = schema_violations(&SCHEMAS[self as usize].1, value) {
+            return Err(EntryError::Invalid(problems));
         }
         let entry = match self {
             Self::Agents => Entry::Agent(Box::new(parse(value)?)),
