@@ -13,7 +13,6 @@
 //! survivor taking the shard, and the decision being applied there.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,11 +31,10 @@ use awaken_cluster::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
 use awaken_cluster::routing::{RouterConfig, ThreadRouter};
 use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, ShardCount, ShardLease};
 use futures::StreamExt;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
 use super::BenchOptions;
+use super::child::AwakenChild;
 use super::driver::{RunSample, drive};
 use super::report::BenchReport;
 use crate::demo;
@@ -118,7 +116,7 @@ pub async fn run(
 /// An `awaken node` child process; killed when dropped.
 struct Node {
     id: String,
-    child: Child,
+    child: AwakenChild,
 }
 
 /// How to start a node.
@@ -131,24 +129,19 @@ struct NodeSetup {
 impl NodeSetup {
     async fn start(&self) -> Result<Node> {
         let id = format!("bench-failover-{}", uuid::Uuid::now_v7().simple());
-        let mut child = Command::new(&self.exe)
-            .args(["node", "--nats-url", &self.nats_url])
-            .args(["--postgres-url", &self.postgres_url])
-            .args(["--node-id", &id, "--lease-ttl-s", &LEASE_TTL_S.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| bench_error("the node's stdout is not piped"))?;
-        let mut lines = BufReader::new(stdout).lines();
-        let ready = tokio::time::timeout(SETUP_DEADLINE, lines.next_line())
-            .await
-            .map_err(|_| bench_error(format!("node {id} did not report ready")))??
-            .unwrap_or_default();
+        let ttl = LEASE_TTL_S.to_string();
+        let args = [
+            "node",
+            "--nats-url",
+            &self.nats_url,
+            "--postgres-url",
+            &self.postgres_url,
+            "--node-id",
+            &id,
+            "--lease-ttl-s",
+            &ttl,
+        ];
+        let (child, ready) = AwakenChild::start(&self.exe, &args, SETUP_DEADLINE).await?;
         if !ready.contains(r#""event":"ready""#) {
             return Err(bench_error(format!(
                 "node {id} did not start (check --postgres-url and --nats-url): {ready:?}"
@@ -161,17 +154,8 @@ impl NodeSetup {
 impl Node {
     /// Drains the node (SIGTERM) so it leaves the cluster at once; killed if it
     /// takes longer than its drain deadline.
-    async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .await;
-        }
-        let drained = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
-        if drained.is_err() {
-            let _ = self.child.kill().await;
-        }
+    async fn stop(self) {
+        self.child.stop(Duration::from_secs(15)).await;
     }
 }
 

@@ -17,16 +17,14 @@
 //! CPU times come from `/proc/<pid>/stat` in clock ticks (10 ms): use enough runs
 //! (the default 5,000 take seconds) for the per-run figures to be exact to a µs.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use awaken_actors::AgentId;
 use awaken_actors::thread::ThreadConfig;
 use serde_json::{Value as JsonValue, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 use super::BenchOptions;
+use super::child::AwakenChild;
 use super::driver::{RunSample, drive};
 use super::report::BenchReport;
 use super::workload_w;
@@ -206,29 +204,15 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
 
 /// `awaken serve` with the embedded defaults, as a child process.
 struct ServerChild {
-    child: Child,
+    child: AwakenChild,
     base: String,
 }
 
 impl ServerChild {
     async fn start() -> Result<Self> {
         let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .args(["serve", "--address", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| bench_error("the server's stdout is not piped"))?;
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(START_DEADLINE, lines.next_line())
-            .await
-            .map_err(|_| bench_error("awaken serve did not listen in time"))??
-            .unwrap_or_default();
+        let args = ["serve", "--address", "127.0.0.1:0"];
+        let (child, line) = AwakenChild::start(&exe, &args, START_DEADLINE).await?;
         let listening: JsonValue = serde_json::from_str(&line)
             .map_err(|_| bench_error(format!("awaken serve did not start: {line:?}")))?;
         let address = listening["address"]
@@ -241,23 +225,12 @@ impl ServerChild {
     }
 
     fn pid(&self) -> Option<u32> {
-        self.child.id()
+        self.child.pid()
     }
 
     /// SIGTERM, then SIGKILL if it does not stop within its shutdown deadline.
-    async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .await;
-        }
-        if tokio::time::timeout(Duration::from_secs(35), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
+    async fn stop(self) {
+        self.child.stop(Duration::from_secs(35)).await;
     }
 }
 

@@ -26,6 +26,7 @@
 //! whole scenario (no run starts after it; the report says `"timed_out": true`), and
 //! by [`BenchOptions::run_timeout`] for each run (counted as an error).
 
+mod child;
 pub mod cluster_w;
 pub mod dispatch;
 mod driver;
