@@ -77,9 +77,13 @@ macro_rules! define_id {
 
             /// A fresh, time-ordered UUID v7 id.
             pub fn generate() -> Self {
+                Self::from_uuid(uuid::Uuid::now_v7())
+            }
+
+            /// The id of a given UUID (always valid: 36 printable bytes).
+            pub fn from_uuid(uuid: uuid::Uuid) -> Self {
                 let mut buffer = uuid::Uuid::encode_buffer();
-                let text = uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buffer);
-                Self(Arc::from(&*text))
+                Self(Arc::from(&*uuid.hyphenated().encode_lower(&mut buffer)))
             }
 
             /// The id as a string slice.

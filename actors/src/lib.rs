@@ -9,6 +9,7 @@ pub mod cancellation;
 pub mod codec;
 pub mod context;
 pub mod contract;
+pub mod delegation;
 pub mod error;
 pub mod event_sink;
 pub mod ids;

@@ -7,6 +7,7 @@ pub mod codec;
 pub mod config_store;
 pub mod control;
 pub mod decisions;
+mod delegation;
 pub mod error;
 pub mod events;
 #[cfg(test)]

@@ -24,6 +24,7 @@ use awaken_actors::{RunId, ThreadId};
 
 use crate::config_store::{ConfigStore, MemoryConfigStore};
 use crate::control::{RunControl, probe_store};
+use crate::delegation::{NodeChildRuns, Reach};
 use crate::error::ClusterError;
 use crate::events::{EventsConfig, LocalEventHub, RunFollow, follow_local};
 use crate::routing::{Answer, RouteError, ThreadCall, ThreadHost};
@@ -85,6 +86,15 @@ impl LocalNode {
         .await
         .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
         let host = ThreadHost::single_node(runtime.clone(), Arc::clone(hub.buffers()));
+        runtime.set_child_runs(Arc::new(NodeChildRuns::new(
+            Arc::clone(runtime.store()),
+            Arc::clone(&mailbox) as _,
+            Arc::clone(&inbox) as _,
+            Reach::Local {
+                host: host.clone(),
+                hub: Arc::clone(&hub),
+            },
+        )));
         Ok(Self {
             runtime,
             mailbox,

@@ -37,6 +37,7 @@ use awaken_actors::{RunId, ThreadId};
 use crate::config_store::{ConfigStore, DEFAULT_CONFIG_BUCKET, NatsConfigStore};
 use crate::control::{RunControl, probe_store};
 use crate::decisions::{DecisionBus, DecisionBusConfig, DecisionWorker, RoutedDecisions};
+use crate::delegation::{NodeChildRuns, Reach};
 use crate::error::ClusterError;
 use crate::events::{ClusterEventHub, EventsConfig, ReplayBuffers, RunFollow, follow_run};
 use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
@@ -222,6 +223,15 @@ impl ClusterNode {
         let decisions = bus
             .serve(Arc::new(RoutedDecisions::new(router.clone())))
             .await?;
+        runtime.set_child_runs(Arc::new(NodeChildRuns::new(
+            Arc::clone(runtime.store()),
+            Arc::clone(&mailbox) as _,
+            Arc::clone(&inbox) as _,
+            Reach::Cluster {
+                client: client.clone(),
+                router: Box::new(router.clone()),
+            },
+        )));
 
         let membership = Membership::join(
             &js,

@@ -147,6 +147,7 @@ mod tests {
                 arguments: serde_json::json!({}),
             },
             resume_mode: ToolCallResumeMode::ReplayToolCall,
+            child: None,
         }
     }
 

@@ -1,12 +1,12 @@
 //! Who a run is: its ids, its lineage and where the request came from.
 //!
 //! A [`RunIdentity`] travels with every run (tools see it in their context, records
-//! copy it). Lineage (`parent_run_id`, `parent_thread_id`) links a delegated sub-agent
-//! run to the run that started it.
+//! copy it). Lineage (`parent_run_id`, `parent_thread_id`, `parent_tool_call_id`) links a
+//! delegated sub-agent run to the run and the tool call that started it.
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{AgentId, RunId, ThreadId};
+use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 
 /// Where a run request came from; the book also calls this `RunRequestOrigin`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,6 +34,9 @@ pub struct RunIdentity {
     /// The thread of the parent run, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+    /// The parent's tool call that delegated this run, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<ToolCallId>,
     /// The agent executing the run.
     pub agent_id: AgentId,
     /// Where the request came from.
@@ -49,6 +52,7 @@ impl RunIdentity {
             run_id,
             parent_run_id: None,
             parent_thread_id: None,
+            parent_tool_call_id: None,
             agent_id,
             origin,
         }

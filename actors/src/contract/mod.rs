@@ -11,6 +11,7 @@
 //! when empty; timestamps are unix milliseconds except on [`RunRecord`] (seconds).
 
 pub mod agent_spec;
+pub mod delegation;
 pub mod dispatch;
 pub mod event;
 pub mod identity;
@@ -30,6 +31,7 @@ pub mod usage;
 pub use agent_spec::{
     AgentSpec, PluginConfigKey, RemoteAuth, RemoteEndpoint, SpecError, ToolExecutionMode,
 };
+pub use delegation::{DelegateRunResult, DelegateRunStatus};
 pub use dispatch::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 pub use event::{AgentEvent, StreamEvent};
 pub use identity::{RunIdentity, RunOrigin};
@@ -46,8 +48,8 @@ pub use run::{
 };
 pub use stop::StopConditionSpec;
 pub use suspension::{
-    PendingToolCall, ResumeDecisionAction, SuspendTicket, Suspension, ToolCallResume,
-    ToolCallResumeMode,
+    ChildSuspension, PendingToolCall, ResumeDecisionAction, SuspendTicket, Suspension,
+    ToolCallResume, ToolCallResumeMode,
 };
 pub use thread::{Thread, ThreadMetadata};
 pub use tool::{ToolDescriptor, ToolResult, ToolStatus};

@@ -204,6 +204,9 @@ pub struct RunRecord {
     /// The parent run's thread, if delegated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+    /// The parent's tool call that delegated this run, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<ToolCallId>,
     /// Where the request came from.
     #[serde(default)]
     pub origin: RunOrigin,
@@ -246,6 +249,7 @@ impl RunRecord {
             agent_id: identity.agent_id.clone(),
             parent_run_id: identity.parent_run_id.clone(),
             parent_thread_id: identity.parent_thread_id.clone(),
+            parent_tool_call_id: identity.parent_tool_call_id.clone(),
             origin: identity.origin,
             status: RunStatus::Running,
             termination: None,

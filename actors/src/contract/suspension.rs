@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::JsonValue;
 use crate::contract::message::ToolCall;
-use crate::ids::{DecisionId, ToolCallId};
+use crate::ids::{AgentId, DecisionId, RunId, ThreadId, ToolCallId};
 
 /// The external-facing description of what input a suspended call needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +101,23 @@ pub struct SuspendTicket {
     /// How to use the decision.
     #[serde(default)]
     pub resume_mode: ToolCallResumeMode,
+    /// Set when the suspension belongs to a delegated child run: any decision for
+    /// the call (resume or cancel) is handed to the child's call instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<Box<ChildSuspension>>,
+}
+
+/// Where a suspension shown on a delegating call really waits: a call of a child run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildSuspension {
+    /// The delegate agent.
+    pub agent_id: AgentId,
+    /// The child run's thread.
+    pub thread_id: ThreadId,
+    /// The child run.
+    pub run_id: RunId,
+    /// The child's suspended call.
+    pub call_id: ToolCallId,
 }
 
 impl SuspendTicket {
@@ -114,7 +131,14 @@ impl SuspendTicket {
             suspension,
             pending,
             resume_mode,
+            child: None,
         }
+    }
+
+    /// Marks the ticket as a child run's suspension, so decisions go to the child.
+    pub fn with_child(mut self, child: ChildSuspension) -> Self {
+        self.child = Some(Box::new(child));
+        self
     }
 }
 

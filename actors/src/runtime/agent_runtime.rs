@@ -12,6 +12,7 @@ use super::registry::RegistrySet;
 use super::resolve::{AgentResolver, ResolvedAgent, resolve};
 use super::run_watch::{RunWatch, WatchingHub};
 use crate::contract::{AgentEvent, RunRecord, TerminationReason, ToolCallResume};
+use crate::delegation::{ChildRuns, ChildRunsSlot};
 use crate::error::{ResolveError, RuntimeError};
 use crate::event_sink::EventSink;
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
@@ -98,6 +99,7 @@ impl AgentRuntime {
             fence: services.fence.unwrap_or_else(|| Arc::new(SingleNodeFence)),
             phases: PhaseRuntime::new(),
             config,
+            children: Arc::new(ChildRunsSlot::default()),
         };
         Self {
             registries: live,
@@ -379,11 +381,19 @@ impl AgentRuntime {
         }
     }
 
-    /// Stops every thread actor.
+    /// Installs the transport delegate tools start and reach child runs through
+    /// (a node installs its own once it is built around this runtime).
+    pub fn set_child_runs(&self, children: Arc<dyn ChildRuns>) {
+        self.deps.children.set(Some(children));
+    }
+
+    /// Stops every thread actor, and drops the delegation transport (which holds
+    /// the node, and so this runtime).
     pub async fn shutdown(&self) {
         if let Some(region) = self.region.get() {
             region.shutdown().await;
         }
+        self.deps.children.set(None);
     }
 }
 

@@ -6,8 +6,8 @@
 //!    `StopConditionPlugin` from `max_rounds` and the `stop_conditions` section),
 //!    config sections validated against every plugin's JSON Schema and then by the
 //!    plugin itself (`Plugin::validate_config`), then the `ExecutionEnv`.
-//! 3. Tools: global tools, plugin tools (a clash is an error), then the spec's
-//!    allowed / excluded filters.
+//! 3. Tools: global tools, one `agent_run_<id>` tool per local delegate, plugin
+//!    tools (a clash is an error), then the spec's allowed / excluded filters.
 //!
 //! Every failure aborts with a [`ResolveError`]; nothing partial is returned.
 
@@ -21,6 +21,7 @@ use crate::context::{
     CompactionConfig, CompactionConfigKey, CompactionPlugin, ContextTransformPlugin,
 };
 use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey, ToolDescriptor};
+use crate::delegation::{AgentTool, DelegationConfigKey};
 use crate::error::ResolveError;
 use crate::llm::{
     CircuitBreakerConfigKey, CircuitBreakerExecutor, LlmExecutor, RetryConfigKey, RetryingExecutor,
@@ -144,6 +145,10 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         (
             RUNTIME_OWNER.to_owned(),
             ConfigSchema::of::<CircuitBreakerConfigKey>(),
+        ),
+        (
+            RUNTIME_OWNER.to_owned(),
+            ConfigSchema::of::<DelegationConfigKey>(),
         ),
         (
             StopConditionPlugin::ID.to_owned(),
@@ -284,13 +289,26 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
         .map(|(id, tool)| (id.to_owned(), Arc::clone(tool)))
         .collect();
     for delegate in &spec.delegates {
-        if !registries.agents.contains(delegate) {
+        let Some(delegate_spec) = registries.agents.get(delegate) else {
             return Err(ResolveError::AgentNotFound(delegate.clone()));
+        };
+        if delegate_spec.is_remote() {
+            tracing::warn!(agent = %spec.id, %delegate, "remote delegates are not offered yet");
+            warnings.push(format!(
+                "delegate `{delegate}` is remote; remote delegates are not offered yet"
+            ));
+            continue;
         }
-        tracing::warn!(agent = %spec.id, %delegate, "no delegation backend is configured; delegate is not offered as a tool");
-        warnings.push(format!(
-            "delegate `{delegate}` is not offered: no delegation backend is configured"
-        ));
+        let tool = AgentTool::new(delegate_spec);
+        let id = tool.descriptor().id;
+        if tools.contains_key(&id) {
+            return Err(ResolveError::ToolIdConflict {
+                tool_id: id,
+                source_a: "global tools".to_owned(),
+                source_b: format!("delegate `{delegate}`"),
+            });
+        }
+        tools.insert(id, Arc::new(tool));
     }
     for (id, plugin_tool) in env.tools() {
         if tools.contains_key(id) {

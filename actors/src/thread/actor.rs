@@ -482,6 +482,7 @@ fn identity_of(record: &RunRecord) -> RunIdentity {
     );
     identity.parent_run_id = record.parent_run_id.clone();
     identity.parent_thread_id = record.parent_thread_id.clone();
+    identity.parent_tool_call_id = record.parent_tool_call_id.clone();
     identity
 }
 
@@ -619,6 +620,7 @@ impl ThreadActorState {
             .or_else(|| previous.clone())
             .or_else(|| self.last_run.clone());
         identity.parent_thread_id = request.parent_thread_id.clone();
+        identity.parent_tool_call_id = request.parent_tool_call_id.clone();
         let record = RunRecord::new(&identity, now_ms() / 1000);
         let events = Arc::new(RunEmitter::new(
             self.thread_id.clone(),

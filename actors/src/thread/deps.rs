@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::delegation::ChildRunsSlot;
 use crate::ids::{AgentId, ThreadId};
 use crate::phase::PhaseRuntime;
 use crate::runtime::AgentResolver;
@@ -81,6 +82,8 @@ pub struct ThreadDeps {
     pub phases: PhaseRuntime,
     /// Tunables.
     pub config: ThreadConfig,
+    /// The delegation transport tools reach child runs through, once installed.
+    pub children: Arc<ChildRunsSlot>,
 }
 
 impl std::fmt::Debug for ThreadDeps {

@@ -37,7 +37,7 @@ use crate::phase::{EffectBatch, Phase, PhaseContext, ToolCallView};
 use crate::policies::StopRequest;
 use crate::state::{PendingScheduledActions, Snapshot, StateCommand};
 use crate::store::Checkpoint;
-use crate::tool::{Tool, ToolCallContext, ToolOutput};
+use crate::tool::{CancelledCall, ResumedCall, Tool, ToolCallContext, ToolOutput};
 
 use super::core::{RunCore, ThreadCore};
 use super::deps::ThreadDeps;
@@ -677,6 +677,10 @@ impl Driver<'_> {
                     .map_err(state_failure)?;
                 let attempt = state.attempt;
                 let args = state.arguments.clone();
+                let resumed = match (state.ticket.clone(), decision) {
+                    (Some(ticket), Some(decision)) => Some(ResumedCall { ticket, decision }),
+                    _ => None,
+                };
                 self.put_call(state)?;
                 let snapshot = match mode {
                     ToolExecutionMode::Sequential => self.thread.store.snapshot(),
@@ -693,6 +697,8 @@ impl Driver<'_> {
                 );
                 ctx.attempt = attempt;
                 ctx.profile = self.deps.profile.clone();
+                ctx.children = self.deps.children.get();
+                ctx.resumed = resumed;
                 Ok(Prepared::Launch(Box::new(Launch {
                     call_id: call_id.clone(),
                     attempt,
@@ -772,8 +778,17 @@ impl Driver<'_> {
         let Some(mut state) = self.calls().get(&call_id).cloned() else {
             return self.advance().await;
         };
-        match resume.action {
+        // A child run's suspension shown on this call: the decision, whatever it
+        // says, is the child's, so the call replays and hands it on.
+        let forwarded = state.ticket.as_ref().is_some_and(|t| t.child.is_some());
+        let action = if forwarded {
+            ResumeDecisionAction::Resume
+        } else {
+            resume.action
+        };
+        match action {
             ResumeDecisionAction::Cancel => {
+                self.notify_cancelled(&state);
                 let reason = resume
                     .reason
                     .clone()
@@ -816,6 +831,12 @@ impl Driver<'_> {
             .cloned()
             .collect();
         for call in open {
+            if matches!(
+                call.status,
+                ToolCallStatus::Running | ToolCallStatus::Suspended
+            ) {
+                self.notify_cancelled(&call);
+            }
             let result = ToolResult::error_with_code(
                 call.tool_name.clone(),
                 "cancelled",
@@ -829,6 +850,21 @@ impl Driver<'_> {
             self.run.record.waiting = None;
         }
         self.finish(TerminationReason::Cancelled).await
+    }
+
+    /// Tells a cancelled call's tool, on a task of its own, so it can stop work it
+    /// started elsewhere (a delegate's child run).
+    fn notify_cancelled(&self, call: &ToolCallState) {
+        let Some(tool) = self.run.agent.tools.get(&call.tool_name).cloned() else {
+            return;
+        };
+        let cancelled = CancelledCall {
+            run_identity: Arc::clone(&self.run.identity),
+            call_id: call.call_id.clone(),
+            ticket: call.ticket.clone(),
+            children: self.deps.children.get(),
+        };
+        tokio::spawn(async move { tool.cancelled(cancelled).await });
     }
 
     /// Marks a call suspended with its ticket and tells the stream.
@@ -1141,6 +1177,7 @@ fn default_ticket(state: &ToolCallState, message: Option<&str>) -> SuspendTicket
             arguments: state.arguments.clone(),
         },
         resume_mode: ToolCallResumeMode::ReplayToolCall,
+        child: None,
     }
 }
 

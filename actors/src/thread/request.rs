@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{InferenceOverride, Message, RunOrigin};
-use crate::ids::{AgentId, RunId, ThreadId};
+use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 
 /// New input for a thread: messages to append and who should answer them.
 ///
@@ -27,6 +27,9 @@ pub struct RunRequest {
     /// Lineage: the thread of the delegating run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+    /// Lineage: the delegating run's tool call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<ToolCallId>,
     /// Where the request came from.
     #[serde(default)]
     pub origin: RunOrigin,
@@ -45,6 +48,7 @@ impl RunRequest {
             run_id: None,
             parent_run_id: None,
             parent_thread_id: None,
+            parent_tool_call_id: None,
             origin: RunOrigin::User,
             overrides: None,
         }
@@ -65,6 +69,20 @@ impl RunRequest {
     /// Records the parent run.
     pub fn with_parent_run_id(mut self, run_id: RunId) -> Self {
         self.parent_run_id = Some(run_id);
+        self
+    }
+
+    /// Records the delegating run: its thread, the run, and the tool call that
+    /// started this one.
+    pub fn with_delegation_lineage(
+        mut self,
+        thread_id: ThreadId,
+        run_id: RunId,
+        call_id: ToolCallId,
+    ) -> Self {
+        self.parent_thread_id = Some(thread_id);
+        self.parent_run_id = Some(run_id);
+        self.parent_tool_call_id = Some(call_id);
         self
     }
 

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use crate::JsonValue;
 use crate::cancellation::CancellationToken;
 use crate::contract::{
-    AgentEvent, AgentSpec, ProgressStatus, RunIdentity, TOOL_CALL_PROGRESS_ACTIVITY_TYPE,
-    ToolCallProgressState,
+    AgentEvent, AgentSpec, ProgressStatus, RunIdentity, SuspendTicket,
+    TOOL_CALL_PROGRESS_ACTIVITY_TYPE, ToolCallProgressState, ToolCallResume,
 };
+use crate::delegation::ChildRuns;
 use crate::event_sink::EventSink;
 use crate::ids::{MessageId, ToolCallId};
 use crate::state::{ProfileAccess, Snapshot, StateKey};
@@ -33,6 +34,21 @@ pub struct ToolCallContext {
     pub profile: Option<ProfileAccess>,
     /// Cancelled when the call or its run is cancelled.
     pub cancellation: CancellationToken,
+    /// Set when this execution replays a suspended call: its ticket and the
+    /// decision that resumed it.
+    pub resumed: Option<ResumedCall>,
+    /// Where child runs are started and reached (delegation); `None` on a runtime
+    /// without a delegation transport.
+    pub children: Option<Arc<dyn ChildRuns>>,
+}
+
+/// The suspension a replayed call comes back from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumedCall {
+    /// The ticket the call was suspended with.
+    pub ticket: SuspendTicket,
+    /// The decision that resumed it.
+    pub decision: ToolCallResume,
 }
 
 impl std::fmt::Debug for ToolCallContext {
@@ -65,6 +81,8 @@ impl ToolCallContext {
             activity_sink: None,
             profile: None,
             cancellation: CancellationToken::new(),
+            resumed: None,
+            children: None,
         }
     }
 

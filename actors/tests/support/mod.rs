@@ -211,6 +211,7 @@ impl PhaseHook for ApprovalHook {
                         arguments: call.arguments.clone(),
                     },
                     resume_mode: self.mode,
+                    child: None,
                 },
             ))?;
         }
