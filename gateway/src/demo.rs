@@ -10,6 +10,8 @@
 //! | [`BENCH_HITL_AGENT`] | workload W, but `echo` asks for approval | `echo` | `echo` asks |
 //! | [`BENCH_TEXT_AGENT`] | one inference answering with text | none | none |
 //! | [`SLOW_AGENT`] | call `sleep {"ms": 1500}`, then answer `slept` | `sleep` | none |
+//! | [`ORCHESTRATOR_AGENT`] | delegate to `demo` (`agent_run_demo`), then report its answer | `agent_run_demo` | none (the child asks) |
+//! | [`BENCH_DELEGATE_AGENT`] | delegate to `bench-text`, then answer with text | `agent_run_bench-text` | none |
 //!
 //! With a [`Journal`], `echo` and `sleep` append one line per execution to a file
 //! (`<tool> <idempotency key>`): the failover tests read it to count executions
@@ -24,6 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use awaken_actors::contract::{AgentSpec, ModelSpec, ToolDescriptor, ToolResult};
+use awaken_actors::delegation::delegate_tool_name;
 use awaken_actors::llm::{ScriptError, ScriptSpec, ScriptStep, ScriptedExecutor};
 use awaken_actors::permission::{
     PermissionBehavior, PermissionConfigKey, PermissionPlugin, PermissionRuleEntry,
@@ -45,6 +48,11 @@ pub const BENCH_HITL_AGENT: &str = "bench-hitl";
 pub const BENCH_TEXT_AGENT: &str = "bench-text";
 /// A run whose one tool call takes 1.5 s: long enough to kill its node mid-call.
 pub const SLOW_AGENT: &str = "slow";
+
+/// Delegates to the demo agent: its approval surfaces on the orchestrator's call.
+pub const ORCHESTRATOR_AGENT: &str = "orchestrator";
+/// Workload W with a delegate call instead of `echo`: the delegation benchmark.
+pub const BENCH_DELEGATE_AGENT: &str = "bench-delegate";
 
 /// The final text of the W agents; benchmarks check every run ends with it.
 pub const BENCH_ANSWER_PREFIX: &str = "echoed: ";
@@ -109,14 +117,51 @@ pub fn with_demo_agents(builder: AgentRuntimeBuilder) -> Result<AgentRuntimeBuil
         ScriptSpec::new(vec![ScriptStep::text("ok")]),
     )?;
     let slow = AgentSpec::new(agent_id(SLOW_AGENT)?).with_system_prompt("You take your time.");
-    with_scripted_agent(
+    let builder = with_scripted_agent(
         builder,
         only_tools(slow, &[SleepTool::ID]),
         ScriptSpec::new(vec![
             ScriptStep::tool_call(SleepTool::ID, json!({"ms": 1500})),
             ScriptStep::text("slept"),
         ]),
+    )?;
+    let builder = with_scripted_agent(
+        builder,
+        delegating(
+            ORCHESTRATOR_AGENT,
+            DEMO_AGENT,
+            "You hand file chores to the demo agent.",
+        )?,
+        ScriptSpec::new(vec![
+            delegate_step(DEMO_AGENT, "Tidy up: delete notes.txt."),
+            ScriptStep::text("The demo agent reports: {last_tool_result}"),
+        ]),
+    )?;
+    with_scripted_agent(
+        builder,
+        delegating(
+            BENCH_DELEGATE_AGENT,
+            BENCH_TEXT_AGENT,
+            "You are a benchmark agent.",
+        )?,
+        ScriptSpec::new(vec![
+            delegate_step(BENCH_TEXT_AGENT, "answer"),
+            ScriptStep::text("delegated: {last_tool_result}"),
+        ]),
     )
+}
+
+/// An agent whose only tool is delegating to `delegate`.
+fn delegating(id: &str, delegate: &str, prompt: &str) -> Result<AgentSpec, BuildError> {
+    let spec = AgentSpec::new(agent_id(id)?)
+        .with_system_prompt(prompt)
+        .with_delegate(delegate);
+    Ok(only_tools(spec, &[&delegate_tool_name(delegate)]))
+}
+
+/// A script step calling delegate `agent` with `prompt`.
+fn delegate_step(agent: &str, prompt: &str) -> ScriptStep {
+    ScriptStep::tool_call(delegate_tool_name(agent), json!({"prompt": prompt}))
 }
 
 /// Ids of the agents [`runtime`] knows, sorted.

@@ -68,7 +68,15 @@ async fn capabilities_list_what_the_node_can_run() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         body["agents"],
-        json!(["bench", "bench-hitl", "bench-text", "demo", "slow"])
+        json!([
+            "bench",
+            "bench-delegate",
+            "bench-hitl",
+            "bench-text",
+            "demo",
+            "orchestrator",
+            "slow"
+        ])
     );
     let tools: Vec<&str> = body["tools"]
         .as_array()

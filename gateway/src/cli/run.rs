@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use awaken_actors::contract::TerminationReason;
 use awaken_actors::thread::ThreadConfig;
+use awaken_cluster::RunControl;
+use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use clap::Args;
 
 use crate::demo;
-use crate::error::Result;
+use crate::error::{GatewayError, Result};
 use crate::run_cmd::{self, Approver, RunOptions, Terminal};
 
 /// Flags of `awaken run`.
@@ -32,7 +34,7 @@ pub struct RunArgs {
     pub message: String,
 }
 
-/// Runs the command on a fresh embedded runtime; 1 when the run ended in an error.
+/// Runs the command on a fresh embedded single node; 1 when the run ended in an error.
 pub(super) async fn execute(args: RunArgs) -> Result<u8> {
     let approver = if args.approve {
         Approver::Approve
@@ -46,9 +48,23 @@ pub(super) async fn execute(args: RunArgs) -> Result<u8> {
         thread: args.thread,
         message: args.message,
     };
-    let runtime = demo::runtime(ThreadConfig::default())?;
-    let outcome = run_cmd::run(&runtime, options, Arc::new(Terminal::stdout()), approver).await;
-    runtime.shutdown().await;
+    // A node around the runtime, so delegate agents can start their child runs.
+    let builder = demo::builder(
+        ThreadConfig::default(),
+        Arc::new(demo::FakeFiles::with_demo_files()),
+        demo::Journal::default(),
+    )?;
+    let node = LocalNode::start(builder, LocalNodeConfig::default())
+        .await
+        .map_err(|e| GatewayError::Cluster(e.to_string()))?;
+    let outcome = run_cmd::run(
+        node.runtime(),
+        options,
+        Arc::new(Terminal::stdout()),
+        approver,
+    )
+    .await;
+    node.shutdown().await;
     Ok(match outcome?.termination {
         TerminationReason::Error(_) => 1,
         _ => 0,
