@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -13,14 +14,17 @@ use awaken_actors::contract::{
     TerminationReason, ToolCallOutcome, ToolCallResume, ToolDescriptor, ToolExecutionMode,
     ToolResult,
 };
-use awaken_actors::delegation::{DELEGATE_ACTIVITY_TYPE, DelegationConfig, DelegationConfigKey};
+use awaken_actors::delegation::{
+    ChildRef, DELEGATE_ACTIVITY_TYPE, DelegationConfig, DelegationConfigKey,
+};
 use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
-use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::mailbox::{DispatchQuery, MailboxStore, SubmitOptions};
 use awaken_actors::permission::{
     PermissionBehavior, PermissionConfigKey, PermissionPlugin, PermissionRuleEntry,
     PermissionRules, PermissionRulesConfig,
 };
 use awaken_actors::runtime::AgentRuntimeBuilder;
+use awaken_actors::store::InMemoryStore;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
 use awaken_actors::{
@@ -29,7 +33,11 @@ use awaken_actors::{
 use awaken_cluster::RunControl;
 use awaken_cluster::decisions::{Decision, Delivery};
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::node::{ClusterNode, NodeConfig};
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
+use awaken_cluster::shards::{ShardOwnerConfig, quota};
+use awaken_cluster::testing::NatsServer;
 use serde_json::json;
 use tokio::sync::{Barrier, Notify};
 
@@ -121,6 +129,15 @@ fn delegate_call(agent: &str, prompt: &str) -> ScriptStep {
 async fn fixture() -> Fixture {
     let echo = Arc::new(Echo::default());
     let block = Arc::new(Block::default());
+    let builder = agents(Arc::clone(&echo), Arc::clone(&block));
+    let node = LocalNode::start(builder, LocalNodeConfig::default())
+        .await
+        .unwrap();
+    Fixture { node, echo, block }
+}
+
+/// The test agents: delegators and their delegates.
+fn agents(echo: Arc<Echo>, block: Arc<Block>) -> AgentRuntimeBuilder {
     let ask_echo = PermissionRulesConfig {
         default_behavior: None,
         rules: vec![PermissionRuleEntry::new("echo", PermissionBehavior::Ask)],
@@ -132,9 +149,9 @@ async fn fixture() -> Fixture {
                 PermissionBehavior::Allow,
             ))),
         )
-        .with_tool("echo", Arc::clone(&echo) as _)
+        .with_tool("echo", echo)
         .with_tool("barrier", Arc::new(Rendezvous(Barrier::new(2))))
-        .with_tool("block", Arc::clone(&block) as _);
+        .with_tool("block", block);
     builder = scripted(
         builder,
         AgentSpec::new(id("worker")).with_system_prompt("You compute answers."),
@@ -241,18 +258,14 @@ async fn fixture() -> Fixture {
             message: "model offline".into(),
         })],
     );
-    builder = scripted(
+    scripted(
         builder,
         AgentSpec::new(id("asks_broken")).with_delegate("broken"),
         vec![
             delegate_call("broken", "try"),
             ScriptStep::text("parent: {last_tool_result}"),
         ],
-    );
-    let node = LocalNode::start(builder, LocalNodeConfig::default())
-        .await
-        .unwrap();
-    Fixture { node, echo, block }
+    )
 }
 
 /// What one activation of a run showed.
@@ -755,4 +768,175 @@ async fn a_failing_delegate_is_an_error_result_for_the_parent() {
         seen.response()
     );
     fx.node.shutdown().await;
+}
+
+/// Two cluster nodes on a real nats-server sharing one thread store, shards settled.
+async fn two_nodes(echo: &Arc<Echo>) -> (NatsServer, Vec<ClusterNode>) {
+    let nats = NatsServer::start().await.unwrap();
+    let store = Arc::new(InMemoryStore::new());
+    let mut nodes = Vec::new();
+    for name in ["node-a", "node-b"] {
+        let builder = agents(Arc::clone(echo), Arc::new(Block::default()))
+            .with_thread_run_store(Arc::clone(&store) as _);
+        let node = ClusterNode::start(
+            nats.connect().await.unwrap(),
+            builder,
+            NodeConfig::new(NodeId::new(name).unwrap()),
+        )
+        .await
+        .unwrap();
+        nodes.push(node);
+    }
+    let count = ShardOwnerConfig::default().count;
+    let members: BTreeSet<NodeId> = nodes.iter().map(|node| node.node_id().clone()).collect();
+    for node in &nodes {
+        let share = quota(count, &members, node.node_id()) as usize;
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            node.ownership().wait_for(|owned| owned.len() == share),
+        )
+        .await
+        .expect("shards settle")
+        .unwrap();
+    }
+    (nats, nodes)
+}
+
+/// Submits `agent` as run `run_id` on `thread_id` through `node` and follows it
+/// there until it stops.
+async fn run_on(
+    node: &ClusterNode,
+    agent: &str,
+    thread_id: &ThreadId,
+    run_id: &RunId,
+) -> Vec<AgentEvent> {
+    let mut follow = node.follow_run(thread_id, run_id, None).await.unwrap();
+    let request = RunRequest::new(thread_id.clone(), vec![Message::user("go")])
+        .with_agent_id(id(agent))
+        .with_run_id(run_id.clone());
+    node.submit(request, SubmitOptions::default())
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = follow.next().await {
+        events.push(event.event);
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegate_runs_on_the_node_owning_its_thread_and_decisions_reach_it_there() {
+    let echo = Arc::new(Echo::default());
+    let (_nats, nodes) = two_nodes(&echo).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let owned_by = |node: &ClusterNode, tag: &str| {
+        (0..)
+            .map(|i| ThreadId::new(format!("{tag}-{i}")).unwrap())
+            .find(|thread| node.owns(thread))
+            .unwrap()
+    };
+
+    // The scripted model names its calls after the history, so a first run tells
+    // the delegate call's id; then pick a parent run whose child lands on node B.
+    let probe = tokio::time::timeout(
+        LIMIT,
+        run_on(a, "asks_careful", &owned_by(a, "probe"), &RunId::generate()),
+    )
+    .await
+    .unwrap();
+    let call_id = probe
+        .iter()
+        .find_map(|event| match event {
+            AgentEvent::ToolCallDone { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let parent_thread = owned_by(a, "parent");
+    let (parent_run, child) = std::iter::repeat_with(RunId::generate)
+        .map(|run| {
+            let child = ChildRef::of_call(&id("careful"), &run, &call_id);
+            (run, child)
+        })
+        .find(|(_, child)| b.owns(&child.thread_id))
+        .unwrap();
+
+    let waiting = tokio::time::timeout(
+        LIMIT,
+        run_on(a, "asks_careful", &parent_thread, &parent_run),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(
+            waiting.last(),
+            Some(AgentEvent::RunFinish {
+                termination: TerminationReason::Suspended,
+                ..
+            })
+        ),
+        "{:?}",
+        waiting.last()
+    );
+    let mirrored = waiting
+        .iter()
+        .find_map(|event| match event {
+            AgentEvent::ToolCallDone { result, .. } => result.suspension.clone(),
+            _ => None,
+        })
+        .expect("the child's suspension shows on the parent");
+    assert_eq!(
+        mirrored.child.as_deref().map(|c| &c.run_id),
+        Some(&child.run_id)
+    );
+    // The child was claimed and run by node B.
+    let dispatches = b
+        .mailbox()
+        .list_dispatches(&DispatchQuery::thread(child.thread_id.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        dispatches.dispatches[0].dispatch_instance_id.as_deref(),
+        Some("node-b")
+    );
+
+    // A decision for the parent's call, sent through node B: it reaches the parent on
+    // A, which hands it to the child on B.
+    let decision = Decision {
+        thread_id: parent_thread.clone(),
+        call_id: call_id.clone(),
+        run_id: Some(parent_run.clone()),
+        resume: ToolCallResume {
+            decision_id: DecisionId::generate(),
+            action: ResumeDecisionAction::Resume,
+            result: json!(true),
+            reason: None,
+            updated_at: 1,
+        },
+    };
+    let answer = tokio::time::timeout(LIMIT, b.call(ThreadCall::Decide { decision }))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            answer.outcome,
+            CallOutcome::Delivered(Delivery::Applied { duplicate: false })
+        ),
+        "{:?}",
+        answer.outcome
+    );
+    let store = a.store();
+    let parent = store.load_run(&parent_run).await.unwrap().unwrap();
+    assert_eq!(parent.status, RunStatus::Done);
+    assert_eq!(parent.termination, Some(TerminationReason::NaturalEnd));
+    let child_record = store.load_run(&child.run_id).await.unwrap().unwrap();
+    assert_eq!(child_record.status, RunStatus::Done);
+    assert_eq!(
+        echo.0.load(Ordering::SeqCst),
+        1,
+        "the child's call ran once"
+    );
+    for node in nodes {
+        node.drain(Duration::from_secs(5)).await.unwrap();
+    }
 }
