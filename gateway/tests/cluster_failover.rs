@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use awaken_actors::contract::{Message, RunDispatch, RunDispatchStatus, RunStatus};
+use awaken_actors::delegation::ChildRef;
 use awaken_actors::ids::{AgentId, DispatchId, RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxStore, SubmitOptions, submit};
 use awaken_actors::store::{MessageQuery, PostgresStore, TestSchema, ThreadRunStore};
@@ -167,8 +168,13 @@ impl Cluster {
     }
 
     async fn submit(&self, thread: &ThreadId, agent: &str) -> RunDispatch {
+        self.submit_run(thread, agent, RunId::generate()).await
+    }
+
+    async fn submit_run(&self, thread: &ThreadId, agent: &str, run_id: RunId) -> RunDispatch {
         let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
-            .with_agent_id(AgentId::new(agent).unwrap());
+            .with_agent_id(AgentId::new(agent).unwrap())
+            .with_run_id(run_id);
         submit(
             &self.mailbox,
             &self.inbox,
@@ -450,4 +456,87 @@ async fn the_failover_bench_resumes_a_waiting_run_after_its_owner_is_killed() {
     // The bench's nodes renew their 5 s leases every 5/3 s: the shard stays the
     // dead node's for at least the rest of that TTL.
     assert!((3_000_000..60_000_000).contains(&failover_us), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegated_child_waiting_for_approval_outlives_its_node_and_the_parent_completes() {
+    let cluster = Cluster::start().await;
+    let mut nodes = vec![
+        Node::spawn(&cluster, "node-a").await,
+        Node::spawn(&cluster, "node-b").await,
+    ];
+    cluster.balanced(&[&nodes[0], &nodes[1]]).await;
+
+    // The scripted orchestrator names its delegate call after the history: a probe
+    // run tells its id, so the parent run can be chosen with its child (whose ids
+    // derive from the parent run and the call) on the other node.
+    let probe = cluster
+        .submit(&ThreadId::new("delegation-probe").unwrap(), "orchestrator")
+        .await;
+    cluster.acked(&probe.dispatch_id, RunStatus::Waiting).await;
+    let probed = cluster
+        .store
+        .load_run(&probe.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let call_id = probed.waiting.unwrap().tickets[0].tool_call_id.clone();
+    let parent_thread = ThreadId::new("delegation-parent").unwrap();
+    let parent_owner = cluster.owner_of(&parent_thread).await;
+    let shards = ShardCount::new(SHARDS).unwrap();
+    let holders = cluster.leases.holders().await.unwrap();
+    let (parent_run, child) = std::iter::repeat_with(RunId::generate)
+        .map(|run| {
+            let child = ChildRef::of_call(&AgentId::new("demo").unwrap(), &run, &call_id);
+            (run, child)
+        })
+        .find(|(_, child)| holders[&shards.shard_of(&child.thread_id)].node_id != parent_owner)
+        .unwrap();
+
+    let parent = cluster
+        .submit_run(&parent_thread, "orchestrator", parent_run.clone())
+        .await;
+    cluster.acked(&parent.dispatch_id, RunStatus::Waiting).await;
+    assert_eq!(
+        cluster.run_status(&child.run_id).await,
+        Some(RunStatus::Waiting)
+    );
+    let child_owner = cluster.owner_of(&child.thread_id).await;
+    assert_ne!(child_owner, parent_owner);
+
+    // Kill the child's node while it waits; the decision goes to the parent.
+    let (victim, _) = pick(&mut nodes, &child_owner);
+    victim.kill().await;
+    let bus = DecisionBus::open(cluster.js.clone(), DecisionBusConfig::default())
+        .await
+        .unwrap();
+    let decision = DecisionPayload::resume(
+        call_id.to_string(),
+        "approve-delegate",
+        serde_json::json!(true),
+    );
+    bus.publish(parent_thread.as_str(), &decision)
+        .await
+        .unwrap();
+
+    eventually("the parent finishes", || async {
+        cluster.run_status(&parent_run).await == Some(RunStatus::Done)
+    })
+    .await;
+    let child_record = cluster
+        .store
+        .load_run(&child.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(child_record.status, RunStatus::Done);
+    assert_eq!(cluster.owner_of(&child.thread_id).await, parent_owner);
+    let log = cluster
+        .store
+        .load_messages(&parent_thread, &MessageQuery::default())
+        .await
+        .unwrap();
+    let last = log.messages.last().unwrap().message.text();
+    assert!(last.starts_with("The demo agent reports: "), "{last}");
+    assert!(last.contains(r#"\"deleted\":\"notes.txt\""#), "{last}");
 }

@@ -227,8 +227,16 @@ impl ChildWait<'_> {
         &self,
         act: impl Future<Output = Result<(), DelegationError>>,
     ) -> Result<ToolResult, DelegationError> {
-        // Follow first, so no event of what `act` sets off is missed.
-        let mut events = Some(self.children.follow(&self.child).await?);
+        // Follow first, so no event of what `act` sets off is missed. Events only
+        // speed the wait up: without them (an owner failing over) the record is
+        // read every poll interval.
+        let mut events = match self.children.follow(&self.child).await {
+            Ok(events) => Some(events),
+            Err(error) => {
+                tracing::debug!(child_run = %self.child.run_id, %error, "cannot follow the child yet");
+                None
+            }
+        };
         self.announce().await;
         let mut act = std::pin::pin!(act);
         let mut acted = false;
