@@ -383,6 +383,97 @@ fn delegates_must_exist() {
 }
 
 #[test]
+fn local_delegates_become_agent_run_tools_and_remote_ones_are_warned_about() {
+    let remote =
+        agent("far").with_endpoint(RemoteEndpoint::new("a2a", "http://far.example/v1/a2a"));
+    let runtime = base()
+        .with_agent_spec(agent("helper").with_system_prompt("You help with sums."))
+        .with_agent_spec(remote)
+        .with_agent_spec(agent("boss").with_delegate("helper").with_delegate("far"))
+        .build()
+        .unwrap();
+    let boss = runtime.resolve("boss").unwrap();
+    let ids: Vec<&str> = boss.tools.keys().map(String::as_str).collect();
+    assert_eq!(ids, ["agent_run_helper"]);
+    let descriptor = &boss.tool_descriptors[0];
+    assert!(
+        descriptor.description.contains("You help with sums."),
+        "{descriptor:?}"
+    );
+    assert_eq!(
+        descriptor.parameters["required"],
+        serde_json::json!(["prompt"])
+    );
+    let tool = &boss.tools["agent_run_helper"];
+    for bad in [
+        serde_json::json!({}),
+        serde_json::json!({"prompt": " "}),
+        serde_json::json!({"prompt": 3}),
+    ] {
+        assert!(
+            matches!(
+                tool.validate_args(&bad),
+                Err(ToolError::InvalidArguments(_))
+            ),
+            "{bad}"
+        );
+    }
+    assert!(
+        tool.validate_args(&serde_json::json!({"prompt": "add 2 and 2"}))
+            .is_ok()
+    );
+    assert!(
+        boss.warnings.iter().any(|w| w.contains("`far` is remote")),
+        "{:?}",
+        boss.warnings
+    );
+}
+
+#[test]
+fn a_delegate_tool_clashing_with_a_global_tool_is_refused() {
+    let builder = base()
+        .with_tool("agent_run_helper", Arc::new(NamedTool("agent_run_helper")))
+        .with_agent_spec(agent("helper"))
+        .with_agent_spec(agent("boss").with_delegate("helper"));
+    assert!(matches!(
+        resolve_err(builder, "boss"),
+        ResolveError::ToolIdConflict { tool_id, .. } if tool_id == "agent_run_helper"
+    ));
+}
+
+#[test]
+fn the_delegation_section_is_validated() {
+    for bad in [
+        serde_json::json!({"timeout_ms": "soon"}),
+        serde_json::json!({"timeout_ms": 0}),
+        serde_json::json!({"unknown": true}),
+    ] {
+        let builder = base().with_agent_spec(agent("helper")).with_agent_spec(
+            agent("boss")
+                .with_delegate("helper")
+                .with_section("delegation", bad.clone()),
+        );
+        assert!(
+            matches!(
+                resolve_err(builder, "boss"),
+                ResolveError::InvalidPluginConfig { key, .. } if key == "delegation"
+            ),
+            "{bad}"
+        );
+    }
+    let good = base()
+        .with_agent_spec(agent("helper"))
+        .with_agent_spec(
+            agent("boss")
+                .with_delegate("helper")
+                .with_section("delegation", serde_json::json!({"timeout_ms": 5000})),
+        )
+        .build()
+        .unwrap();
+    assert!(good.resolve("boss").unwrap().warnings.is_empty());
+}
+
+#[test]
 fn builder_reports_every_conflict_kind() {
     let dup = |b: AgentRuntimeBuilder| b.build().unwrap_err();
     assert_eq!(
