@@ -241,9 +241,11 @@ impl ChildWait<'_> {
         let mut act = std::pin::pin!(act);
         let mut acted = false;
         let mut answer: Option<String> = None;
-        let mut poll = tokio::time::interval(self.config.poll_interval());
+        // First tick one period from now: an immediate first tick would still wait
+        // for the timer wheel's next millisecond.
+        let period = self.config.poll_interval();
+        let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        poll.tick().await;
         loop {
             let check = tokio::select! {
                 done = &mut act, if !acted => {

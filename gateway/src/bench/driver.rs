@@ -21,8 +21,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// What one run reports besides its wall time, which the driver measures.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RunSample {
-    /// Latency of the decision round trip, for scenarios that send one.
-    pub(crate) decision: Option<Duration>,
+    /// Latency of the part of the run the scenario measures on its own (a decision
+    /// round trip, a failover, a delegate call), if it has one.
+    pub(crate) part: Option<Duration>,
 }
 
 /// The outcome of driving a batch of runs.
@@ -30,8 +31,8 @@ pub(crate) struct RunSample {
 pub(crate) struct Driven {
     /// Wall time of each successful run.
     pub(crate) latencies: Latencies,
-    /// Decision round trips, when runs reported them.
-    pub(crate) decisions: Latencies,
+    /// The parts runs reported ([`RunSample::part`]).
+    pub(crate) parts: Latencies,
     /// Runs that finished, successfully or not.
     pub(crate) completed: u64,
     /// Runs that failed or timed out.
@@ -110,7 +111,7 @@ where
     }
     let mut driven = Driven {
         latencies: Latencies::new()?,
-        decisions: Latencies::new()?,
+        parts: Latencies::new()?,
         completed: 0,
         errors: 0,
         first_error: None,
@@ -122,7 +123,7 @@ where
             .await
             .map_err(|e| GatewayError::Bench(format!("worker failed: {e}")))??;
         driven.latencies.merge(&tally.latencies)?;
-        driven.decisions.merge(&tally.decisions)?;
+        driven.parts.merge(&tally.parts)?;
         driven.completed += tally.completed;
         driven.errors += tally.errors;
         driven.first_error = driven.first_error.take().or(tally.first_error);
@@ -154,7 +155,7 @@ struct Worker<F> {
 /// What one worker measured.
 struct Tally {
     latencies: Latencies,
-    decisions: Latencies,
+    parts: Latencies,
     completed: u64,
     errors: u64,
     first_error: Option<String>,
@@ -168,7 +169,7 @@ where
     async fn work(self) -> Result<Tally> {
         let mut tally = Tally {
             latencies: Latencies::new()?,
-            decisions: Latencies::new()?,
+            parts: Latencies::new()?,
             completed: 0,
             errors: 0,
             first_error: None,
@@ -191,8 +192,8 @@ where
             match outcome {
                 Ok(Ok(sample)) => {
                     tally.latencies.record(wall);
-                    if let Some(decision) = sample.decision {
-                        tally.decisions.record(decision);
+                    if let Some(part) = sample.part {
+                        tally.parts.record(part);
                     }
                 }
                 Ok(Err(error)) => tally.fail(error),

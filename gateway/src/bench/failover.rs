@@ -109,8 +109,8 @@ pub async fn run(
     report.nodes = 2;
     Ok(report
         .with("lease_ttl_s", LEASE_TTL_S)
-        .with("failover_p50_us", driven.decisions.quantile_us(0.50))
-        .with("failover_max_us", driven.decisions.max_us()))
+        .with("failover_p50_us", driven.parts.quantile_us(0.50))
+        .with("failover_max_us", driven.parts.max_us()))
 }
 
 /// An `awaken node` child process; killed when dropped.
@@ -228,7 +228,7 @@ impl Harness {
         }
         nodes[victim] = self.setup.start().await.map_err(|e| e.to_string())?;
         Ok(RunSample {
-            decision: Some(failover),
+            part: Some(failover),
         })
     }
 

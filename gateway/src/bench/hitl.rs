@@ -45,8 +45,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport> {
     runtime.shutdown().await;
     Ok(driven
         .report(NAME, options.concurrency)
-        .with("decision_p50_us", driven.decisions.quantile_us(0.50))
-        .with("decision_p99_us", driven.decisions.quantile_us(0.99))
+        .with("decision_p50_us", driven.parts.quantile_us(0.50))
+        .with("decision_p99_us", driven.parts.quantile_us(0.99))
         .with("passivate_while_waiting", passivate_while_waiting))
 }
 
@@ -82,7 +82,7 @@ async fn one_run(runtime: AgentRuntime, agent: AgentId) -> Result<RunSample, Str
         ));
     }
     Ok(RunSample {
-        decision: Some(decision),
+        part: Some(decision),
     })
 }
 

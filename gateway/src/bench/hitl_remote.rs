@@ -86,8 +86,8 @@ pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> 
     }
     Ok(driven
         .report(NAME, options.concurrency)
-        .with("decision_p50_us", driven.decisions.quantile_us(0.50))
-        .with("decision_p99_us", driven.decisions.quantile_us(0.99)))
+        .with("decision_p50_us", driven.parts.quantile_us(0.50))
+        .with("decision_p99_us", driven.parts.quantile_us(0.99)))
 }
 
 async fn one_run(
@@ -139,6 +139,6 @@ async fn one_run(
         return Err(format!("the resumed run ended with {done:?}"));
     }
     Ok(RunSample {
-        decision: Some(latency),
+        part: Some(latency),
     })
 }

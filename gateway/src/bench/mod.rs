@@ -21,6 +21,7 @@
 //! | `sequential` | [`sequential`] |
 //! | `hitl` | [`hitl`] |
 //! | `idle-threads` | [`idle_threads`] |
+//! | `delegation` | [`delegation`] |
 //!
 //! Every scenario is bounded: by its run count, by [`BenchOptions::timeout`] for the
 //! whole scenario (no run starts after it; the report says `"timed_out": true`), and
@@ -28,6 +29,7 @@
 
 mod child;
 pub mod cluster_w;
+pub mod delegation;
 pub mod dispatch;
 mod driver;
 pub mod failover;
@@ -56,15 +58,18 @@ pub enum Scenario {
     Hitl,
     /// Memory per idle thread, live and passivated.
     IdleThreads,
+    /// A delegate call's overhead, one run at a time.
+    Delegation,
 }
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::WorkloadW,
         Self::Sequential,
         Self::Hitl,
         Self::IdleThreads,
+        Self::Delegation,
     ];
 
     /// The scenario's name, as on the command line and in reports.
@@ -74,6 +79,7 @@ impl Scenario {
             Self::Sequential => sequential::NAME,
             Self::Hitl => hitl::NAME,
             Self::IdleThreads => idle_threads::NAME,
+            Self::Delegation => delegation::NAME,
         }
     }
 }
@@ -115,5 +121,6 @@ pub async fn run(scenario: Scenario, options: &BenchOptions) -> Result<BenchRepo
         Scenario::Sequential => sequential::run(options).await,
         Scenario::Hitl => hitl::run(options).await,
         Scenario::IdleThreads => idle_threads::run(options).await,
+        Scenario::Delegation => delegation::run_local(options).await,
     }
 }

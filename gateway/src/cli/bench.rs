@@ -109,6 +109,9 @@ pub enum ClusterScenarioArg {
     /// Workload W submitted through the mailbox, run by the threads' owners on
     /// `--nodes` nodes in this process.
     WorkloadW,
+    /// A delegate call's overhead with the parent on one node and the child on
+    /// another (two nodes in this process).
+    Delegation,
 }
 
 impl ClusterArgs {
@@ -164,6 +167,8 @@ pub enum ScenarioArg {
     Hitl,
     /// Memory per idle thread, live and passivated.
     IdleThreads,
+    /// A delegate call's overhead (parent call → child run → result), one run at a time.
+    Delegation,
     /// Every scenario above, in that order.
     All,
 }
@@ -178,6 +183,7 @@ impl LocalArgs {
                 ScenarioArg::Sequential => &[Scenario::Sequential],
                 ScenarioArg::Hitl => &[Scenario::Hitl],
                 ScenarioArg::IdleThreads => &[Scenario::IdleThreads],
+                ScenarioArg::Delegation => &[Scenario::Delegation],
                 ScenarioArg::All => &Scenario::ALL,
             };
             for scenario in add {
@@ -247,6 +253,9 @@ async fn execute_cluster(args: ClusterArgs) -> Result<u8> {
         ClusterScenarioArg::HitlRemote => bench::hitl_remote::run(&args.nats_url, &options).await?,
         ClusterScenarioArg::WorkloadW => {
             Box::pin(bench::cluster_w::run(&args.nats_url, args.nodes, &options)).await?
+        }
+        ClusterScenarioArg::Delegation => {
+            Box::pin(bench::delegation::run_cluster(&args.nats_url, &options)).await?
         }
         ClusterScenarioArg::Failover => {
             let postgres_url = args.postgres_url.as_deref().ok_or_else(|| {
@@ -329,7 +338,8 @@ mod tests {
                 Scenario::Hitl,
                 Scenario::WorkloadW,
                 Scenario::Sequential,
-                Scenario::IdleThreads
+                Scenario::IdleThreads,
+                Scenario::Delegation
             ]
         );
         assert_eq!(args.options().runs, 7);
