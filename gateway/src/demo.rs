@@ -469,9 +469,11 @@ mod tests {
             agent_ids(&runtime),
             [
                 BENCH_AGENT,
+                BENCH_DELEGATE_AGENT,
                 BENCH_HITL_AGENT,
                 BENCH_TEXT_AGENT,
                 DEMO_AGENT,
+                ORCHESTRATOR_AGENT,
                 SLOW_AGENT
             ]
         );

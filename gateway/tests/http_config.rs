@@ -94,7 +94,7 @@ async fn capabilities_list_what_the_node_can_run() {
 
     // The built-in agents are listed, read-only, in the agents namespace too.
     let (_, agents) = json(server.get("/v1/agents").await).await;
-    assert_eq!(agents["total"], 5);
+    assert_eq!(agents["total"], 7);
     assert_eq!(agents["built_in"], body["agents"]);
     let (status, demo) = json(server.get("/v1/agents/demo").await).await;
     assert_eq!(status, StatusCode::OK);
@@ -110,8 +110,8 @@ async fn entries_written_through_the_api_run_at_once_and_change_with_it() {
     let (status, entry) = json(server.get("/v1/config/agents/greeter").await).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(entry["max_rounds"], 16, "stored in normal form: {entry}");
-    let (_, listing) = json(server.get("/v1/config/agents?limit=1&offset=4").await).await;
-    assert_eq!(listing["total"], 6, "listed in id order, built-in ones too");
+    let (_, listing) = json(server.get("/v1/config/agents?limit=1&offset=5").await).await;
+    assert_eq!(listing["total"], 8, "listed in id order, built-in ones too");
     assert_eq!(listing["items"], json!([entry]));
     let (_, alias) = json(server.get("/v1/agents/greeter").await).await;
     assert_eq!(alias, entry);
