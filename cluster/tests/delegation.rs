@@ -412,6 +412,29 @@ impl Fixture {
     }
 }
 
+/// Reads `follow` to its end, which must be the run's cancellation.
+async fn assert_ends_cancelled(mut follow: awaken_cluster::events::RunFollow) {
+    let finish = tokio::time::timeout(LIMIT, async {
+        let mut last = None;
+        while let Some(event) = follow.next().await {
+            last = Some(event.event);
+        }
+        last
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(
+            finish,
+            Some(AgentEvent::RunFinish {
+                termination: TerminationReason::Cancelled,
+                ..
+            })
+        ),
+        "{finish:?}"
+    );
+}
+
 fn child_run(result: &ToolResult) -> (ThreadId, RunId) {
     (
         ThreadId::new(result.data["thread_id"].as_str().unwrap()).unwrap(),
@@ -620,7 +643,7 @@ async fn cancelling_the_parent_cancels_a_child_that_waits_for_a_decision() {
         .unwrap();
     let (_, _, result) = &waiting.delegate_results()[0];
     let child = *result.suspension.as_deref().unwrap().child.clone().unwrap();
-    let mut child_events = fx.next_stop(&child.thread_id, &child.run_id).await;
+    let child_events = fx.next_stop(&child.thread_id, &child.run_id).await;
 
     let answer = fx
         .node
@@ -635,25 +658,7 @@ async fn cancelling_the_parent_cancels_a_child_that_waits_for_a_decision() {
         "{:?}",
         answer.outcome
     );
-    let finish = tokio::time::timeout(LIMIT, async {
-        let mut last = None;
-        while let Some(event) = child_events.next().await {
-            last = Some(event.event);
-        }
-        last
-    })
-    .await
-    .unwrap();
-    assert!(
-        matches!(
-            finish,
-            Some(AgentEvent::RunFinish {
-                termination: TerminationReason::Cancelled,
-                ..
-            })
-        ),
-        "{finish:?}"
-    );
+    assert_ends_cancelled(child_events).await;
     assert_eq!(fx.record(&child.run_id).await.status, RunStatus::Done);
     fx.node.shutdown().await;
 }
@@ -683,7 +688,7 @@ async fn cancelling_the_parent_cancels_a_running_child() {
         }
     };
     let child = fx.record(&child_run).await;
-    let mut child_events = fx.next_stop(&child.thread_id, &child_run).await;
+    let child_events = fx.next_stop(&child.thread_id, &child_run).await;
 
     let answer = fx
         .node
@@ -698,25 +703,7 @@ async fn cancelling_the_parent_cancels_a_running_child() {
         "{:?}",
         answer.outcome
     );
-    let finish = tokio::time::timeout(LIMIT, async {
-        let mut last = None;
-        while let Some(event) = child_events.next().await {
-            last = Some(event.event);
-        }
-        last
-    })
-    .await
-    .unwrap();
-    assert!(
-        matches!(
-            finish,
-            Some(AgentEvent::RunFinish {
-                termination: TerminationReason::Cancelled,
-                ..
-            })
-        ),
-        "{finish:?}"
-    );
+    assert_ends_cancelled(child_events).await;
     fx.node.shutdown().await;
 }
 
