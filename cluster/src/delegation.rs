@@ -227,16 +227,20 @@ impl ChildRuns for NodeChildRuns {
                         if self.cancel_queued(child).await? {
                             return Ok(());
                         }
-                        // Not queued and not active: finished (nothing to do), or
-                        // claimed and about to start (try again).
+                        // Neither queued nor active: finished or never accepted
+                        // (nothing to do), or claimed and about to start (again).
                         match self.store.load_run(&child.run_id).await? {
                             Some(record) if record.status == RunStatus::Done => return Ok(()),
+                            None if self
+                                .inbox
+                                .get(&child.run_id)
+                                .await
+                                .map_err(unreachable)?
+                                .is_none() =>
+                            {
+                                return Ok(());
+                            }
                             _ => last = format!("run `{}` is starting", child.run_id),
-                        }
-                        let queued = self.inbox.get(&child.run_id).await.map_err(unreachable)?;
-                        if queued.is_none() && self.store.load_run(&child.run_id).await?.is_none() {
-                            // Never accepted: nothing to cancel.
-                            return Ok(());
                         }
                     }
                     CallOutcome::Failed(refused) => {
