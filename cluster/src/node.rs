@@ -19,6 +19,7 @@
 //! take its shards, reclaim its dispatch claims and receive its unacknowledged
 //! decisions again: runs continue from their last checkpoint.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ use crate::routing::{
 };
 use crate::shards::{
     DEFAULT_SHARDS_BUCKET, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId, ShardOwner,
-    ShardOwnerConfig, ShardedFence,
+    ShardOwnerConfig, ShardedFence, quota,
 };
 
 /// Everything a node is configured with.
@@ -319,6 +320,17 @@ impl ClusterNode {
     /// Whether this node owns the thread's shard now.
     pub fn owns(&self, thread_id: &ThreadId) -> bool {
         self.fence.owns(thread_id)
+    }
+
+    /// Resolves once this node holds its fair share of the shards among `members`
+    /// (what it holds after their joins and leaves settle): `true`, or `false`
+    /// when its shard owner stopped first.
+    pub async fn fair_share_held(&self, members: &BTreeSet<NodeId>) -> bool {
+        let share = quota(self.fence.count(), members, &self.node_id) as usize;
+        self.ownership()
+            .wait_for(|owned| owned.len() == share)
+            .await
+            .is_ok()
     }
 
     /// Accepts a run for any thread; the owner of its shard executes it.

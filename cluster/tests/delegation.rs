@@ -36,7 +36,6 @@ use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
-use awaken_cluster::shards::{ShardOwnerConfig, quota};
 use awaken_cluster::testing::NatsServer;
 use serde_json::json;
 use tokio::sync::{Barrier, Notify};
@@ -774,17 +773,13 @@ async fn two_nodes(echo: &Arc<Echo>) -> (NatsServer, Vec<ClusterNode>) {
         .unwrap();
         nodes.push(node);
     }
-    let count = ShardOwnerConfig::default().count;
     let members: BTreeSet<NodeId> = nodes.iter().map(|node| node.node_id().clone()).collect();
     for node in &nodes {
-        let share = quota(count, &members, node.node_id()) as usize;
-        tokio::time::timeout(
-            Duration::from_secs(60),
-            node.ownership().wait_for(|owned| owned.len() == share),
-        )
-        .await
-        .expect("shards settle")
-        .unwrap();
+        let held = tokio::time::timeout(Duration::from_secs(60), node.fair_share_held(&members));
+        assert!(
+            held.await.expect("shards settle"),
+            "the shard owner stopped"
+        );
     }
     (nats, nodes)
 }

@@ -13,7 +13,6 @@ use awaken_actors::store::InMemoryStore;
 use awaken_actors::thread::ThreadConfig;
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
-use awaken_cluster::shards::{ShardOwnerConfig, quota};
 use awaken_cluster::testing::NatsServer;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
 use awaken_gateway::server::ServerConfig;
@@ -48,17 +47,13 @@ async fn two_nodes() -> Cluster {
             .unwrap();
         nodes.push(Arc::new(node));
     }
-    let count = ShardOwnerConfig::default().count;
     let members: BTreeSet<NodeId> = nodes.iter().map(|node| node.node_id().clone()).collect();
     for node in &nodes {
-        let share = quota(count, &members, node.node_id()) as usize;
-        tokio::time::timeout(
-            Duration::from_secs(60),
-            node.ownership().wait_for(|owned| owned.len() == share),
-        )
-        .await
-        .expect("shards settle")
-        .unwrap();
+        let held = tokio::time::timeout(Duration::from_secs(60), node.fair_share_held(&members));
+        assert!(
+            held.await.expect("shards settle"),
+            "the shard owner stopped"
+        );
     }
     let mut servers = Vec::new();
     for node in &nodes {

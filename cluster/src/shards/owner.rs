@@ -308,6 +308,11 @@ pub struct ShardedFence {
 }
 
 impl ShardedFence {
+    /// How many shards the cluster has.
+    pub fn count(&self) -> ShardCount {
+        self.count
+    }
+
     /// Whether this node owns the thread's shard now.
     pub fn owns(&self, thread_id: &ThreadId) -> bool {
         self.ownership

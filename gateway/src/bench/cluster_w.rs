@@ -21,7 +21,6 @@ use awaken_actors::thread::{RunRequest, ThreadConfig};
 use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
-use awaken_cluster::shards::{ShardOwnerConfig, quota};
 
 use super::BenchOptions;
 use super::driver::{RunSample, drive};
@@ -79,17 +78,12 @@ pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result
 }
 
 /// Waits until every node owns its fair share of the shards.
-async fn settle(cluster: &[ClusterNode]) -> Result<()> {
-    let count = ShardOwnerConfig::default().count;
+pub(super) async fn settle(cluster: &[ClusterNode]) -> Result<()> {
     let members: BTreeSet<NodeId> = cluster.iter().map(|node| node.node_id().clone()).collect();
     let all_settled = async {
         for node in cluster {
-            let share = quota(count, &members, node.node_id()) as usize;
-            // Err: the node's shard owner stopped; the load would fail anyway.
-            let _ = node
-                .ownership()
-                .wait_for(|owned| owned.len() == share)
-                .await;
+            // False: the node's shard owner stopped; the load would fail anyway.
+            node.fair_share_held(&members).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(60), all_settled)

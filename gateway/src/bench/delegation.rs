@@ -27,7 +27,6 @@ use awaken_cluster::RunControl;
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
-use awaken_cluster::shards::{ShardOwnerConfig, quota};
 
 use super::BenchOptions;
 use super::driver::{RunSample, drive};
@@ -83,7 +82,7 @@ pub async fn run_cluster(nats_url: &str, options: &BenchOptions) -> Result<Bench
             .map_err(bench_error)?;
         nodes.push(node);
     }
-    settle(&nodes).await?;
+    super::cluster_w::settle(&nodes).await?;
     let (parents, children) = (&nodes[0], &nodes[1]);
     let agent = AgentId::new(demo::BENCH_DELEGATE_AGENT).map_err(bench_error)?;
     let runtime = parents.runtime().clone();
@@ -124,26 +123,6 @@ pub async fn run_cluster(nats_url: &str, options: &BenchOptions) -> Result<Bench
         .with("delegation_p99_us", driven.parts.quantile_us(0.99));
     report.nodes = 2;
     Ok(report)
-}
-
-/// Waits until the two nodes hold their shares of the shards.
-async fn settle(nodes: &[ClusterNode]) -> Result<()> {
-    let count = ShardOwnerConfig::default().count;
-    let members = nodes.iter().map(|node| node.node_id().clone()).collect();
-    for node in nodes {
-        let share = quota(count, &members, node.node_id()) as usize;
-        let mut ownership = node.ownership();
-        let settled = ownership.wait_for(|owned| owned.len() == share);
-        if !matches!(
-            tokio::time::timeout(Duration::from_secs(30), settled).await,
-            Ok(Ok(_))
-        ) {
-            return Err(bench_error(
-                "the shards did not settle within 30 s (other nodes on this server?)",
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A thread id `node` owns.
