@@ -91,7 +91,7 @@ impl NodeChildRuns {
                 limit: 200,
             })
             .await
-            .map_err(unreachable)?;
+            .map_err(unavailable)?;
         for dispatch in page.dispatches {
             if dispatch.run_id == child.run_id
                 && self
@@ -107,7 +107,7 @@ impl NodeChildRuns {
     }
 }
 
-fn unreachable(error: impl std::fmt::Display) -> DelegationError {
+fn unavailable(error: impl std::fmt::Display) -> DelegationError {
     DelegationError::Unavailable(error.to_string())
 }
 
@@ -142,7 +142,7 @@ impl ChildRuns for NodeChildRuns {
         };
         match submit(&*self.mailbox, &*self.inbox, request, options).await {
             Ok(_) | Err(MailboxError::Duplicate(_)) => Ok(()),
-            Err(error) => Err(unreachable(error)),
+            Err(error) => Err(unavailable(error)),
         }
     }
 
@@ -152,7 +152,7 @@ impl ChildRuns for NodeChildRuns {
             Reach::Cluster { client, router } => {
                 follow_run(client, router, &child.thread_id, &child.run_id, None)
                     .await
-                    .map_err(unreachable)?
+                    .map_err(unavailable)?
             }
         };
         // Earlier activations' events were shown when they happened.
@@ -235,7 +235,7 @@ impl ChildRuns for NodeChildRuns {
                                 .inbox
                                 .get(&child.run_id)
                                 .await
-                                .map_err(unreachable)?
+                                .map_err(unavailable)?
                                 .is_none() =>
                             {
                                 return Ok(());

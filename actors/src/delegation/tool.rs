@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde_json::json;
 
 use super::child::{ChildEvents, ChildRef, ChildRuns, DelegationError};
@@ -145,18 +146,11 @@ impl Tool for AgentTool {
             (target.run_id == wait.child.run_id)
                 .then(|| (target.call_id.clone(), resumed.decision.clone()))
         });
-        let waited = match forwarded {
-            Some((call_id, decision)) => {
-                let child = wait.child.clone();
-                let children = Arc::clone(&children);
-                let act = async move { children.decide(&child, call_id, decision).await };
-                tokio::time::timeout(wait.config.timeout(), wait.run(act)).await
-            }
-            None => {
-                let prompt = prompt_of(&args)?.to_owned();
-                tokio::time::timeout(wait.config.timeout(), wait.run(wait.start(prompt))).await
-            }
+        let act: BoxFuture<'_, Result<(), DelegationError>> = match forwarded {
+            Some((call_id, decision)) => Box::pin(children.decide(&wait.child, call_id, decision)),
+            None => Box::pin(wait.start(prompt_of(&args)?.to_owned())),
         };
+        let waited = tokio::time::timeout(wait.config.timeout(), wait.run(act)).await;
         let result = match waited {
             Ok(outcome) => outcome.map_err(unavailable)?,
             Err(_elapsed) => {
