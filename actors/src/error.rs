@@ -119,6 +119,12 @@ pub enum StateError {
         /// The tool id.
         tool_id: String,
     },
+    /// Two plugins (or one, twice) declare a handoff variant of the same name.
+    #[error("agent variant `{variant}` is already registered")]
+    AgentVariantAlreadyRegistered {
+        /// The variant name.
+        variant: String,
+    },
     /// A phase hook was registered twice under one plugin for one phase.
     #[error("plugin `{plugin_id}` already registered hook `{hook}` for {phase:?}")]
     HookAlreadyRegistered {
@@ -319,6 +325,14 @@ pub enum ResolveError {
         source_a: String,
         /// The second provider.
         source_b: String,
+    },
+    /// A handoff named a variant none of the agent's plugins declares.
+    #[error("agent `{agent}` has no handoff variant `{variant}`")]
+    UnknownVariant {
+        /// The base agent.
+        agent: String,
+        /// The variant asked for.
+        variant: String,
     },
     /// Building the execution environment from plugins failed.
     #[error("cannot build execution environment: {0}")]

@@ -12,6 +12,7 @@ pub mod contract;
 pub mod delegation;
 pub mod error;
 pub mod event_sink;
+pub mod handoff;
 pub mod ids;
 mod inline;
 pub mod llm;

@@ -14,6 +14,7 @@ pub mod agent_spec;
 pub mod delegation;
 pub mod dispatch;
 pub mod event;
+pub mod handoff;
 pub mod identity;
 pub mod inference;
 pub mod input;
@@ -34,6 +35,7 @@ pub use agent_spec::{
 pub use delegation::{DelegateRunResult, DelegateRunStatus};
 pub use dispatch::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 pub use event::{AgentEvent, StreamEvent};
+pub use handoff::{AgentOverlay, HandoffState};
 pub use identity::{RunIdentity, RunOrigin};
 pub use inference::{
     ContextCompactionMode, ContextWindowPolicy, InferenceOverride, ReasoningEffort,

@@ -10,6 +10,7 @@ use super::hook::TaggedPhaseHook;
 use super::plugin::Plugin;
 use super::registrar::PluginRegistrar;
 use super::transform::TaggedRequestTransform;
+use crate::contract::AgentOverlay;
 use crate::error::StateError;
 use crate::llm::InferenceRequest;
 use crate::phase::Phase;
@@ -88,6 +89,7 @@ pub struct ExecutionEnv {
     keys: Vec<KeyRegistration>,
     tools: BTreeMap<String, PluginTool>,
     profile_keys: Vec<&'static str>,
+    variants: BTreeMap<String, AgentOverlay>,
     plugins: Vec<PluginEntry>,
     catalog: HandlerCatalog,
     /// Every key a thread running this environment has (the runtime's own included),
@@ -105,6 +107,7 @@ impl fmt::Debug for ExecutionEnv {
             .field("transforms", &self.transforms.len())
             .field("keys", &self.keys.len())
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("variants", &self.variants.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -168,6 +171,12 @@ impl ExecutionEnv {
                     });
                 }
                 env.profile_keys.push(key);
+            }
+            for (name, overlay) in registrar.variants {
+                if env.variants.contains_key(&name) {
+                    return Err(StateError::AgentVariantAlreadyRegistered { variant: name });
+                }
+                env.variants.insert(name, overlay);
             }
             if active {
                 for hook in registrar.hooks {
@@ -243,6 +252,11 @@ impl ExecutionEnv {
     /// Tools contributed by active plugins, by id.
     pub fn tools(&self) -> &BTreeMap<String, PluginTool> {
         &self.tools
+    }
+
+    /// Handoff variants the plugins declare, by name.
+    pub fn agent_variants(&self) -> &BTreeMap<String, AgentOverlay> {
+        &self.variants
     }
 
     /// The plugins, in registration order.

@@ -6,6 +6,7 @@ use super::action::{ActionRegistration, TypedActionAdapter, TypedScheduledAction
 use super::effect::{EffectRegistration, TypedEffectAdapter, TypedEffectHandler};
 use super::hook::{PhaseHook, TaggedPhaseHook};
 use super::transform::{InferenceRequestTransform, TaggedRequestTransform};
+use crate::contract::AgentOverlay;
 use crate::error::StateError;
 use crate::phase::Phase;
 use crate::state::{
@@ -25,6 +26,7 @@ pub struct PluginRegistrar {
     pub(crate) effects: Vec<EffectRegistration>,
     pub(crate) transforms: Vec<TaggedRequestTransform>,
     pub(crate) profile_keys: Vec<&'static str>,
+    pub(crate) variants: Vec<(String, AgentOverlay)>,
 }
 
 impl PluginRegistrar {
@@ -39,6 +41,7 @@ impl PluginRegistrar {
             effects: Vec::new(),
             transforms: Vec::new(),
             profile_keys: Vec::new(),
+            variants: Vec::new(),
         }
     }
 
@@ -164,6 +167,21 @@ impl PluginRegistrar {
             });
         }
         self.profile_keys.push(K::KEY);
+        Ok(())
+    }
+
+    /// Declares a handoff variant of the agent: the overlay a thread runs with while
+    /// the variant is active (see [`crate::handoff`]).
+    pub fn register_agent_variant(
+        &mut self,
+        name: impl Into<String>,
+        overlay: AgentOverlay,
+    ) -> Result<(), StateError> {
+        let name = name.into();
+        if self.variants.iter().any(|(existing, _)| *existing == name) {
+            return Err(StateError::AgentVariantAlreadyRegistered { variant: name });
+        }
+        self.variants.push((name, overlay));
         Ok(())
     }
 }

@@ -42,6 +42,14 @@ impl AgentResolver for LiveRegistries {
     fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
         self.current.load().resolve(agent_id)
     }
+
+    fn resolve_variant(
+        &self,
+        agent_id: &str,
+        variant: &str,
+    ) -> Result<ResolvedAgent, ResolveError> {
+        self.current.load().resolve_variant(agent_id, variant)
+    }
 }
 
 /// A registry set in which every local agent resolves: the only kind a running
@@ -64,8 +72,15 @@ pub fn validate_agents(registries: &RegistrySet) -> Result<(), BuildError> {
         if spec.endpoint.is_some() {
             continue;
         }
-        match super::resolve::resolve(registries, id) {
-            Ok(_) => {}
+        let resolved = super::resolve::resolve(registries, id).and_then(|base| {
+            // Every variant must resolve too (its model, say), or a handoff would
+            // fail mid-run.
+            base.env.agent_variants().keys().try_for_each(|variant| {
+                super::resolve::resolve_variant_of(registries, &base, variant).map(drop)
+            })
+        });
+        match resolved {
+            Ok(()) => {}
             Err(ResolveError::EnvBuild(state)) => return Err(BuildError::State(state)),
             Err(err) => {
                 return Err(BuildError::ValidationFailed(format!("agent `{id}`: {err}")));

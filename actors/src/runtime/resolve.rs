@@ -69,6 +69,11 @@ impl fmt::Debug for ResolvedAgent {
 pub trait AgentResolver: Send + Sync {
     /// Resolves one agent; nothing is cached between calls.
     fn resolve(&self, agent_id: &str) -> Result<ResolvedAgent, ResolveError>;
+
+    /// Resolves a handoff variant of an agent: its spec with the variant's overlay
+    /// laid over it.
+    fn resolve_variant(&self, agent_id: &str, variant: &str)
+    -> Result<ResolvedAgent, ResolveError>;
 }
 
 /// The resolver thread actors use: the pipeline over one immutable [`RegistrySet`],
@@ -110,12 +115,43 @@ impl AgentResolver for RegistryResolver {
         self.resolved.insert(agent_id.to_owned(), agent.clone());
         Ok(agent)
     }
+
+    fn resolve_variant(
+        &self,
+        agent_id: &str,
+        variant: &str,
+    ) -> Result<ResolvedAgent, ResolveError> {
+        // Agent ids cannot hold a NUL, so the key cannot collide with a plain id.
+        let key = format!("{agent_id}\u{0}{variant}");
+        if let Some(agent) = self.resolved.get(&key) {
+            return Ok(agent.clone());
+        }
+        let base = self.resolve(agent_id)?;
+        let agent = resolve_variant_of(&self.registries, &base, variant)?;
+        self.resolved.insert(key, agent.clone());
+        Ok(agent)
+    }
+}
+
+/// Resolves `variant` of the already resolved `base`.
+pub(super) fn resolve_variant_of(
+    registries: &RegistrySet,
+    base: &ResolvedAgent,
+    variant: &str,
+) -> Result<ResolvedAgent, ResolveError> {
+    let overlay =
+        base.env
+            .agent_variants()
+            .get(variant)
+            .ok_or_else(|| ResolveError::UnknownVariant {
+                agent: base.spec.id.to_string(),
+                variant: variant.to_owned(),
+            })?;
+    resolve_spec(registries, Arc::new(overlay.apply_to(&base.spec)))
 }
 
 /// Runs the three-stage pipeline for `agent_id`.
 pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent, ResolveError> {
-    let mut warnings = Vec::new();
-
     // Stage 1: lookup.
     let spec = registries
         .agents
@@ -127,6 +163,15 @@ pub fn resolve(registries: &RegistrySet, agent_id: &str) -> Result<ResolvedAgent
             agent_id.to_owned(),
         ));
     }
+    resolve_spec(registries, spec)
+}
+
+/// Stages 1 (model and provider) to 3 for a local agent's spec.
+fn resolve_spec(
+    registries: &RegistrySet,
+    spec: Arc<AgentSpec>,
+) -> Result<ResolvedAgent, ResolveError> {
+    let mut warnings = Vec::new();
     let model = registries
         .models
         .get(&spec.model)

@@ -109,6 +109,8 @@ pub(crate) enum LatestRun {
 /// The current run of a thread.
 pub(crate) struct RunCore {
     pub(crate) agent: ResolvedAgent,
+    /// The handoff variant `agent` was resolved for; `None` is the base agent.
+    pub(crate) variant: Option<String>,
     pub(crate) identity: Arc<RunIdentity>,
     pub(crate) record: RunRecord,
     pub(crate) cancellation: CancellationToken,
@@ -128,6 +130,7 @@ impl RunCore {
     ) -> Self {
         Self {
             agent,
+            variant: None,
             identity: Arc::new(identity),
             record,
             cancellation: CancellationToken::new(),

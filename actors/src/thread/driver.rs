@@ -28,6 +28,7 @@ use crate::contract::{
     strip_unpaired_tool_calls,
 };
 use crate::error::{InferenceExecutionError, StateError, StorageError, ToolError};
+use crate::handoff::{ActiveAgentKey, HandoffAction};
 use crate::ids::{MessageId, ToolCallId};
 use crate::llm::truncation::{
     TruncationRecovery, TruncationState, TruncationUpdate, is_truncated_tool_call, plan_recovery,
@@ -174,6 +175,7 @@ impl Driver<'_> {
             self.thread.push_message(message);
         }
         self.phase(Phase::RunStart, None).await?;
+        self.apply_handoff()?;
         self.checkpoint().await?;
         self.next_step().await
     }
@@ -186,7 +188,9 @@ impl Driver<'_> {
             run_id: self.run.identity.run_id.clone(),
             parent_run_id: self.run.identity.parent_run_id.clone(),
         });
-        let outcome = if self.calls().all_terminal() {
+        let outcome = if let Err(failure) = self.apply_handoff() {
+            Err(failure)
+        } else if self.calls().all_terminal() {
             self.next_step().await
         } else {
             self.reopen_step();
@@ -512,6 +516,7 @@ impl Driver<'_> {
     /// StepEnd: phase, checkpoint, then the next step or the end of the run.
     async fn end_step(&mut self, natural_end: bool) -> Step<Next> {
         self.phase(Phase::StepEnd, None).await?;
+        self.apply_handoff()?;
         self.emit(AgentEvent::StepEnd);
         self.checkpoint().await?;
         if self.run.cancellation.is_cancelled() {
@@ -551,6 +556,62 @@ impl Driver<'_> {
             termination: reason.clone(),
         });
         Ok(Next::Finished)
+    }
+
+    // ------------------------------------------------------------- handoff
+
+    /// Runs the run on the variant the thread's [`ActiveAgentKey`] names: refuses a
+    /// request or an active variant the agent does not have (an error event, and the
+    /// thread stays on what it ran), and re-resolves the agent when the variant
+    /// changed. Called where the book's switch happens (RunStart, StepEnd) and where
+    /// a passivated run is taken up again.
+    fn apply_handoff(&mut self) -> Step<()> {
+        let Some(state) = self.thread.store.get::<ActiveAgentKey>().cloned() else {
+            return Ok(());
+        };
+        let variants = self.run.agent.env.agent_variants();
+        let mut refusal = None;
+        if let Some(requested) = &state.requested_agent
+            && !variants.contains_key(requested)
+        {
+            refusal = Some((requested.clone(), HandoffAction::Withdraw));
+        }
+        if let Some(active) = &state.active_agent
+            && !variants.contains_key(active)
+        {
+            refusal = Some((active.clone(), HandoffAction::Clear));
+        }
+        if let Some((variant, action)) = refusal {
+            self.emit(AgentEvent::Error {
+                message: format!(
+                    "handoff refused: agent `{}` has no variant `{variant}`",
+                    self.run.identity.agent_id
+                ),
+                code: Some("handoff_unknown_variant".to_owned()),
+            });
+            let mut command = StateCommand::new();
+            command.update::<ActiveAgentKey>(action);
+            self.thread.store.commit(command)?;
+        }
+        let active = self
+            .thread
+            .store
+            .get::<ActiveAgentKey>()
+            .and_then(|state| state.active_agent.clone());
+        if active == self.run.variant {
+            return Ok(());
+        }
+        let agent_id = self.run.identity.agent_id.as_str();
+        let agent = match &active {
+            Some(variant) => self.deps.resolver.resolve_variant(agent_id, variant),
+            None => self.deps.resolver.resolve(agent_id),
+        }
+        .map_err(state_failure)?;
+        tracing::debug!(run_id = %self.run.identity.run_id, from = ?self.run.variant, to = ?active, "handoff");
+        self.thread.install(&agent)?;
+        self.run.agent = agent;
+        self.run.variant = active;
+        Ok(())
     }
 
     // ------------------------------------------------------------- tool calls
@@ -773,6 +834,9 @@ impl Driver<'_> {
                 run_id: self.run.identity.run_id.clone(),
                 parent_run_id: self.run.identity.parent_run_id.clone(),
             });
+            // A waiting run may have been passivated: its agent is the base one
+            // until the thread's variant is applied again.
+            self.apply_handoff()?;
             self.reopen_step();
         }
         let Some(mut state) = self.calls().get(&call_id).cloned() else {
