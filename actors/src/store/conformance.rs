@@ -995,6 +995,9 @@ pub async fn list_runs_filters_and_pages<S: ThreadRunStore + ?Sized>(store: &S) 
     for (thread, id, created_at, status) in runs {
         let mut record = run(thread, id, created_at);
         record.status = status;
+        if id == "r03" || id == "r05" {
+            record.agent_id = AgentId::new("other").unwrap();
+        }
         store.create_run(&record).await.unwrap();
     }
 
@@ -1004,6 +1007,7 @@ pub async fn list_runs_filters_and_pages<S: ThreadRunStore + ?Sized>(store: &S) 
             status,
             offset,
             limit,
+            ..RunQuery::default()
         };
         async move {
             let page = store.list_runs(&query).await.unwrap();
@@ -1049,6 +1053,26 @@ pub async fn list_runs_filters_and_pages<S: ThreadRunStore + ?Sized>(store: &S) 
         list(Some(&tid("t-none")), None, 0, 50).await,
         expect(&[], 0)
     );
+
+    let of_agent = |agent: &str, thread_id: Option<&ThreadId>| {
+        let query = RunQuery {
+            thread_id: thread_id.cloned(),
+            agent_id: Some(AgentId::new(agent).unwrap()),
+            ..RunQuery::default()
+        };
+        async move {
+            let page = store.list_runs(&query).await.unwrap();
+            let ids: Vec<String> = page.runs.iter().map(|r| r.run_id.to_string()).collect();
+            (ids, page.total)
+        }
+    };
+    assert_eq!(of_agent("other", None).await, expect(&["r05", "r03"], 2));
+    assert_eq!(of_agent("other", Some(&t1)).await, expect(&["r03"], 1));
+    assert_eq!(
+        of_agent("agent", None).await,
+        expect(&["r01", "r02", "r04", "r06"], 4)
+    );
+    assert_eq!(of_agent("nobody", None).await, expect(&[], 0));
 }
 
 /// A snapshot holds the thread, the whole log, the state, the latest run and the fence.

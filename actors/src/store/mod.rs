@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Message, RunRecord, RunStatus, Thread, ThreadMetadata};
 use crate::error::StorageError;
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::PersistedState;
 
 #[cfg(any(test, feature = "testsuite"))]
@@ -131,6 +131,9 @@ pub struct RunQuery {
     /// Only runs in this status.
     #[serde(default)]
     pub status: Option<RunStatus>,
+    /// Only runs of this agent.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
     /// Matching runs to skip.
     #[serde(default)]
     pub offset: usize,
@@ -143,6 +146,7 @@ impl Default for RunQuery {
         Self {
             thread_id: None,
             status: None,
+            agent_id: None,
             offset: 0,
             limit: DEFAULT_PAGE_LIMIT,
         }
@@ -161,6 +165,7 @@ impl RunQuery {
             .as_ref()
             .is_none_or(|id| *id == run.thread_id)
             && self.status.is_none_or(|status| status == run.status)
+            && self.agent_id.as_ref().is_none_or(|id| *id == run.agent_id)
     }
 }
 

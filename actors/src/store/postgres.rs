@@ -46,7 +46,7 @@ use super::{
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 
 /// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
@@ -215,12 +215,14 @@ impl Statements {
             latest_run: latest,
             count_runs: format!(
                 "SELECT count(*) FROM {p}_runs
-                 WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)"
+                 WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
+                   AND ($3::text IS NULL OR data->>'agent_id' = $3)"
             ),
             page_runs: format!(
                 "SELECT data FROM {p}_runs
                  WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
-                 ORDER BY created_at, id OFFSET $3 LIMIT $4"
+                   AND ($3::text IS NULL OR data->>'agent_id' = $3)
+                 ORDER BY created_at, id OFFSET $4 LIMIT $5"
             ),
             upsert_state: format!(
                 "INSERT INTO {p}_state (thread_id, data) VALUES ($1, $2)
@@ -525,15 +527,18 @@ impl PostgresStore {
     async fn list_runs_in(&self, tx: &mut Tx, query: &RunQuery) -> Result<RunPage, StorageError> {
         let thread_id = query.thread_id.as_ref().map(ThreadId::as_str);
         let status = query.status.map(|status| status.as_str());
+        let agent_id = query.agent_id.as_ref().map(AgentId::as_str);
         let total: i64 = sqlx::query_scalar(sql(&self.sql.count_runs))
             .bind(thread_id)
             .bind(status)
+            .bind(agent_id)
             .fetch_one(&mut **tx)
             .await
             .map_err(db_error)?;
         let runs: Vec<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.page_runs))
             .bind(thread_id)
             .bind(status)
+            .bind(agent_id)
             .bind(count(query.offset))
             .bind(count(query.effective_limit()))
             .fetch_all(&mut **tx)

@@ -57,6 +57,7 @@ impl RunListQuery {
             status: self.status,
             offset: self.offset,
             limit: self.limit,
+            ..RunQuery::default()
         }
     }
 }
