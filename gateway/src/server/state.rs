@@ -7,6 +7,7 @@ use tokio::sync::watch;
 
 use super::config::ServerConfig;
 use super::metrics::Metrics;
+use super::routes::PushNotifications;
 use crate::runtime_config::{ConfigApiError, ConfigDocument, ConfigManager};
 
 /// The node the routes serve from and the server's settings.
@@ -20,6 +21,8 @@ pub struct AppState {
     pub runtime_config: Arc<ConfigManager>,
     /// The server's Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// A2A push notification configs and their deliveries.
+    pub(crate) a2a_push: Arc<PushNotifications>,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: Arc<watch::Sender<bool>>,
 }
@@ -44,6 +47,7 @@ impl AppState {
             config: Arc::new(config),
             runtime_config,
             metrics: Arc::new(Metrics::new()),
+            a2a_push: Arc::new(PushNotifications::default()),
             stopping: Arc::new(watch::Sender::new(false)),
         }
     }

@@ -256,3 +256,32 @@ pub async fn node_client(script: &str, base: &str) -> Value {
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
 }
+
+/// Runs `tests/clients/<script> <args>` with the test venv's Python (the A2A
+/// reference client, installed by `scripts/setup.sh`) and returns the JSON it
+/// prints last.
+pub async fn python_client(script: &str, args: &[&str]) -> Value {
+    let clients = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
+    assert!(
+        std::path::Path::new(python).exists(),
+        "the Python clients are not installed: run scripts/setup.sh"
+    );
+    let output = tokio::process::Command::new(python)
+        .arg(script)
+        .args(args)
+        .current_dir(clients)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} {args:?} failed ({}):\n{}\n{stdout}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
+}

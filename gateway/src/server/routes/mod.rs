@@ -1,6 +1,7 @@
 //! The route tree: health, threads, runs, config and the frontend protocols, under
 //! the server's limits.
 
+mod a2a;
 mod ag_ui;
 mod ai_sdk;
 mod config;
@@ -24,6 +25,8 @@ use super::error::ApiError;
 use super::state::AppState;
 use super::{auth, metrics};
 use table::Routes;
+
+pub(crate) use a2a::PushNotifications;
 
 /// Every route, with the body limit (413) and the in-flight request limit (503)
 /// of `state.config`. Health probes are outside the limit: a busy node is alive.
@@ -56,6 +59,11 @@ pub fn router(state: AppState) -> Router {
             ));
     Router::new()
         .merge(health::routes().into_router())
+        .merge(
+            a2a::card_routes()
+                .into_router()
+                .layer(DefaultBodyLimit::max(state.config.max_body_bytes)),
+        )
         .merge(observed)
         .merge(api)
         .layer(axum::middleware::from_fn_with_state(
@@ -73,6 +81,7 @@ fn api_routes() -> Routes {
         .merge(ag_ui::routes())
         .merge(config::routes())
         .merge(openapi::routes())
+        .merge(a2a::routes())
 }
 
 /// Every `(method, path template)` the server answers: what the OpenAPI
@@ -80,6 +89,7 @@ fn api_routes() -> Routes {
 pub fn served_routes() -> Vec<(Method, &'static str)> {
     let all = health::routes()
         .merge(health::metrics_routes())
+        .merge(a2a::card_routes())
         .merge(api_routes());
     all.served().to_vec()
 }

@@ -218,7 +218,7 @@ impl From<RunFollow> for RunEvents {
 }
 
 impl RunEvents {
-    async fn next(&mut self) -> Option<StreamEvent> {
+    pub(crate) async fn next(&mut self) -> Option<StreamEvent> {
         match self.first.take() {
             Some(event) => Some(event),
             None => self.follow.next().await,

@@ -95,7 +95,7 @@ fn build() -> JsonValue {
         "info": {
             "title": "Awaken Cluster",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The Run API, the AI SDK v6 and AG-UI adapters and the config API of `awaken serve`. Every refusal is `{\"error\": \"...\"}`; see docs/http.md.",
+            "description": "The Run API, the AI SDK v6, AG-UI and A2A adapters and the config API of `awaken serve`. Every refusal is `{\"error\": \"...\"}`; see docs/http.md.",
         },
         "security": [{"bearer": []}],
         "paths": paths,
@@ -118,6 +118,8 @@ fn describe(operation: &Operation) -> JsonValue {
             "offset" | "cursor" => json!({"type": "integer", "minimum": 0}),
             "limit" => json!({"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
             "status" => json!({"type": "string", "enum": ["running", "waiting", "done"]}),
+            "pageSize" | "historyLength" => json!({"type": "integer", "minimum": 0}),
+            "contextId" | "pageToken" => json!({"type": "string"}),
             _ => json!({"type": "string", "enum": ["external", "all"]}),
         };
         json!({"name": name, "in": "query", "required": false, "schema": schema})
@@ -155,7 +157,10 @@ fn describe(operation: &Operation) -> JsonValue {
         "parameters": parameters,
         "responses": {status.to_string(): success, "default": error},
     });
-    if operation.path.starts_with("/health") {
+    if operation.path.starts_with("/health")
+        || operation.path.ends_with("agent-card.json")
+        || operation.path.ends_with("extendedAgentCard")
+    {
         described["security"] = json!([]);
     }
     if let Body::Json(schema) = operation.body {
@@ -194,6 +199,18 @@ fn schemas() -> JsonValue {
         (
             "AiSdkChat",
             "The AI SDK v6 `DefaultChatTransport` body: `{\"id\", \"messages\": [UIMessage], \"trigger\"?}`",
+        ),
+        (
+            "A2aSendMessage",
+            "A2A v1.0 `SendMessageRequest`: `{\"message\": {\"messageId\", \"role\": \"ROLE_USER\", \"parts\", \"contextId\"?, \"taskId\"?}, \"configuration\"?}`; see docs/a2a.md",
+        ),
+        (
+            "A2aJsonRpc",
+            "A JSON-RPC 2.0 request: `{\"jsonrpc\": \"2.0\", \"id\", \"method\": \"SendMessage\" | \"GetTask\" | ..., \"params\"}`",
+        ),
+        (
+            "A2aPushConfig",
+            "`{\"url\", \"token\"?, \"id\"?, \"authentication\"?: {\"scheme\", \"credentials\"}}`",
         ),
         (
             "RunAgentInput",

@@ -5,6 +5,14 @@ use super::{Body, NONE, Operation, Success, op};
 const PAGE: &[&str] = &["offset", "limit"];
 const RUN_PAGE: &[&str] = &["status", "offset", "limit"];
 const HISTORY: &[&str] = &["cursor", "limit", "visibility"];
+const A2A_LIST: &[&str] = &[
+    "contextId",
+    "status",
+    "pageSize",
+    "pageToken",
+    "historyLength",
+];
+const A2A_GET: &[&str] = &["historyLength"];
 
 use Body::{Json as In, None as NoBody};
 use Success::{Empty, Events, Json as Out, Text};
@@ -62,4 +70,29 @@ pub(super) const OPERATIONS: &[Operation] = &[
     op("delete", "/v1/config/{namespace}/{id}", "config", "Delete an entry", NoBody, Empty(204), NONE),
     op("get", "/v1/agents", "config", "List agents (alias of /v1/config/agents)", NoBody, Out(200), PAGE),
     op("get", "/v1/agents/{id}", "config", "Get an agent (alias of /v1/config/agents/{id})", NoBody, Out(200), NONE),
+    op("get", "/.well-known/agent-card.json", "a2a", "A2A agent card of the default agent (public)", NoBody, Out(200), NONE),
+    op("get", "/v1/a2a/.well-known/agent-card.json", "a2a", "A2A agent card of the default agent (public)", NoBody, Out(200), NONE),
+    op("get", "/v1/a2a/{tenant}/.well-known/agent-card.json", "a2a", "A2A agent card of an agent (public)", NoBody, Out(200), NONE),
+    op("get", "/v1/a2a/extendedAgentCard", "a2a", "A2A extended card (bearer `a2a_extended_card_bearer_token`)", NoBody, Out(200), NONE),
+    op("get", "/v1/a2a/{tenant}/extendedAgentCard", "a2a", "A2A extended card of an agent", NoBody, Out(200), NONE),
+    op("post", "/v1/a2a", "a2a", "A2A JSON-RPC binding (default agent, or `params.tenant`)", In("A2aJsonRpc"), Out(200), NONE),
+    op("post", "/v1/a2a/{tenant}", "a2a", "A2A JSON-RPC binding for an agent", In("A2aJsonRpc"), Out(200), NONE),
+    op("post", "/v1/a2a/message:send", "a2a", "A2A SendMessage (blocking unless `returnImmediately`)", In("A2aSendMessage"), Out(200), NONE),
+    op("post", "/v1/a2a/{tenant}/message:send", "a2a", "A2A SendMessage to an agent", In("A2aSendMessage"), Out(200), NONE),
+    op("post", "/v1/a2a/message:stream", "a2a", "A2A SendStreamingMessage", In("A2aSendMessage"), Events, NONE),
+    op("post", "/v1/a2a/{tenant}/message:stream", "a2a", "A2A SendStreamingMessage to an agent", In("A2aSendMessage"), Events, NONE),
+    op("get", "/v1/a2a/tasks", "a2a", "A2A ListTasks", NoBody, Out(200), A2A_LIST),
+    op("get", "/v1/a2a/{tenant}/tasks", "a2a", "A2A ListTasks of an agent", NoBody, Out(200), A2A_LIST),
+    op("get", "/v1/a2a/tasks/{task}", "a2a", "A2A GetTask (`{id}:subscribe`: SubscribeToTask)", NoBody, Out(200), A2A_GET),
+    op("post", "/v1/a2a/tasks/{task}", "a2a", "A2A CancelTask (`{id}:cancel`) or SubscribeToTask (`{id}:subscribe`)", NoBody, Out(200), NONE),
+    op("get", "/v1/a2a/{tenant}/tasks/{task}", "a2a", "A2A GetTask of an agent", NoBody, Out(200), A2A_GET),
+    op("post", "/v1/a2a/{tenant}/tasks/{task}", "a2a", "A2A CancelTask or SubscribeToTask of an agent", NoBody, Out(200), NONE),
+    op("post", "/v1/a2a/tasks/{task}/pushNotificationConfigs", "a2a", "A2A CreateTaskPushNotificationConfig", In("A2aPushConfig"), Out(200), NONE),
+    op("get", "/v1/a2a/tasks/{task}/pushNotificationConfigs", "a2a", "A2A ListTaskPushNotificationConfigs", NoBody, Out(200), NONE),
+    op("post", "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs", "a2a", "A2A CreateTaskPushNotificationConfig (agent)", In("A2aPushConfig"), Out(200), NONE),
+    op("get", "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs", "a2a", "A2A ListTaskPushNotificationConfigs (agent)", NoBody, Out(200), NONE),
+    op("get", "/v1/a2a/tasks/{task}/pushNotificationConfigs/{config}", "a2a", "A2A GetTaskPushNotificationConfig", NoBody, Out(200), NONE),
+    op("delete", "/v1/a2a/tasks/{task}/pushNotificationConfigs/{config}", "a2a", "A2A DeleteTaskPushNotificationConfig", NoBody, Out(200), NONE),
+    op("get", "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs/{config}", "a2a", "A2A GetTaskPushNotificationConfig (agent)", NoBody, Out(200), NONE),
+    op("delete", "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs/{config}", "a2a", "A2A DeleteTaskPushNotificationConfig (agent)", NoBody, Out(200), NONE),
 ];

@@ -1,0 +1,248 @@
+//! The HTTP+JSON binding: `/v1/a2a[/{tenant}]/message:send`, `/tasks/{id}`, ...
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::card::agent_card;
+use super::error::A2aError;
+use super::ops;
+use super::service::{Scope, TaskFilter, cancel_task, get_task, list_tasks};
+use super::stream::Framing;
+use super::version::check_version;
+use super::wire::{PushConfigInput, SendMessageRequest, TaskState};
+use crate::server::auth::Caller;
+use crate::server::state::AppState;
+
+type Params = Path<BTreeMap<String, String>>;
+
+fn scope(
+    state: &AppState,
+    caller: Caller,
+    params: &BTreeMap<String, String>,
+) -> Result<Scope, A2aError> {
+    Scope::of(state, caller, params.get("tenant").map(String::as_str))
+}
+
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, A2aError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            A2aError::Parse(format!("the body is not JSON: {e}"))
+        } else {
+            A2aError::InvalidParams(e.to_string())
+        }
+    })
+}
+
+fn param<'a>(params: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, A2aError> {
+    params
+        .get(name)
+        .map(String::as_str)
+        .ok_or_else(|| A2aError::Internal(format!("route without `{name}`")))
+}
+
+/// `POST …/message:send`.
+pub(crate) async fn send(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+    bytes: Bytes,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let request: SendMessageRequest = body(&bytes)?;
+    ops::send(&state, &scope, request, false, Framing::Plain).await
+}
+
+/// `POST …/message:stream`.
+pub(crate) async fn stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+    bytes: Bytes,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let request: SendMessageRequest = body(&bytes)?;
+    ops::send(&state, &scope, request, true, Framing::Plain).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TaskQuery {
+    #[serde(default)]
+    history_length: Option<i32>,
+}
+
+/// `GET …/tasks/{id}`, and `GET …/tasks/{id}:subscribe`.
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+    query: Result<Query<TaskQuery>, QueryRejection>,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let target = param(&params, "task")?;
+    if let Some(task_id) = target.strip_suffix(":subscribe") {
+        return ops::subscribe(&state, &scope, task_id, Framing::Plain).await;
+    }
+    let Query(query) = query.map_err(|e| A2aError::InvalidParams(e.body_text()))?;
+    let task = get_task(&state, &scope, target, query.history_length).await?;
+    Ok(Json(task).into_response())
+}
+
+/// `POST …/tasks/{id}:cancel` and `POST …/tasks/{id}:subscribe`.
+pub(crate) async fn task_action(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let target = param(&params, "task")?;
+    if let Some(task_id) = target.strip_suffix(":cancel") {
+        let task = cancel_task(&state, &scope, task_id).await?;
+        return Ok(Json(task).into_response());
+    }
+    if let Some(task_id) = target.strip_suffix(":subscribe") {
+        return ops::subscribe(&state, &scope, task_id, Framing::Plain).await;
+    }
+    Err(A2aError::MethodNotFound(format!("POST on task `{target}`")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListQuery {
+    #[serde(default)]
+    context_id: Option<String>,
+    #[serde(default)]
+    status: Option<TaskState>,
+    #[serde(default)]
+    page_size: Option<i32>,
+    #[serde(default)]
+    page_token: Option<String>,
+    #[serde(default)]
+    history_length: Option<i32>,
+}
+
+/// `GET …/tasks`.
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let Query(query) = query.map_err(|e| A2aError::InvalidParams(e.body_text()))?;
+    let filter = TaskFilter {
+        context_id: query.context_id,
+        status: query.status,
+        page_size: query.page_size,
+        page_token: query.page_token,
+        history_length: query.history_length,
+    };
+    Ok(Json(list_tasks(&state, &scope, filter).await?).into_response())
+}
+
+/// `POST …/tasks/{id}/pushNotificationConfigs`.
+pub(crate) async fn create_push(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+    bytes: Bytes,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
+    let input: PushConfigInput = body(&bytes)?;
+    let config = state.a2a_push.create(&state, &task, input)?;
+    Ok((StatusCode::OK, Json(config)).into_response())
+}
+
+/// `GET …/tasks/{id}/pushNotificationConfigs`.
+pub(crate) async fn list_push(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
+    let configs = state.a2a_push.list(&task.id);
+    Ok(Json(serde_json::json!({"configs": configs, "nextPageToken": ""})).into_response())
+}
+
+/// `GET …/tasks/{id}/pushNotificationConfigs/{configId}`.
+pub(crate) async fn get_push(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
+    let config = state.a2a_push.get(&task.id, param(&params, "config")?)?;
+    Ok(Json(config).into_response())
+}
+
+/// `DELETE …/tasks/{id}/pushNotificationConfigs/{configId}`.
+pub(crate) async fn delete_push(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(params): Params,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let scope = scope(&state, caller, &params)?;
+    let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
+    state.a2a_push.delete(&task.id, param(&params, "config")?)?;
+    Ok(Json(serde_json::json!({})).into_response())
+}
+
+/// `GET /.well-known/agent-card.json` and `…/{tenant}/.well-known/agent-card.json`.
+pub(crate) async fn card(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Option<Params>,
+) -> Result<Response, A2aError> {
+    let params = params.map(|Path(params)| params).unwrap_or_default();
+    let scope = Scope::of(
+        &state,
+        Caller::anonymous(),
+        params.get("tenant").map(String::as_str),
+    )?;
+    Ok(Json(agent_card(&state, &scope, &headers, false)).into_response())
+}
+
+/// `GET …/extendedAgentCard`.
+pub(crate) async fn extended_card(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Option<Params>,
+) -> Result<Response, A2aError> {
+    check_version(&headers)?;
+    let params = params.map(|Path(params)| params).unwrap_or_default();
+    let scope = Scope::of(
+        &state,
+        Caller::anonymous(),
+        params.get("tenant").map(String::as_str),
+    )?;
+    super::extended_card(&state, &scope, &headers).map(|card| Json(card).into_response())
+}

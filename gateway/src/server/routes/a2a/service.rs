@@ -1,0 +1,518 @@
+//! The A2A operations, independent of the binding that carries them: tasks are
+//! runs, contexts are threads, tenants are agents.
+
+use awaken_actors::contract::{ContentBlock, Message as EngineMessage, RunOrigin, RunStatus};
+use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::store::RunQuery;
+use awaken_actors::thread::RunRequest;
+use awaken_actors::{AgentId, MessageId, RunId, ThreadId};
+
+use super::decisions::decisions_of;
+use super::error::A2aError;
+use super::task::{submitted_task, task_of};
+use super::wire::{ListTasksResponse, Message, Part, Role, SendMessageRequest, Task, TaskState};
+use crate::server::auth::Caller;
+use crate::server::error::ApiError;
+use crate::server::routes::protocol::{RunEvents, open_thread, resume_followed};
+use crate::server::routes::shared::check_thread;
+use crate::server::state::AppState;
+
+/// The most tasks one `ListTasks` page holds.
+const MAX_PAGE_SIZE: usize = 100;
+/// The page size when the client names none.
+const DEFAULT_PAGE_SIZE: usize = 50;
+
+/// Who a request is for: the tenant's agent, and the caller.
+#[derive(Debug, Clone)]
+pub(crate) struct Scope {
+    /// The agent the tenant names (or the default agent).
+    pub agent: AgentId,
+    /// The tenant as the client named it.
+    pub tenant: Option<String>,
+    /// The API caller.
+    pub caller: Caller,
+}
+
+impl Scope {
+    /// The scope of `tenant` (an agent id; `None` is the default agent).
+    pub(crate) fn of(
+        state: &AppState,
+        caller: Caller,
+        tenant: Option<&str>,
+    ) -> Result<Self, A2aError> {
+        let runtime = state.control.runtime();
+        let agent = match tenant {
+            Some(tenant) => {
+                let agent = AgentId::new(tenant)
+                    .map_err(|e| A2aError::InvalidParams(format!("tenant: {e}")))?;
+                let registries = runtime.registries();
+                match registries.agents.get(agent.as_str()) {
+                    Some(spec) if !spec.is_remote() => agent,
+                    _ => {
+                        return Err(A2aError::InvalidParams(format!(
+                            "no agent is served as tenant `{tenant}`"
+                        )));
+                    }
+                }
+            }
+            None => runtime.default_agent().cloned().ok_or_else(|| {
+                A2aError::InvalidParams(
+                    "this server has no default agent: address one as a tenant (/v1/a2a/{agent}/...)"
+                        .to_owned(),
+                )
+            })?,
+        };
+        Ok(Self {
+            agent,
+            tenant: tenant.map(str::to_owned),
+            caller,
+        })
+    }
+}
+
+/// A message the server took: the task as it stands, and the events of what it
+/// started or resumed.
+pub(crate) struct Accepted {
+    /// The task right after acceptance.
+    pub task: Task,
+    /// The run's events from the acceptance on.
+    pub events: RunEvents,
+}
+
+/// Takes a message: a new task (run) in its context, or the answer to a task that
+/// waits for input.
+pub(crate) async fn accept(
+    state: &AppState,
+    scope: &Scope,
+    request: &SendMessageRequest,
+) -> Result<Accepted, A2aError> {
+    let message = &request.message;
+    if message.role != Role::User {
+        return Err(A2aError::InvalidParams(
+            "a sent message must have role ROLE_USER".to_owned(),
+        ));
+    }
+    if message.message_id.is_empty() {
+        return Err(A2aError::InvalidParams(
+            "the message needs a messageId".to_owned(),
+        ));
+    }
+    let history = history_length(
+        request
+            .configuration
+            .as_ref()
+            .and_then(|c| c.history_length),
+    )?;
+    match &message.task_id {
+        Some(task_id) => answer_task(state, scope, message, task_id, history).await,
+        None => start_task(state, scope, message, history).await,
+    }
+}
+
+async fn start_task(
+    state: &AppState,
+    scope: &Scope,
+    message: &Message,
+    history: Option<usize>,
+) -> Result<Accepted, A2aError> {
+    let input = engine_message(message)?;
+    let thread_id = match &message.context_id {
+        Some(context) => Some(
+            ThreadId::new(context.as_str())
+                .map_err(|e| A2aError::InvalidParams(format!("contextId: {e}")))?,
+        ),
+        None => None,
+    };
+    let thread_id = open_thread(state, &scope.caller, thread_id, Some(&scope.agent))
+        .await
+        .map_err(context_error)?;
+    let run_id = RunId::generate();
+    let request = RunRequest::new(thread_id.clone(), vec![input])
+        .with_agent_id(scope.agent.clone())
+        .with_run_id(run_id.clone())
+        .with_origin(RunOrigin::A2a);
+    let task = submitted_task(&run_id, &request, history);
+    // Follow first, so not one event is published before the stream listens.
+    let follow = state
+        .control
+        .follow(&thread_id, &run_id, None)
+        .await
+        .map_err(ApiError::from)?;
+    state
+        .control
+        .submit(request, SubmitOptions::default())
+        .await
+        .map_err(ApiError::from)?;
+    Ok(Accepted {
+        task,
+        events: RunEvents::from(follow),
+    })
+}
+
+async fn answer_task(
+    state: &AppState,
+    scope: &Scope,
+    message: &Message,
+    task_id: &str,
+    history: Option<usize>,
+) -> Result<Accepted, A2aError> {
+    let (record, log) = match load_task(state, scope, task_id).await? {
+        Loaded::Started { record, log } => (record, log),
+        Loaded::Queued(_) => {
+            return Err(A2aError::UnsupportedOperation(format!(
+                "task `{task_id}` has not started yet; it takes no input now"
+            )));
+        }
+    };
+    if let Some(context) = &message.context_id
+        && context != record.thread_id.as_str()
+    {
+        return Err(A2aError::InvalidParams(format!(
+            "task `{task_id}` belongs to context `{}`, not `{context}`",
+            record.thread_id
+        )));
+    }
+    let task = task_of(&record, &log, history);
+    match task.status.state {
+        TaskState::InputRequired => {}
+        state if state.is_terminal() => {
+            return Err(A2aError::UnsupportedOperation(format!(
+                "task `{task_id}` is in terminal state {state:?}; send a new message without taskId (same contextId) to continue the conversation"
+            )));
+        }
+        _ => {
+            return Err(A2aError::UnsupportedOperation(format!(
+                "task `{task_id}` is working and does not wait for input"
+            )));
+        }
+    }
+    let decisions = decisions_of(message, &record)?;
+    let events = resume_followed(state, &record, decisions).await?;
+    Ok(Accepted { task, events })
+}
+
+/// What a task id names.
+enum Loaded {
+    /// A run with a record, and its thread's log.
+    Started {
+        record: Box<awaken_actors::contract::RunRecord>,
+        log: Vec<EngineMessage>,
+    },
+    /// A run accepted and not started.
+    Queued(Box<RunRequest>),
+}
+
+/// The task `task_id` of `scope`: `TaskNotFound` for unknown ids, other tenants'
+/// agents and other callers' threads alike.
+async fn load_task(state: &AppState, scope: &Scope, task_id: &str) -> Result<Loaded, A2aError> {
+    let not_found = || A2aError::TaskNotFound(task_id.to_owned());
+    let run_id = RunId::new(task_id).map_err(|_| not_found())?;
+    let store = state.control.store();
+    if let Some(record) = store.load_run(&run_id).await.map_err(ApiError::from)? {
+        if record.agent_id != scope.agent {
+            return Err(not_found());
+        }
+        check_thread(state, &scope.caller, &record.thread_id)
+            .await
+            .map_err(|_| not_found())?;
+        let log = store
+            .load_thread_snapshot(&record.thread_id)
+            .await
+            .map_err(ApiError::from)?
+            .map(|snapshot| snapshot.messages)
+            .unwrap_or_default();
+        return Ok(Loaded::Started {
+            record: Box::new(record),
+            log,
+        });
+    }
+    match state
+        .control
+        .accepted_run(&run_id)
+        .await
+        .map_err(ApiError::from)?
+    {
+        Some(request) if request.agent_id.as_ref() == Some(&scope.agent) => {
+            check_thread(state, &scope.caller, &request.thread_id)
+                .await
+                .map_err(|_| not_found())?;
+            Ok(Loaded::Queued(Box::new(request)))
+        }
+        _ => Err(not_found()),
+    }
+}
+
+/// `GetTask`.
+pub(crate) async fn get_task(
+    state: &AppState,
+    scope: &Scope,
+    task_id: &str,
+    history_length: Option<i32>,
+) -> Result<Task, A2aError> {
+    let history = self::history_length(history_length)?;
+    Ok(match load_task(state, scope, task_id).await? {
+        Loaded::Started { record, log } => task_of(&record, &log, history),
+        Loaded::Queued(request) => {
+            let run_id = RunId::new(task_id).map_err(|e| A2aError::Internal(e.to_string()))?;
+            submitted_task(&run_id, &request, history)
+        }
+    })
+}
+
+/// `ListTasks` filters and paging.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct TaskFilter {
+    pub context_id: Option<String>,
+    pub status: Option<TaskState>,
+    pub page_size: Option<i32>,
+    pub page_token: Option<String>,
+    pub history_length: Option<i32>,
+}
+
+/// `ListTasks`: the tenant agent's runs, newest first... in creation order, paged
+/// with an opaque offset token.
+pub(crate) async fn list_tasks(
+    state: &AppState,
+    scope: &Scope,
+    filter: TaskFilter,
+) -> Result<ListTasksResponse, A2aError> {
+    let page_size = match filter.page_size {
+        None | Some(0) => DEFAULT_PAGE_SIZE,
+        Some(size) if size < 0 => {
+            return Err(A2aError::InvalidParams(
+                "pageSize must not be negative".into(),
+            ));
+        }
+        Some(size) => usize::try_from(size)
+            .unwrap_or(MAX_PAGE_SIZE)
+            .min(MAX_PAGE_SIZE),
+    };
+    let offset = match filter.page_token.as_deref() {
+        None | Some("") => 0,
+        Some(token) => token.parse::<usize>().map_err(|_| {
+            A2aError::InvalidParams(format!("pageToken `{token}` is not one this server issued"))
+        })?,
+    };
+    let history = history_length(filter.history_length)?.or(Some(0));
+    let thread_id = match &filter.context_id {
+        Some(context) if !context.is_empty() => Some(
+            ThreadId::new(context.as_str())
+                .map_err(|e| A2aError::InvalidParams(format!("contextId: {e}")))?,
+        ),
+        _ => None,
+    };
+    if let Some(thread_id) = &thread_id
+        && check_thread(state, &scope.caller, thread_id).await.is_err()
+    {
+        return Ok(ListTasksResponse {
+            tasks: Vec::new(),
+            next_page_token: String::new(),
+            page_size: 0,
+            total_size: 0,
+        });
+    }
+    let status = match filter.status {
+        None | Some(TaskState::Unspecified) => None,
+        Some(TaskState::Working) => Some(RunStatus::Running),
+        Some(TaskState::InputRequired) => Some(RunStatus::Waiting),
+        Some(state) if state.is_terminal() => Some(RunStatus::Done),
+        Some(_) => {
+            return Ok(ListTasksResponse {
+                tasks: Vec::new(),
+                next_page_token: String::new(),
+                page_size: 0,
+                total_size: 0,
+            });
+        }
+    };
+    let store = state.control.store();
+    let query = RunQuery {
+        thread_id,
+        status,
+        agent_id: Some(scope.agent.clone()),
+        offset,
+        limit: page_size,
+    };
+    let page = store.list_runs(&query).await.map_err(ApiError::from)?;
+    let mut tasks = Vec::with_capacity(page.runs.len());
+    for record in &page.runs {
+        let Ok(Some(thread)) = store.load_thread(&record.thread_id).await else {
+            continue;
+        };
+        if scope.caller.authorize(&thread).is_err() {
+            continue;
+        }
+        let log = store
+            .load_thread_snapshot(&record.thread_id)
+            .await
+            .map_err(ApiError::from)?
+            .map(|snapshot| snapshot.messages)
+            .unwrap_or_default();
+        let task = task_of(record, &log, history);
+        if filter
+            .status
+            .is_none_or(|wanted| wanted == TaskState::Unspecified || wanted == task.status.state)
+        {
+            tasks.push(task);
+        }
+    }
+    let next = offset + page.runs.len();
+    Ok(ListTasksResponse {
+        page_size: i32::try_from(tasks.len()).unwrap_or(i32::MAX),
+        tasks,
+        next_page_token: if next < page.total {
+            next.to_string()
+        } else {
+            String::new()
+        },
+        total_size: i32::try_from(page.total).unwrap_or(i32::MAX),
+    })
+}
+
+/// `CancelTask`: the task as it stands after the cancellation took effect.
+pub(crate) async fn cancel_task(
+    state: &AppState,
+    scope: &Scope,
+    task_id: &str,
+) -> Result<Task, A2aError> {
+    let run_id = RunId::new(task_id).map_err(|e| A2aError::Internal(e.to_string()))?;
+    let thread_id = match load_task(state, scope, task_id).await? {
+        Loaded::Started { record, log } => {
+            let task = task_of(&record, &log, Some(0));
+            if task.status.state.is_terminal() {
+                return Err(A2aError::TaskNotCancelable(format!(
+                    "task `{task_id}` already ended ({:?})",
+                    task.status.state
+                )));
+            }
+            record.thread_id
+        }
+        Loaded::Queued(request) => {
+            // Not started: taking it out of the mailbox is the whole cancellation,
+            // and the run never gets a record.
+            let thread_id = request.thread_id.clone();
+            cancel_run(state, &thread_id, &run_id).await?;
+            let mut task = submitted_task(&run_id, &request, Some(0));
+            task.status.state = TaskState::Canceled;
+            return Ok(task);
+        }
+    };
+    let mut follow = state
+        .control
+        .follow(&thread_id, &run_id, None)
+        .await
+        .map_err(ApiError::from)?
+        .skip_backlog();
+    cancel_run(state, &thread_id, &run_id).await?;
+    // Wait until the run recorded its end (a waiting or queued run may never
+    // publish one: its record says it).
+    loop {
+        let task = get_task(state, scope, task_id, Some(0)).await?;
+        if task.status.state.is_terminal() {
+            return Ok(task);
+        }
+        if follow.next().await.is_none() {
+            return get_task(state, scope, task_id, Some(0)).await;
+        }
+    }
+}
+
+async fn cancel_run(
+    state: &AppState,
+    thread_id: &ThreadId,
+    run_id: &RunId,
+) -> Result<(), A2aError> {
+    crate::server::routes::shared::cancel(state, thread_id, Some(run_id))
+        .await
+        .map(drop)
+        .map_err(|error| match error {
+            ApiError::Conflict(message) => A2aError::TaskNotCancelable(message),
+            other => other.into(),
+        })
+}
+
+/// The engine's user message for an A2A message.
+fn engine_message(message: &Message) -> Result<EngineMessage, A2aError> {
+    let mut blocks = Vec::with_capacity(message.parts.len());
+    for part in &message.parts {
+        blocks.push(content_block(part)?);
+    }
+    let mut input = EngineMessage::user(String::new());
+    input.content = blocks;
+    if input.content.iter().all(|block| match block {
+        ContentBlock::Text { text } => text.trim().is_empty(),
+        _ => false,
+    }) {
+        return Err(A2aError::InvalidParams(
+            "the message has no content".to_owned(),
+        ));
+    }
+    if let Ok(id) = MessageId::new(message.message_id.as_str()) {
+        input.id = id;
+    }
+    Ok(input)
+}
+
+fn content_block(part: &Part) -> Result<ContentBlock, A2aError> {
+    let set = [
+        part.text.is_some(),
+        part.raw.is_some(),
+        part.url.is_some(),
+        part.data.is_some(),
+    ]
+    .into_iter()
+    .filter(|set| *set)
+    .count();
+    if set != 1 {
+        return Err(A2aError::InvalidParams(
+            "each part holds exactly one of text, raw, url, data".to_owned(),
+        ));
+    }
+    let image = part
+        .media_type
+        .as_deref()
+        .is_some_and(|media| media.starts_with("image/"));
+    Ok(match part {
+        Part {
+            text: Some(text), ..
+        } => ContentBlock::text(text.clone()),
+        Part {
+            data: Some(data), ..
+        } => ContentBlock::text(data.to_string()),
+        Part { url: Some(url), .. } if image => ContentBlock::Image {
+            url: Some(url.clone()),
+            data: None,
+            media_type: part.media_type.clone(),
+        },
+        Part { raw: Some(raw), .. } if image => ContentBlock::Image {
+            url: None,
+            data: Some(raw.clone()),
+            media_type: part.media_type.clone(),
+        },
+        _ => {
+            return Err(A2aError::ContentTypeNotSupported(format!(
+                "files of type `{}` are not accepted; send text, data or images",
+                part.media_type.as_deref().unwrap_or("unknown")
+            )));
+        }
+    })
+}
+
+fn history_length(length: Option<i32>) -> Result<Option<usize>, A2aError> {
+    match length {
+        None => Ok(None),
+        Some(length) => usize::try_from(length)
+            .map(Some)
+            .map_err(|_| A2aError::InvalidParams("historyLength must not be negative".into())),
+    }
+}
+
+/// A context the caller may not use, or cannot name, is a parameter error.
+fn context_error(error: ApiError) -> A2aError {
+    match error {
+        ApiError::Forbidden(_) => {
+            A2aError::InvalidParams("contextId names another caller's context".to_owned())
+        }
+        other => other.into(),
+    }
+}
