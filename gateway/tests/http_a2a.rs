@@ -6,7 +6,9 @@
 mod http_support;
 
 use awaken_gateway::server::ServerConfig;
-use http_support::{TestServer, python_client};
+use http_support::{TestServer, json, python_client};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_client_passes_every_operation_over_http_json() {
@@ -20,4 +22,386 @@ async fn the_reference_client_passes_every_operation_over_jsonrpc() {
     let server = TestServer::local(ServerConfig::default()).await;
     let seen = python_client("a2a_client.py", &[&server.base, "jsonrpc"]).await;
     assert_eq!(seen["ok"], true, "{seen}");
+}
+
+const V1: (&str, &str) = ("A2A-Version", "1.0");
+
+async fn rest(
+    server: &TestServer,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut request = server
+        .client
+        .request(method, server.url(path))
+        .header(V1.0, V1.1);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    json(request.send().await.unwrap()).await
+}
+
+async fn rpc(server: &TestServer, body: Value) -> Value {
+    let response = server
+        .client
+        .post(server.url("/v1/a2a"))
+        .header(V1.0, V1.1)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json(response).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "JSON-RPC errors travel in 200s: {body}"
+    );
+    body
+}
+
+/// The `google.rpc.Status` body's A2A reason.
+fn reason(body: &Value) -> &str {
+    body["error"]["details"][0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+fn send(tenant_text: &str) -> Value {
+    json!({"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": tenant_text}]}})
+}
+
+#[tokio::test]
+async fn rest_refusals_use_google_rpc_status_bodies() {
+    let server = TestServer::local(ServerConfig::default()).await;
+
+    let (status, body) = rest(
+        &server,
+        Method::GET,
+        "/v1/a2a/bench-text/tasks/no-such-task",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, reason(&body)),
+        (StatusCode::NOT_FOUND, "TASK_NOT_FOUND"),
+        "{body}"
+    );
+    assert_eq!(body["error"]["status"], "NOT_FOUND");
+
+    // Malformed JSON, a message without parts' content, a part with two contents.
+    let response = server
+        .client
+        .post(server.url("/v1/a2a/bench-text/message:send"))
+        .header(V1.0, V1.1)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json(response).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON")
+    );
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let two = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "a", "url": "http://x"}]}});
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(two),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exactly one"),
+        "{body}"
+    );
+    let agent_role =
+        json!({"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}});
+    let (status, _) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(agent_role),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // An unknown tenant, and a file type no agent reads.
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/nobody/message:send",
+        Some(send("hi")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nobody"),
+        "{body}"
+    );
+    let pdf = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "http://x/a.pdf", "mediaType": "application/pdf"}]}});
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(pdf),
+    )
+    .await;
+    assert_eq!(
+        (status, reason(&body)),
+        (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "CONTENT_TYPE_NOT_SUPPORTED"
+        ),
+        "{body}"
+    );
+
+    // No version header means 0.3; 2.0 is refused as well.
+    for version in [None, Some("2.0")] {
+        let mut request = server.client.get(server.url("/v1/a2a/bench-text/tasks"));
+        if let Some(version) = version {
+            request = request.header("A2A-Version", version);
+        }
+        let (status, body) = json(request.send().await.unwrap()).await;
+        assert_eq!(
+            (status, reason(&body)),
+            (StatusCode::BAD_REQUEST, "VERSION_NOT_SUPPORTED"),
+            "{body}"
+        );
+    }
+    // The body limit holds.
+    let big = "x".repeat(ServerConfig::default().max_body_bytes + 1);
+    let (status, _) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(send(&big)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn tasks_in_the_wrong_state_refuse_input_and_cancellation() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(send("hi")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let task = &body["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    let (id, context) = (
+        task["id"].as_str().unwrap(),
+        task["contextId"].as_str().unwrap(),
+    );
+
+    // A finished task takes no more input and cannot be cancelled.
+    let follow_up = json!({"message": {"messageId": "m-2", "role": "ROLE_USER", "taskId": id, "contextId": context, "parts": [{"text": "approve"}]}});
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(follow_up),
+    )
+    .await;
+    assert_eq!(
+        (status, reason(&body)),
+        (StatusCode::BAD_REQUEST, "UNSUPPORTED_OPERATION"),
+        "{body}"
+    );
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        &format!("/v1/a2a/bench-text/tasks/{id}:cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, reason(&body)),
+        (StatusCode::BAD_REQUEST, "TASK_NOT_CANCELABLE"),
+        "{body}"
+    );
+    assert_eq!(body["error"]["status"], "FAILED_PRECONDITION");
+    // Another tenant does not see it.
+    let (status, _) = rest(
+        &server,
+        Method::GET,
+        &format!("/v1/a2a/slow/tasks/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // A waiting task: an answer that is neither approve nor deny changes nothing.
+    let (_, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/demo/message:send",
+        Some(send("tidy")),
+    )
+    .await;
+    let task = &body["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{body}"
+    );
+    let pending = &task["status"]["message"]["parts"][1]["data"]["pending"][0];
+    assert_eq!(pending["toolName"], "delete_file");
+    assert_eq!(pending["arguments"]["path"], "notes.txt");
+    let (id, context) = (
+        task["id"].as_str().unwrap(),
+        task["contextId"].as_str().unwrap(),
+    );
+    let maybe = json!({"message": {"messageId": "m-3", "role": "ROLE_USER", "taskId": id, "contextId": context, "parts": [{"text": "maybe"}]}});
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/demo/message:send",
+        Some(maybe),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (_, body) = rest(
+        &server,
+        Method::GET,
+        &format!("/v1/a2a/demo/tasks/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(body["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    // A decision for a call that does not wait is refused; deny by data resumes it.
+    let wrong = json!({"message": {"messageId": "m-4", "role": "ROLE_USER", "taskId": id, "parts": [{"data": {"decisions": [{"toolCallId": "nope", "approved": true}]}}]}});
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/demo/message:send",
+        Some(wrong),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let call = pending["toolCallId"].as_str().unwrap();
+    let deny = json!({"message": {"messageId": "m-5", "role": "ROLE_USER", "taskId": id, "parts": [{"data": {"decisions": [{"toolCallId": call, "approved": false}]}}]}});
+    let (status, body) = rest(
+        &server,
+        Method::POST,
+        "/v1/a2a/demo/message:send",
+        Some(deny),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn jsonrpc_refusals_are_error_objects() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let body = rpc(&server, json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"tenant": "bench-text", "id": "missing"}})).await;
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+    assert_eq!(body["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
+    assert_eq!(body["id"], 1);
+    let body = rpc(
+        &server,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "Teleport", "params": {}}),
+    )
+    .await;
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+    let body = rpc(
+        &server,
+        json!({"jsonrpc": "1.0", "id": 3, "method": "GetTask"}),
+    )
+    .await;
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let body = rpc(
+        &server,
+        json!({"jsonrpc": "2.0", "id": 4, "method": "GetTask", "params": {"nope": true}}),
+    )
+    .await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let response = server
+        .client
+        .post(server.url("/v1/a2a"))
+        .header(V1.0, V1.1)
+        .header("content-type", "application/json")
+        .body("[")
+        .send()
+        .await
+        .unwrap();
+    let (_, body) = json(response).await;
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+    let body = rpc(&server, json!({"jsonrpc": "2.0", "id": 5, "method": "GetExtendedAgentCard", "params": {"tenant": "demo"}})).await;
+    assert_eq!(body["error"]["code"], -32007, "{body}");
+}
+
+#[tokio::test]
+async fn cards_are_public_and_the_extended_card_needs_its_token() {
+    let config = ServerConfig {
+        api_keys: [("key-1".to_owned(), "acme".to_owned())].into(),
+        a2a_extended_card_bearer_token: Some("card-secret".to_owned()),
+        ..ServerConfig::default()
+    };
+    let server = TestServer::local(config).await;
+    let (status, card) = json(server.get("/v1/a2a/demo/.well-known/agent-card.json").await).await;
+    assert_eq!(status, StatusCode::OK, "{card}");
+    assert_eq!(card["name"], "demo");
+    assert_eq!(card["capabilities"]["extendedAgentCard"], true);
+    let bindings: Vec<&str> = card["supportedInterfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["protocolBinding"].as_str().unwrap())
+        .collect();
+    assert_eq!(bindings, ["JSONRPC", "HTTP+JSON"]);
+    assert_eq!(card["supportedInterfaces"][0]["tenant"], "demo");
+    assert!(
+        card["securitySchemes"].is_object(),
+        "API keys are announced"
+    );
+
+    // The API routes want the API key; the extended card its own token.
+    let (status, _) = rest(&server, Method::GET, "/v1/a2a/demo/tasks", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let extended = |token: &'static str| {
+        server
+            .client
+            .get(server.url("/v1/a2a/demo/extendedAgentCard"))
+            .header(V1.0, V1.1)
+            .bearer_auth(token)
+    };
+    let (status, _) = json(extended("key-1").send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, card) = json(extended("card-secret").send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{card}");
+    let skills: Vec<&str> = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(skills.contains(&"tool:delete_file"), "{skills:?}");
 }

@@ -14,6 +14,9 @@ pub(crate) enum A2aError {
     /// The body is not JSON.
     #[error("{0}")]
     Parse(String),
+    /// A body above the server's limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
     /// Not a valid JSON-RPC request.
     #[error("{0}")]
     InvalidRequest(String),
@@ -57,7 +60,7 @@ impl A2aError {
     pub(crate) fn code(&self) -> i32 {
         match self {
             Self::Parse(_) => -32700,
-            Self::InvalidRequest(_) => -32600,
+            Self::InvalidRequest(_) | Self::PayloadTooLarge(_) => -32600,
             Self::MethodNotFound(_) => -32601,
             Self::InvalidParams(_) => -32602,
             Self::Internal(_) | Self::Unavailable(_) | Self::Unauthenticated(_) => -32603,
@@ -94,6 +97,7 @@ impl A2aError {
             | Self::VersionNotSupported(_) => StatusCode::BAD_REQUEST,
             // A precondition failure, which AIP-193 maps to 400 as well.
             Self::TaskNotCancelable(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::MethodNotFound(_) | Self::TaskNotFound(_) => StatusCode::NOT_FOUND,
             Self::ContentTypeNotSupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
@@ -147,9 +151,28 @@ fn grpc_status(status: StatusCode) -> &'static str {
         StatusCode::FORBIDDEN => "PERMISSION_DENIED",
         StatusCode::NOT_FOUND => "NOT_FOUND",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "INVALID_ARGUMENT",
+        StatusCode::PAYLOAD_TOO_LARGE => "RESOURCE_EXHAUSTED",
         StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
         StatusCode::NOT_IMPLEMENTED => "UNIMPLEMENTED",
         _ => "INTERNAL",
+    }
+}
+
+/// A request body, refused in A2A's format when it cannot be read (above the body
+/// limit, say).
+pub(crate) struct A2aBody(pub(crate) axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for A2aBody {
+    type Rejection = A2aError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, A2aError> {
+        axum::body::Bytes::from_request(request, state)
+            .await
+            .map(Self)
+            .map_err(|rejection| match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => A2aError::PayloadTooLarge(rejection.body_text()),
+                _ => A2aError::InvalidRequest(rejection.body_text()),
+            })
     }
 }
 
@@ -166,9 +189,8 @@ impl IntoResponse for A2aError {
 impl From<ApiError> for A2aError {
     fn from(error: ApiError) -> Self {
         match error {
-            ApiError::BadRequest(message) | ApiError::PayloadTooLarge(message) => {
-                Self::InvalidParams(message)
-            }
+            ApiError::BadRequest(message) => Self::InvalidParams(message),
+            ApiError::PayloadTooLarge(message) => Self::PayloadTooLarge(message),
             // A thread of another tenant is not there for this caller.
             ApiError::NotFound(message) | ApiError::Forbidden(message) => {
                 Self::InvalidParams(message)

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -13,7 +12,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value as JsonValue, json};
 
-use super::error::A2aError;
+use super::error::{A2aBody, A2aError};
 use super::ops;
 use super::service::{Scope, TaskFilter, cancel_task, get_task, list_tasks};
 use super::stream::Framing;
@@ -77,8 +76,12 @@ pub(crate) async fn handle(
     caller: Caller,
     headers: HeaderMap,
     path: Option<Path<BTreeMap<String, String>>>,
-    bytes: Bytes,
+    body: Result<A2aBody, A2aError>,
 ) -> Response {
+    let bytes = match body {
+        Ok(A2aBody(bytes)) => bytes,
+        Err(refused) => return error(JsonValue::Null, &refused),
+    };
     let envelope: Envelope = match serde_json::from_slice::<JsonValue>(&bytes) {
         Err(e) => return error(JsonValue::Null, &A2aError::Parse(format!("not JSON: {e}"))),
         Ok(value) => match serde_json::from_value(value) {

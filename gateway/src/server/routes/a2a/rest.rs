@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::card::agent_card;
-use super::error::A2aError;
+use super::error::{A2aBody, A2aError};
 use super::ops;
 use super::service::{Scope, TaskFilter, cancel_task, get_task, list_tasks};
 use super::stream::Framing;
@@ -54,7 +54,7 @@ pub(crate) async fn send(
     caller: Caller,
     headers: HeaderMap,
     Path(params): Params,
-    bytes: Bytes,
+    A2aBody(bytes): A2aBody,
 ) -> Result<Response, A2aError> {
     check_version(&headers)?;
     let scope = scope(&state, caller, &params)?;
@@ -68,7 +68,7 @@ pub(crate) async fn stream(
     caller: Caller,
     headers: HeaderMap,
     Path(params): Params,
-    bytes: Bytes,
+    A2aBody(bytes): A2aBody,
 ) -> Result<Response, A2aError> {
     check_version(&headers)?;
     let scope = scope(&state, caller, &params)?;
@@ -164,7 +164,7 @@ pub(crate) async fn create_push(
     caller: Caller,
     headers: HeaderMap,
     Path(params): Params,
-    bytes: Bytes,
+    A2aBody(bytes): A2aBody,
 ) -> Result<Response, A2aError> {
     check_version(&headers)?;
     let scope = scope(&state, caller, &params)?;

@@ -1,8 +1,9 @@
 //! The A2A operations, independent of the binding that carries them: tasks are
 //! runs, contexts are threads, tenants are agents.
 
+use awaken_actors::contract::RunDispatchStatus;
 use awaken_actors::contract::{ContentBlock, Message as EngineMessage, RunOrigin, RunStatus};
-use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::mailbox::{DispatchQuery, SubmitOptions};
 use awaken_actors::store::RunQuery;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{AgentId, MessageId, RunId, ThreadId};
@@ -158,9 +159,9 @@ async fn answer_task(
 ) -> Result<Accepted, A2aError> {
     let (record, log) = match load_task(state, scope, task_id).await? {
         Loaded::Started { record, log } => (record, log),
-        Loaded::Queued(_) => {
+        Loaded::Queued(..) => {
             return Err(A2aError::UnsupportedOperation(format!(
-                "task `{task_id}` has not started yet; it takes no input now"
+                "task `{task_id}` has not started (or was cancelled before it could); it takes no input"
             )));
         }
     };
@@ -198,8 +199,9 @@ enum Loaded {
         record: Box<awaken_actors::contract::RunRecord>,
         log: Vec<EngineMessage>,
     },
-    /// A run accepted and not started.
-    Queued(Box<RunRequest>),
+    /// A run accepted and not started: submitted, or taken out of the mailbox
+    /// (cancelled, superseded, dead-lettered) before it could start.
+    Queued(Box<RunRequest>, TaskState),
 }
 
 /// The task `task_id` of `scope`: `TaskNotFound` for unknown ids, other tenants'
@@ -236,10 +238,36 @@ async fn load_task(state: &AppState, scope: &Scope, task_id: &str) -> Result<Loa
             check_thread(state, &scope.caller, &request.thread_id)
                 .await
                 .map_err(|_| not_found())?;
-            Ok(Loaded::Queued(Box::new(request)))
+            let state = queued_state(state, &request.thread_id, &run_id).await?;
+            Ok(Loaded::Queued(Box::new(request), state))
         }
         _ => Err(not_found()),
     }
+}
+
+/// The state of a run that has no record, from its dispatch.
+async fn queued_state(
+    state: &AppState,
+    thread_id: &ThreadId,
+    run_id: &RunId,
+) -> Result<TaskState, A2aError> {
+    let page = state
+        .control
+        .mailbox()
+        .list_dispatches(&DispatchQuery::thread(thread_id.clone()))
+        .await
+        .map_err(ApiError::from)?;
+    let status = page
+        .dispatches
+        .iter()
+        .rev()
+        .find(|dispatch| dispatch.run_id == *run_id)
+        .map(|dispatch| dispatch.status);
+    Ok(match status {
+        Some(RunDispatchStatus::Cancelled | RunDispatchStatus::Superseded) => TaskState::Canceled,
+        Some(RunDispatchStatus::DeadLetter) => TaskState::Failed,
+        _ => TaskState::Submitted,
+    })
 }
 
 /// `GetTask`.
@@ -252,9 +280,11 @@ pub(crate) async fn get_task(
     let history = self::history_length(history_length)?;
     Ok(match load_task(state, scope, task_id).await? {
         Loaded::Started { record, log } => task_of(&record, &log, history),
-        Loaded::Queued(request) => {
+        Loaded::Queued(request, queued) => {
             let run_id = RunId::new(task_id).map_err(|e| A2aError::Internal(e.to_string()))?;
-            submitted_task(&run_id, &request, history)
+            let mut task = submitted_task(&run_id, &request, history);
+            task.status.state = queued;
+            task
         }
     })
 }
@@ -387,7 +417,12 @@ pub(crate) async fn cancel_task(
             }
             record.thread_id
         }
-        Loaded::Queued(request) => {
+        Loaded::Queued(_, queued) if queued.is_terminal() => {
+            return Err(A2aError::TaskNotCancelable(format!(
+                "task `{task_id}` already ended ({queued:?})"
+            )));
+        }
+        Loaded::Queued(request, _) => {
             // Not started: taking it out of the mailbox is the whole cancellation,
             // and the run never gets a record.
             let thread_id = request.thread_id.clone();

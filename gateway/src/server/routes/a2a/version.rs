@@ -7,29 +7,30 @@ use super::error::A2aError;
 /// The request header naming the client's protocol version.
 pub(crate) const VERSION_HEADER: &str = "a2a-version";
 
-/// Refuses requests for a version other than 1.0. A request without the header
-/// is taken as 1.0: every route of this server speaks only that, and clients that
-/// predate the header cannot be served either way.
+/// Refuses requests for a version other than 1.x. The spec reads a request
+/// without the header as 0.3, which this server does not speak, so it is refused
+/// too (clients send `A2A-Version: 1.0`).
 pub(crate) fn check_version(headers: &HeaderMap) -> Result<(), A2aError> {
     let Some(value) = headers.get(VERSION_HEADER) else {
-        return Ok(());
+        return Err(A2aError::VersionNotSupported(
+            "0.3 (no A2A-Version header)".to_owned(),
+        ));
     };
     let version = value
         .to_str()
         .map_err(|_| A2aError::VersionNotSupported("<not text>".to_owned()))?
         .trim();
-    if version.is_empty() || supported(version) {
+    if supported(version) {
         return Ok(());
     }
     Err(A2aError::VersionNotSupported(version.to_owned()))
 }
 
-/// `1.0`, `1`, or a `1.0.x` patch.
+/// Any `1.x` (minor versions are compatible), written `1`, `1.0` or `1.0.2`.
 fn supported(version: &str) -> bool {
     let mut parts = version.split('.');
-    matches!(parts.next(), Some("1"))
-        && matches!(parts.next(), None | Some("0"))
-        && parts.all(|patch| patch.chars().all(|c| c.is_ascii_digit()))
+    parts.next() == Some("1")
+        && parts.all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -37,11 +38,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_point_oh_and_its_patches_are_supported() {
-        for version in ["1.0", "1", "1.0.2"] {
+    fn every_1_x_is_supported() {
+        for version in ["1.0", "1", "1.0.2", "1.1"] {
             assert!(supported(version), "{version}");
         }
-        for version in ["0.3", "2.0", "1.1", "1.0.x", "one"] {
+        for version in ["0.3", "2.0", "1.0.x", "1.", "one", ""] {
             assert!(!supported(version), "{version}");
         }
     }
