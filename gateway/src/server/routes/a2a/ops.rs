@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value as JsonValue, json};
+use serde_json::json;
 
 use super::error::A2aError;
 use super::service::{Scope, accept, get_task};
@@ -82,14 +82,4 @@ pub(crate) async fn subscribe(
     };
     let encoder = TaskStream::new(task, framing);
     Ok(encoded_events(state, RunEvents::from(follow), encoder).into_response())
-}
-
-impl Framing {
-    /// A unary result in this binding's envelope.
-    pub(crate) fn result(&self, result: JsonValue) -> JsonValue {
-        match self {
-            Self::Plain => result,
-            Self::JsonRpc(id) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        }
-    }
 }

@@ -299,8 +299,8 @@ pub(crate) struct TaskFilter {
     pub history_length: Option<i32>,
 }
 
-/// `ListTasks`: the tenant agent's runs, newest first... in creation order, paged
-/// with an opaque offset token.
+/// `ListTasks`: the tenant agent's runs the caller may see, in creation order,
+/// paged with an opaque offset token.
 pub(crate) async fn list_tasks(
     state: &AppState,
     scope: &Scope,
@@ -366,19 +366,17 @@ pub(crate) async fn list_tasks(
     let page = store.list_runs(&query).await.map_err(ApiError::from)?;
     let mut tasks = Vec::with_capacity(page.runs.len());
     for record in &page.runs {
-        let Ok(Some(thread)) = store.load_thread(&record.thread_id).await else {
-            continue;
-        };
-        if scope.caller.authorize(&thread).is_err() {
-            continue;
-        }
-        let log = store
+        let Some(snapshot) = store
             .load_thread_snapshot(&record.thread_id)
             .await
             .map_err(ApiError::from)?
-            .map(|snapshot| snapshot.messages)
-            .unwrap_or_default();
-        let task = task_of(record, &log, history);
+        else {
+            continue;
+        };
+        if scope.caller.authorize(&snapshot.thread).is_err() {
+            continue;
+        }
+        let task = task_of(record, &snapshot.messages, history);
         if filter
             .status
             .is_none_or(|wanted| wanted == TaskState::Unspecified || wanted == task.status.state)
@@ -439,17 +437,14 @@ pub(crate) async fn cancel_task(
         .map_err(ApiError::from)?
         .skip_backlog();
     cancel_run(state, &thread_id, &run_id).await?;
-    // Wait until the run recorded its end (a waiting or queued run may never
-    // publish one: its record says it).
-    loop {
-        let task = get_task(state, scope, task_id, Some(0)).await?;
-        if task.status.state.is_terminal() {
-            return Ok(task);
-        }
-        if follow.next().await.is_none() {
-            return get_task(state, scope, task_id, Some(0)).await;
-        }
+    // The cancellation ends the run's activation (a waiting run is taken up to
+    // end it), unless it ended before the follow began: the record says which.
+    let task = get_task(state, scope, task_id, Some(0)).await?;
+    if task.status.state.is_terminal() {
+        return Ok(task);
     }
+    while follow.next().await.is_some() {}
+    get_task(state, scope, task_id, Some(0)).await
 }
 
 async fn cancel_run(

@@ -23,11 +23,16 @@ pub(crate) enum Framing {
 }
 
 impl Framing {
+    /// A stream item in this binding's envelope.
     pub(crate) fn frame(&self, item: &StreamResponse) -> JsonValue {
-        let item = serde_json::to_value(item).unwrap_or(JsonValue::Null);
+        self.result(serde_json::to_value(item).unwrap_or(JsonValue::Null))
+    }
+
+    /// A unary result in this binding's envelope.
+    pub(crate) fn result(&self, result: JsonValue) -> JsonValue {
         match self {
-            Self::Plain => item,
-            Self::JsonRpc(id) => json!({"jsonrpc": "2.0", "id": id, "result": item}),
+            Self::Plain => result,
+            Self::JsonRpc(id) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
         }
     }
 }
