@@ -17,7 +17,7 @@ use super::ops;
 use super::service::{Scope, TaskFilter, cancel_task, get_task, list_tasks};
 use super::stream::Framing;
 use super::version::check_version;
-use super::wire::{PushConfigInput, SendMessageRequest, TaskState};
+use super::wire::{PushConfigInput, SendMessageRequest};
 use crate::server::auth::Caller;
 use crate::server::state::AppState;
 
@@ -46,16 +46,8 @@ struct TaskParams {
 struct ListParams {
     #[serde(default)]
     tenant: Option<String>,
-    #[serde(default)]
-    context_id: Option<String>,
-    #[serde(default)]
-    status: Option<TaskState>,
-    #[serde(default)]
-    page_size: Option<i32>,
-    #[serde(default)]
-    page_token: Option<String>,
-    #[serde(default)]
-    history_length: Option<i32>,
+    #[serde(flatten)]
+    filter: TaskFilter,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,14 +148,7 @@ async fn call(
         "ListTasks" => {
             let p: ListParams = decode_or_default(params)?;
             let scope = scope_of(p.tenant)?;
-            let filter = TaskFilter {
-                context_id: p.context_id,
-                status: p.status,
-                page_size: p.page_size,
-                page_token: p.page_token,
-                history_length: p.history_length,
-            };
-            unary(json!(list_tasks(state, &scope, filter).await?))
+            unary(json!(list_tasks(state, &scope, p.filter).await?))
         }
         "CancelTask" => {
             let p: TaskParams = decode(params)?;

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -17,18 +18,31 @@ use super::ops;
 use super::service::{Scope, TaskFilter, cancel_task, get_task, list_tasks};
 use super::stream::Framing;
 use super::version::check_version;
-use super::wire::{PushConfigInput, SendMessageRequest, TaskState};
+use super::wire::{PushConfigInput, SendMessageRequest};
 use crate::server::auth::Caller;
 use crate::server::state::AppState;
 
 type Params = Path<BTreeMap<String, String>>;
 
-fn scope(
-    state: &AppState,
-    caller: Caller,
-    params: &BTreeMap<String, String>,
-) -> Result<Scope, A2aError> {
-    Scope::of(state, caller, params.get("tenant").map(String::as_str))
+/// What every operation route starts from: a supported `A2A-Version`, the caller's
+/// scope (the path's tenant) and the path's other parameters.
+pub(crate) struct Scoped {
+    scope: Scope,
+    params: BTreeMap<String, String>,
+}
+
+impl FromRequestParts<AppState> for Scoped {
+    type Rejection = A2aError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, A2aError> {
+        check_version(&parts.headers)?;
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let Path(params) = Params::from_request_parts(parts, state)
+            .await
+            .map_err(|e| A2aError::InvalidParams(e.body_text()))?;
+        let scope = Scope::of(state, caller, params.get("tenant").map(String::as_str))?;
+        Ok(Self { scope, params })
+    }
 }
 
 fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, A2aError> {
@@ -51,13 +65,9 @@ fn param<'a>(params: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str
 /// `POST …/message:send`.
 pub(crate) async fn send(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, .. }: Scoped,
     A2aBody(bytes): A2aBody,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let request: SendMessageRequest = body(&bytes)?;
     ops::send(&state, &scope, request, false, Framing::Plain).await
 }
@@ -65,13 +75,9 @@ pub(crate) async fn send(
 /// `POST …/message:stream`.
 pub(crate) async fn stream(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, .. }: Scoped,
     A2aBody(bytes): A2aBody,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let request: SendMessageRequest = body(&bytes)?;
     ops::send(&state, &scope, request, true, Framing::Plain).await
 }
@@ -86,13 +92,9 @@ pub(crate) struct TaskQuery {
 /// `GET …/tasks/{id}`, and `GET …/tasks/{id}:subscribe`.
 pub(crate) async fn get(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, params }: Scoped,
     query: Result<Query<TaskQuery>, QueryRejection>,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let target = param(&params, "task")?;
     if let Some(task_id) = target.strip_suffix(":subscribe") {
         return ops::subscribe(&state, &scope, task_id, Framing::Plain).await;
@@ -105,12 +107,8 @@ pub(crate) async fn get(
 /// `POST …/tasks/{id}:cancel` and `POST …/tasks/{id}:subscribe`.
 pub(crate) async fn task_action(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, params }: Scoped,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let target = param(&params, "task")?;
     if let Some(task_id) = target.strip_suffix(":cancel") {
         let task = cancel_task(&state, &scope, task_id).await?;
@@ -122,52 +120,22 @@ pub(crate) async fn task_action(
     Err(A2aError::MethodNotFound(format!("POST on task `{target}`")))
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ListQuery {
-    #[serde(default)]
-    context_id: Option<String>,
-    #[serde(default)]
-    status: Option<TaskState>,
-    #[serde(default)]
-    page_size: Option<i32>,
-    #[serde(default)]
-    page_token: Option<String>,
-    #[serde(default)]
-    history_length: Option<i32>,
-}
-
 /// `GET …/tasks`.
 pub(crate) async fn list(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    Scoped { scope, .. }: Scoped,
+    query: Result<Query<TaskFilter>, QueryRejection>,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
-    let Query(query) = query.map_err(|e| A2aError::InvalidParams(e.body_text()))?;
-    let filter = TaskFilter {
-        context_id: query.context_id,
-        status: query.status,
-        page_size: query.page_size,
-        page_token: query.page_token,
-        history_length: query.history_length,
-    };
+    let Query(filter) = query.map_err(|e| A2aError::InvalidParams(e.body_text()))?;
     Ok(Json(list_tasks(&state, &scope, filter).await?).into_response())
 }
 
 /// `POST …/tasks/{id}/pushNotificationConfigs`.
 pub(crate) async fn create_push(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, params }: Scoped,
     A2aBody(bytes): A2aBody,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
     let input: PushConfigInput = body(&bytes)?;
     let config = state.a2a_push.create(&state, &task, input)?;
@@ -177,12 +145,8 @@ pub(crate) async fn create_push(
 /// `GET …/tasks/{id}/pushNotificationConfigs`.
 pub(crate) async fn list_push(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, params }: Scoped,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
     let configs = state.a2a_push.list(&task.id);
     Ok(Json(serde_json::json!({"configs": configs, "nextPageToken": ""})).into_response())
@@ -191,12 +155,8 @@ pub(crate) async fn list_push(
 /// `GET …/tasks/{id}/pushNotificationConfigs/{configId}`.
 pub(crate) async fn get_push(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, params }: Scoped,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
     let config = state.a2a_push.get(&task.id, param(&params, "config")?)?;
     Ok(Json(config).into_response())
@@ -205,12 +165,8 @@ pub(crate) async fn get_push(
 /// `DELETE …/tasks/{id}/pushNotificationConfigs/{configId}`.
 pub(crate) async fn delete_push(
     State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    Path(params): Params,
+    Scoped { scope, params }: Scoped,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = scope(&state, caller, &params)?;
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
     state.a2a_push.delete(&task.id, param(&params, "config")?)?;
     Ok(Json(serde_json::json!({})).into_response())

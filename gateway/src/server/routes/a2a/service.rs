@@ -289,8 +289,9 @@ pub(crate) async fn get_task(
     })
 }
 
-/// `ListTasks` filters and paging.
-#[derive(Debug, Default, Clone)]
+/// `ListTasks` filters and paging (query parameters, or JSON-RPC params).
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct TaskFilter {
     pub context_id: Option<String>,
     pub status: Option<TaskState>,
