@@ -61,10 +61,23 @@ pub(crate) async fn start_followed(
     messages: Vec<Message>,
     run_id: RunId,
 ) -> Result<RunEvents, ApiError> {
-    let mut request = RunRequest::new(thread_id.clone(), messages).with_run_id(run_id.clone());
+    let mut request = RunRequest::new(thread_id, messages).with_run_id(run_id.clone());
     request.agent_id = agent_id;
+    submit_followed(state, request, &run_id).await
+}
+
+/// Accepts `request` (whose run id is `run_id`) and follows the run from its first
+/// event.
+pub(crate) async fn submit_followed(
+    state: &AppState,
+    request: RunRequest,
+    run_id: &RunId,
+) -> Result<RunEvents, ApiError> {
     // Follow first, so not one event is published before the stream listens.
-    let follow = state.control.follow(&thread_id, &run_id, None).await?;
+    let follow = state
+        .control
+        .follow(&request.thread_id, run_id, None)
+        .await?;
     state
         .control
         .submit(request, SubmitOptions::default())

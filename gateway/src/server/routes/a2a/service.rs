@@ -3,7 +3,7 @@
 
 use awaken_actors::contract::RunDispatchStatus;
 use awaken_actors::contract::{ContentBlock, Message as EngineMessage, RunOrigin, RunStatus};
-use awaken_actors::mailbox::{DispatchQuery, SubmitOptions};
+use awaken_actors::mailbox::DispatchQuery;
 use awaken_actors::store::RunQuery;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{AgentId, MessageId, RunId, ThreadId};
@@ -14,7 +14,7 @@ use super::task::{submitted_task, task_of};
 use super::wire::{ListTasksResponse, Message, Part, Role, SendMessageRequest, Task, TaskState};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
-use crate::server::routes::protocol::{RunEvents, open_thread, resume_followed};
+use crate::server::routes::protocol::{RunEvents, open_thread, resume_followed, submit_followed};
 use crate::server::routes::shared::check_thread;
 use crate::server::state::AppState;
 
@@ -133,21 +133,8 @@ async fn start_task(
         .with_run_id(run_id.clone())
         .with_origin(RunOrigin::A2a);
     let task = submitted_task(&run_id, &request, history);
-    // Follow first, so not one event is published before the stream listens.
-    let follow = state
-        .control
-        .follow(&thread_id, &run_id, None)
-        .await
-        .map_err(ApiError::from)?;
-    state
-        .control
-        .submit(request, SubmitOptions::default())
-        .await
-        .map_err(ApiError::from)?;
-    Ok(Accepted {
-        task,
-        events: RunEvents::from(follow),
-    })
+    let events = submit_followed(state, request, &run_id).await?;
+    Ok(Accepted { task, events })
 }
 
 async fn answer_task(
