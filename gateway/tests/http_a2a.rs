@@ -60,6 +60,22 @@ async fn rpc(server: &TestServer, body: Value) -> Value {
     body
 }
 
+/// `POST /v1/a2a/{tenant}/message:send` with `body`.
+async fn send_to(server: &TestServer, tenant: &str, body: Value) -> (StatusCode, Value) {
+    let path = format!("/v1/a2a/{tenant}/message:send");
+    rest(server, Method::POST, &path, Some(body)).await
+}
+
+/// A follow-up message with one `part` on task `task_id`.
+fn answer(message_id: &str, task_id: &str, context_id: Option<&str>, part: Value) -> Value {
+    let mut message =
+        json!({"messageId": message_id, "role": "ROLE_USER", "taskId": task_id, "parts": [part]});
+    if let Some(context) = context_id {
+        message["contextId"] = json!(context);
+    }
+    json!({ "message": message })
+}
+
 /// The `google.rpc.Status` body's A2A reason.
 fn reason(body: &Value) -> &str {
     body["error"]["details"][0]["reason"]
@@ -107,22 +123,15 @@ async fn rest_refusals_use_google_rpc_status_bodies() {
             .unwrap()
             .contains("not JSON")
     );
-    let (status, body) = rest(
+    let (status, body) = send_to(
         &server,
-        Method::POST,
-        "/v1/a2a/bench-text/message:send",
-        Some(json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}})),
+        "bench-text",
+        json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}}),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let two = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "a", "url": "http://x"}]}});
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/bench-text/message:send",
-        Some(two),
-    )
-    .await;
+    let (status, body) = send_to(&server, "bench-text", two).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
         body["error"]["message"]
@@ -133,23 +142,11 @@ async fn rest_refusals_use_google_rpc_status_bodies() {
     );
     let agent_role =
         json!({"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}});
-    let (status, _) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/bench-text/message:send",
-        Some(agent_role),
-    )
-    .await;
+    let (status, _) = send_to(&server, "bench-text", agent_role).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
     // An unknown tenant, and a file type no agent reads.
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/nobody/message:send",
-        Some(send("hi")),
-    )
-    .await;
+    let (status, body) = send_to(&server, "nobody", send("hi")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
         body["error"]["message"]
@@ -159,13 +156,7 @@ async fn rest_refusals_use_google_rpc_status_bodies() {
         "{body}"
     );
     let pdf = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "http://x/a.pdf", "mediaType": "application/pdf"}]}});
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/bench-text/message:send",
-        Some(pdf),
-    )
-    .await;
+    let (status, body) = send_to(&server, "bench-text", pdf).await;
     assert_eq!(
         (status, reason(&body)),
         (
@@ -190,26 +181,14 @@ async fn rest_refusals_use_google_rpc_status_bodies() {
     }
     // The body limit holds.
     let big = "x".repeat(ServerConfig::default().max_body_bytes + 1);
-    let (status, _) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/bench-text/message:send",
-        Some(send(&big)),
-    )
-    .await;
+    let (status, _) = send_to(&server, "bench-text", send(&big)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
 }
 
 #[tokio::test]
 async fn tasks_in_the_wrong_state_refuse_input_and_cancellation() {
     let server = TestServer::local(ServerConfig::default()).await;
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/bench-text/message:send",
-        Some(send("hi")),
-    )
-    .await;
+    let (status, body) = send_to(&server, "bench-text", send("hi")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let task = &body["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
@@ -219,14 +198,8 @@ async fn tasks_in_the_wrong_state_refuse_input_and_cancellation() {
     );
 
     // A finished task takes no more input and cannot be cancelled.
-    let follow_up = json!({"message": {"messageId": "m-2", "role": "ROLE_USER", "taskId": id, "contextId": context, "parts": [{"text": "approve"}]}});
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/bench-text/message:send",
-        Some(follow_up),
-    )
-    .await;
+    let follow_up = answer("m-2", id, Some(context), json!({"text": "approve"}));
+    let (status, body) = send_to(&server, "bench-text", follow_up).await;
     assert_eq!(
         (status, reason(&body)),
         (StatusCode::BAD_REQUEST, "UNSUPPORTED_OPERATION"),
@@ -256,13 +229,7 @@ async fn tasks_in_the_wrong_state_refuse_input_and_cancellation() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // A waiting task: an answer that is neither approve nor deny changes nothing.
-    let (_, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/demo/message:send",
-        Some(send("tidy")),
-    )
-    .await;
+    let (_, body) = send_to(&server, "demo", send("tidy")).await;
     let task = &body["task"];
     assert_eq!(
         task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
@@ -275,14 +242,8 @@ async fn tasks_in_the_wrong_state_refuse_input_and_cancellation() {
         task["id"].as_str().unwrap(),
         task["contextId"].as_str().unwrap(),
     );
-    let maybe = json!({"message": {"messageId": "m-3", "role": "ROLE_USER", "taskId": id, "contextId": context, "parts": [{"text": "maybe"}]}});
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/demo/message:send",
-        Some(maybe),
-    )
-    .await;
+    let maybe = answer("m-3", id, Some(context), json!({"text": "maybe"}));
+    let (status, body) = send_to(&server, "demo", maybe).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let (_, body) = rest(
         &server,
@@ -293,24 +254,22 @@ async fn tasks_in_the_wrong_state_refuse_input_and_cancellation() {
     .await;
     assert_eq!(body["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
     // A decision for a call that does not wait is refused; deny by data resumes it.
-    let wrong = json!({"message": {"messageId": "m-4", "role": "ROLE_USER", "taskId": id, "parts": [{"data": {"decisions": [{"toolCallId": "nope", "approved": true}]}}]}});
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/demo/message:send",
-        Some(wrong),
-    )
-    .await;
+    let wrong = answer(
+        "m-4",
+        id,
+        None,
+        json!({"data": {"decisions": [{"toolCallId": "nope", "approved": true}]}}),
+    );
+    let (status, body) = send_to(&server, "demo", wrong).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let call = pending["toolCallId"].as_str().unwrap();
-    let deny = json!({"message": {"messageId": "m-5", "role": "ROLE_USER", "taskId": id, "parts": [{"data": {"decisions": [{"toolCallId": call, "approved": false}]}}]}});
-    let (status, body) = rest(
-        &server,
-        Method::POST,
-        "/v1/a2a/demo/message:send",
-        Some(deny),
-    )
-    .await;
+    let deny = answer(
+        "m-5",
+        id,
+        None,
+        json!({"data": {"decisions": [{"toolCallId": call, "approved": false}]}}),
+    );
+    let (status, body) = send_to(&server, "demo", deny).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
         body["task"]["status"]["state"], "TASK_STATE_COMPLETED",
