@@ -316,6 +316,22 @@ pub enum ResolveError {
     /// Remote agents can only be used as delegates.
     #[error("agent `{0}` has a remote endpoint and can only be used as a delegate")]
     RemoteAgentNotDirectlyRunnable(String),
+    /// No backend is registered for a remote delegate's `endpoint.backend`.
+    #[error("remote agent `{agent}` needs backend `{backend}`, which this runtime does not have")]
+    RemoteBackendNotFound {
+        /// The remote agent.
+        agent: String,
+        /// Its endpoint's backend.
+        backend: String,
+    },
+    /// A remote delegate's endpoint settings are refused by its backend.
+    #[error("remote agent `{agent}`: {message}")]
+    InvalidRemoteEndpoint {
+        /// The remote agent.
+        agent: String,
+        /// What the backend refused.
+        message: String,
+    },
     /// Two tool sources provide the same tool id.
     #[error("tool `{tool_id}` is provided by both {source_a} and {source_b}")]
     ToolIdConflict {
@@ -364,6 +380,12 @@ pub enum BuildError {
     /// The dry-run resolve of an agent failed.
     #[error("validation failed: {0}")]
     ValidationFailed(String),
+    /// Two remote backends share a name.
+    #[error("remote backend `{0}` is registered twice")]
+    RemoteBackendConflict(String),
+    /// A remote agent's card could not be read at start-up.
+    #[error(transparent)]
+    DiscoveryFailed(#[from] crate::delegation::DiscoveryError),
 }
 
 /// Errors from runtime operations: resolving agents and starting runs.

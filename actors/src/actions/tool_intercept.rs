@@ -148,6 +148,7 @@ mod tests {
             },
             resume_mode: ToolCallResumeMode::ReplayToolCall,
             child: None,
+            remote: None,
         }
     }
 

@@ -50,8 +50,8 @@ pub use run::{
 };
 pub use stop::StopConditionSpec;
 pub use suspension::{
-    ChildSuspension, PendingToolCall, ResumeDecisionAction, SuspendTicket, Suspension,
-    ToolCallResume, ToolCallResumeMode,
+    ChildSuspension, PendingToolCall, RemoteSuspension, ResumeDecisionAction, SuspendTicket,
+    Suspension, ToolCallResume, ToolCallResumeMode,
 };
 pub use thread::{Thread, ThreadMetadata};
 pub use tool::{ToolDescriptor, ToolResult, ToolStatus};

@@ -105,6 +105,10 @@ pub struct SuspendTicket {
     /// the call (resume or cancel) is handed to the child's call instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child: Option<Box<ChildSuspension>>,
+    /// Set when the suspension belongs to a task of a remote agent (A2A): any
+    /// decision for the call is forwarded to that task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<Box<RemoteSuspension>>,
 }
 
 /// Where a suspension shown on a delegating call really waits: a call of a child run.
@@ -120,6 +124,22 @@ pub struct ChildSuspension {
     pub call_id: ToolCallId,
 }
 
+/// Where a suspension shown on a remote delegate's call really waits: a task of the
+/// remote agent that asks for input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteSuspension {
+    /// The remote delegate agent (its local id).
+    pub agent_id: AgentId,
+    /// The remote task that waits.
+    pub task_id: String,
+    /// The remote task's context.
+    pub context_id: String,
+    /// The remote task's open tool calls, when it names them: a decision answers
+    /// each of them alike.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub call_ids: Vec<String>,
+}
+
 impl SuspendTicket {
     /// A ticket from its three parts.
     pub fn new(
@@ -132,6 +152,7 @@ impl SuspendTicket {
             pending,
             resume_mode,
             child: None,
+            remote: None,
         }
     }
 
@@ -139,6 +160,19 @@ impl SuspendTicket {
     pub fn with_child(mut self, child: ChildSuspension) -> Self {
         self.child = Some(Box::new(child));
         self
+    }
+
+    /// Marks the ticket as a remote task's request, so decisions go to that task.
+    pub fn with_remote(mut self, remote: RemoteSuspension) -> Self {
+        self.remote = Some(Box::new(remote));
+        self
+    }
+
+    /// Whether the call only mirrors a suspension that waits elsewhere (a child run
+    /// or a remote task): its decision, whatever it says, is handed on by replaying
+    /// the call.
+    pub fn is_forwarded(&self) -> bool {
+        self.child.is_some() || self.remote.is_some()
     }
 }
 

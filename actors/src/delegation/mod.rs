@@ -12,14 +12,27 @@
 //!                                              handed to the child)
 //! ```
 //!
+//! A delegate with an `endpoint` runs in another service instead: a
+//! [`RemoteAgentTool`] hands the call to the [`RemoteBackend`] registered for the
+//! endpoint's backend (A2A), mirroring the remote task's input requests the same way.
+//!
 //! The child's ids are a function of the delegating call, so a replay or a re-run
 //! after failover finds the same child. The shared store is the truth about how
 //! the child stands; its events are how the wait learns of it early.
 
+mod activity;
 mod child;
 mod config;
+mod remote;
+mod remote_tool;
 mod tool;
 
+pub use activity::DELEGATE_ACTIVITY_TYPE;
 pub use child::{ChildEvents, ChildRef, ChildRuns, ChildRunsSlot, DelegationError};
 pub use config::{DelegationConfig, DelegationConfigKey};
-pub use tool::{AgentTool, DELEGATE_ACTIVITY_TYPE, DELEGATE_TOOL_PREFIX, delegate_tool_name};
+pub use remote::{
+    DiscoveryError, RemoteAct, RemoteAgentCard, RemoteAnswer, RemoteBackend, RemoteCall,
+    RemoteError, RemoteOutcome, RemoteProgress, RemoteRequest, RemoteTask,
+};
+pub use remote_tool::RemoteAgentTool;
+pub use tool::{AgentTool, DELEGATE_TOOL_PREFIX, delegate_tool_name};

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::json;
 
+use super::activity::DelegateActivity;
 use super::child::{ChildEvents, ChildRef, ChildRuns, DelegationError};
 use super::config::{DelegationConfig, DelegationConfigKey};
 use crate::JsonValue;
@@ -17,16 +18,13 @@ use crate::contract::{
     Thread, ToolDescriptor, ToolResult,
 };
 use crate::error::{StorageError, ToolError};
-use crate::ids::{AgentId, MessageId};
+use crate::ids::AgentId;
 use crate::state::StateKey;
 use crate::thread::{RunRequest, ToolCallStates, ToolCalls};
 use crate::tool::{CancelledCall, Tool, ToolCallContext, ToolOutput};
 
 /// Delegate tools are named this prefix plus the delegate's agent id.
 pub const DELEGATE_TOOL_PREFIX: &str = "agent_run_";
-
-/// The activity type under which a child run's events appear in the parent's stream.
-pub const DELEGATE_ACTIVITY_TYPE: &str = "delegate-run";
 
 /// Longest part of a delegate's system prompt quoted in the tool's description.
 const DESCRIPTION_PROMPT_CHARS: usize = 300;
@@ -52,38 +50,9 @@ pub struct AgentTool {
 impl AgentTool {
     /// The tool that delegates to the agent `spec` defines.
     pub fn new(spec: &AgentSpec) -> Self {
-        let agent_id = spec.id.clone();
-        let mut description = format!(
-            "Delegate a task to the `{}` agent and get its answer. Give it everything it needs in `prompt`: it does not see this conversation.",
-            spec.id
-        );
-        let instructions: String = spec
-            .system_prompt
-            .chars()
-            .take(DESCRIPTION_PROMPT_CHARS)
-            .collect();
-        if !instructions.trim().is_empty() {
-            description.push_str(" Its instructions: ");
-            description.push_str(instructions.trim());
-        }
-        let descriptor = ToolDescriptor::new(
-            delegate_tool_name(agent_id.as_str()),
-            delegate_tool_name(agent_id.as_str()),
-            description,
-        )
-        .with_parameters(json!({
-            "type": "object",
-            "properties": {
-                "prompt": {
-                    "type": "string",
-                    "description": "The task for the agent, with all the context it needs."
-                }
-            },
-            "required": ["prompt"]
-        }));
         Self {
-            agent_id,
-            descriptor,
+            agent_id: spec.id.clone(),
+            descriptor: delegate_descriptor(&spec.id, &spec.system_prompt),
         }
     }
 
@@ -93,7 +62,35 @@ impl AgentTool {
     }
 }
 
-fn prompt_of(args: &JsonValue) -> Result<&str, ToolError> {
+/// The descriptor of the tool delegating to `agent_id`, whose `instructions` (a
+/// system prompt, or a remote agent's own description) are quoted in part.
+pub(super) fn delegate_descriptor(agent_id: &AgentId, instructions: &str) -> ToolDescriptor {
+    let mut description = format!(
+        "Delegate a task to the `{agent_id}` agent and get its answer. Give it everything it needs in `prompt`: it does not see this conversation."
+    );
+    let quoted: String = instructions
+        .chars()
+        .take(DESCRIPTION_PROMPT_CHARS)
+        .collect();
+    if !quoted.trim().is_empty() {
+        description.push_str(" Its instructions: ");
+        description.push_str(quoted.trim());
+    }
+    let name = delegate_tool_name(agent_id.as_str());
+    ToolDescriptor::new(name.clone(), name, description).with_parameters(json!({
+        "type": "object",
+        "properties": {
+            "prompt": {
+                "type": "string",
+                "description": "The task for the agent, with all the context it needs."
+            }
+        },
+        "required": ["prompt"]
+    }))
+}
+
+/// The `prompt` argument of a delegate call.
+pub(super) fn prompt_of(args: &JsonValue) -> Result<&str, ToolError> {
     match args.get("prompt").and_then(JsonValue::as_str) {
         Some(prompt) if !prompt.trim().is_empty() => Ok(prompt),
         Some(_) => Err(ToolError::InvalidArguments(
@@ -136,6 +133,10 @@ impl Tool for AgentTool {
             tool_name: self.descriptor.id.clone(),
             arguments: args.clone(),
             children: Arc::clone(&children),
+            activity: DelegateActivity::new(
+                &ctx.call_id,
+                ctx.activity_sink.clone().filter(|_| config.stream_events),
+            ),
             ctx,
             config,
         };
@@ -180,6 +181,7 @@ struct ChildWait<'a> {
     tool_name: String,
     arguments: JsonValue,
     children: Arc<dyn ChildRuns>,
+    activity: DelegateActivity,
     ctx: &'a ToolCallContext,
     config: DelegationConfig,
 }
@@ -394,36 +396,20 @@ impl ChildWait<'_> {
         .to_tool_result(&self.tool_name)
     }
 
-    fn activity_id(&self) -> MessageId {
-        MessageId::new(format!("delegate:{}", self.ctx.call_id))
-            .unwrap_or_else(|_| MessageId::generate())
-    }
-
     /// Opens the call's `delegate-run` activity: which child, and its events so far.
     async fn announce(&self) {
-        let Some(sink) = self.sink() else {
-            return;
-        };
-        sink.emit(AgentEvent::ActivitySnapshot {
-            message_id: self.activity_id(),
-            activity_type: DELEGATE_ACTIVITY_TYPE.to_owned(),
-            content: json!({
+        self.activity
+            .open(json!({
                 "agent_id": self.child.agent_id,
                 "thread_id": self.child.thread_id,
                 "run_id": self.child.run_id,
-                "events": [],
-            }),
-            replace: Some(true),
-        })
-        .await;
+            }))
+            .await;
     }
 
     /// Appends one child event to the activity. The child's state is its own
     /// (book: delegation isolates state), so state events stay with the child.
     async fn forward(&self, event: AgentEvent) {
-        let Some(sink) = self.sink() else {
-            return;
-        };
         if matches!(
             event,
             AgentEvent::StateSnapshot { .. }
@@ -432,22 +418,9 @@ impl ChildWait<'_> {
         ) {
             return;
         }
-        let Ok(value) = serde_json::to_value(&event) else {
-            return;
-        };
-        sink.emit(AgentEvent::ActivityDelta {
-            message_id: self.activity_id(),
-            activity_type: DELEGATE_ACTIVITY_TYPE.to_owned(),
-            patch: vec![json!({"op": "add", "path": "/events/-", "value": value})],
-        })
-        .await;
-    }
-
-    fn sink(&self) -> Option<&Arc<dyn crate::event_sink::EventSink>> {
-        self.ctx
-            .activity_sink
-            .as_ref()
-            .filter(|_| self.config.stream_events)
+        if let Ok(value) = serde_json::to_value(&event) {
+            self.activity.append(value).await;
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::agent_runtime::{AgentRuntime, RuntimeServices};
 use super::registry::RegistrySet;
 use crate::contract::{AgentSpec, ModelSpec};
+use crate::delegation::{DiscoveryError, RemoteBackend};
 use crate::error::BuildError;
 use crate::ids::AgentId;
 use crate::llm::LlmExecutor;
@@ -111,6 +112,82 @@ impl AgentRuntimeBuilder {
     pub fn with_stop_policy(mut self, policy: Arc<dyn StopPolicy>) -> Self {
         self.registries.stop_policies.push(policy);
         self
+    }
+
+    /// Runs remote delegates whose `endpoint.backend` is `name` (the gateway
+    /// registers `a2a`).
+    pub fn with_remote_backend(
+        mut self,
+        name: impl Into<String>,
+        backend: Arc<dyn RemoteBackend>,
+    ) -> Self {
+        let name = name.into();
+        if self
+            .registries
+            .remote_backends
+            .insert(name.clone(), backend)
+            .is_err()
+        {
+            self.errors.push(BuildError::RemoteBackendConflict(name));
+        }
+        self
+    }
+
+    /// Adds remote agents: specs with an `endpoint`, usable as delegates. Their
+    /// cards are read by [`discover_remote_agents`](Self::discover_remote_agents).
+    pub fn with_remote_agents(mut self, specs: impl IntoIterator<Item = AgentSpec>) -> Self {
+        for spec in specs {
+            if spec.endpoint.is_none() {
+                self.errors.push(BuildError::ValidationFailed(format!(
+                    "remote agent `{}` has no endpoint",
+                    spec.id
+                )));
+                continue;
+            }
+            self = self.with_agent_spec(spec);
+        }
+        self
+    }
+
+    /// Reads the card of every agent with an endpoint through its backend, all at
+    /// once; the first that cannot be read fails with
+    /// [`BuildError::DiscoveryFailed`], so a wrong URL or token is reported at
+    /// start-up rather than at the first delegation.
+    pub async fn discover_remote_agents(mut self) -> Result<Self, BuildError> {
+        let registries = &self.registries;
+        let lookups = registries.agents.iter().filter_map(|(id, spec)| {
+            let endpoint = spec.endpoint.as_ref()?;
+            let backend = registries.remote_backends.get(&endpoint.backend).cloned();
+            Some(async move {
+                let failed = |reason: String| DiscoveryError {
+                    agent: id.to_owned(),
+                    reason,
+                };
+                let backend = backend.ok_or_else(|| {
+                    failed(format!(
+                        "no remote backend `{}` is registered",
+                        endpoint.backend
+                    ))
+                })?;
+                let card = backend
+                    .discover(&spec.id, endpoint)
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+                Ok::<_, DiscoveryError>((id.to_owned(), card))
+            })
+        });
+        let cards = futures::future::join_all(lookups).await;
+        for found in cards {
+            let (id, card) = found?;
+            self.registries.remote_cards.upsert(id, card);
+        }
+        Ok(self)
+    }
+
+    /// [`discover_remote_agents`](Self::discover_remote_agents), then
+    /// [`build`](Self::build).
+    pub async fn build_and_discover(self) -> Result<AgentRuntime, BuildError> {
+        self.discover_remote_agents().await?.build()
     }
 
     /// Persists threads, messages and runs here (default: in memory).

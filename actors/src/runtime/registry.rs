@@ -1,10 +1,11 @@
-//! The five registries an `AgentRuntime` resolves agents from.
+//! The registries an `AgentRuntime` resolves agents from.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::contract::{AgentSpec, ModelSpec};
+use crate::delegation::{RemoteAgentCard, RemoteBackend};
 use crate::llm::{CircuitBreaker, CircuitBreakerConfig, LlmExecutor};
 use crate::plugin::Plugin;
 use crate::policies::StopPolicy;
@@ -109,6 +110,10 @@ pub struct RegistrySet {
     pub providers: Registry<Arc<dyn LlmExecutor>>,
     /// Plugins by id.
     pub plugins: Registry<Arc<dyn Plugin>>,
+    /// Backends that run remote delegates, by `endpoint.backend` (e.g. `a2a`).
+    pub remote_backends: Registry<Arc<dyn RemoteBackend>>,
+    /// Cards of remote agents, by agent id, as discovered at start-up.
+    pub remote_cards: Registry<RemoteAgentCard>,
     /// Stop policies every agent evaluates after its own `max_rounds` and
     /// `stop_conditions` (the builder's `with_stop_policy`).
     pub stop_policies: Vec<Arc<dyn StopPolicy>>,

@@ -21,7 +21,7 @@ use crate::context::{
     CompactionConfig, CompactionConfigKey, CompactionPlugin, ContextTransformPlugin,
 };
 use crate::contract::{AgentSpec, ModelSpec, PluginConfigKey, ToolDescriptor};
-use crate::delegation::{AgentTool, DelegationConfigKey};
+use crate::delegation::{AgentTool, DelegationConfigKey, RemoteAgentTool};
 use crate::error::ResolveError;
 use crate::llm::{
     CircuitBreakerConfigKey, CircuitBreakerExecutor, LlmExecutor, RetryConfigKey, RetryingExecutor,
@@ -337,14 +337,32 @@ fn resolve_spec(
         let Some(delegate_spec) = registries.agents.get(delegate) else {
             return Err(ResolveError::AgentNotFound(delegate.clone()));
         };
-        if delegate_spec.is_remote() {
-            tracing::warn!(agent = %spec.id, %delegate, "remote delegates are not offered yet");
-            warnings.push(format!(
-                "delegate `{delegate}` is remote; remote delegates are not offered yet"
-            ));
-            continue;
-        }
-        let tool = AgentTool::new(delegate_spec);
+        let tool: Arc<dyn Tool> = match &delegate_spec.endpoint {
+            Some(endpoint) => {
+                let backend = registries
+                    .remote_backends
+                    .get(&endpoint.backend)
+                    .cloned()
+                    .ok_or_else(|| ResolveError::RemoteBackendNotFound {
+                        agent: delegate.to_string(),
+                        backend: endpoint.backend.clone(),
+                    })?;
+                backend.check_endpoint(endpoint).map_err(|error| {
+                    ResolveError::InvalidRemoteEndpoint {
+                        agent: delegate.to_string(),
+                        message: error.to_string(),
+                    }
+                })?;
+                let card = registries.remote_cards.get(delegate).cloned();
+                Arc::new(RemoteAgentTool::new(
+                    delegate_spec,
+                    endpoint.clone(),
+                    backend,
+                    card,
+                ))
+            }
+            None => Arc::new(AgentTool::new(delegate_spec)),
+        };
         let id = tool.descriptor().id;
         if tools.contains_key(&id) {
             return Err(ResolveError::ToolIdConflict {
@@ -353,7 +371,7 @@ fn resolve_spec(
                 source_b: format!("delegate `{delegate}`"),
             });
         }
-        tools.insert(id, Arc::new(tool));
+        tools.insert(id, tool);
     }
     for (id, plugin_tool) in env.tools() {
         if tools.contains_key(id) {

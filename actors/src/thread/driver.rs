@@ -842,9 +842,12 @@ impl Driver<'_> {
         let Some(mut state) = self.calls().get(&call_id).cloned() else {
             return self.advance().await;
         };
-        // A child run's suspension shown on this call: the decision, whatever it
-        // says, is the child's, so the call replays and hands it on.
-        let forwarded = state.ticket.as_ref().is_some_and(|t| t.child.is_some());
+        // A child run's or remote task's suspension shown on this call: the
+        // decision, whatever it says, is theirs, so the call replays and hands it on.
+        let forwarded = state
+            .ticket
+            .as_ref()
+            .is_some_and(SuspendTicket::is_forwarded);
         let action = if forwarded {
             ResumeDecisionAction::Resume
         } else {
@@ -1242,6 +1245,7 @@ fn default_ticket(state: &ToolCallState, message: Option<&str>) -> SuspendTicket
         },
         resume_mode: ToolCallResumeMode::ReplayToolCall,
         child: None,
+        remote: None,
     }
 }
 

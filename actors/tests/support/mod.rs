@@ -212,6 +212,7 @@ impl PhaseHook for ApprovalHook {
                     },
                     resume_mode: self.mode,
                     child: None,
+                    remote: None,
                 },
             ))?;
         }
