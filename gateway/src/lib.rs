@@ -6,6 +6,7 @@
 //! without a process; `main.rs` only builds the async runtime and maps errors to exit
 //! codes.
 
+pub mod a2a;
 pub mod bench;
 pub mod cli;
 pub mod demo;

@@ -1,5 +1,6 @@
-//! A2A v1.0 wire types (the spec's `a2a.proto` in its JSON form: camelCase fields,
-//! `TASK_STATE_*` / `ROLE_*` enum strings, unset fields omitted).
+//! A2A v1.0 wire types, shared by the server and the client: the spec's `a2a.proto`
+//! in its JSON form (camelCase fields, `TASK_STATE_*` / `ROLE_*` enum strings, unset
+//! fields omitted).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as JsonValue;
@@ -198,14 +199,14 @@ pub(crate) enum StreamResponse {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SendMessageConfiguration {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accepted_output_modes: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_length: Option<i32>,
     /// Answer once the task is accepted instead of when it ends or waits.
     #[serde(default)]
     pub return_immediately: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_push_notification_config: Option<PushConfigInput>,
 }
 
@@ -213,12 +214,12 @@ pub(crate) struct SendMessageConfiguration {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SendMessageRequest {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
     pub message: Message,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration: Option<SendMessageConfiguration>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<JsonValue>,
 }
 

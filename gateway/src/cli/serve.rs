@@ -17,6 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use awaken_actors::permission::{PermissionBehavior, PermissionRules};
 
+use crate::a2a::{A2A_BACKEND, A2aBackend};
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
 use crate::runtime_config::ConfigDocument;
@@ -58,7 +59,11 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
     let file_entries = config
         .entries()
         .map_err(|e| GatewayError::Config(e.to_string()))?;
-    let builder = runtime_builder(&config, &file_entries)?.with_thread_run_store(store);
+    let builder = runtime_builder(&config, &file_entries)?
+        .with_thread_run_store(store)
+        .discover_remote_agents()
+        .await
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
     match &config.cluster {
         None => {
             let config_file = match &config.store {
@@ -135,8 +140,9 @@ async fn serve<N: RunControl>(
     Ok(Arc::into_inner(node))
 }
 
-/// The embedded tools with the configured permission rules, the demo agents
-/// unless `demo_agents = false`, and the file's agents, models and providers.
+/// The embedded tools with the configured permission rules, the A2A backend for
+/// remote agents, the demo agents unless `demo_agents = false`, and the file's
+/// agents, models and providers.
 fn runtime_builder(
     config: &ServeConfig,
     file_entries: &ConfigDocument,
@@ -150,7 +156,8 @@ fn runtime_builder(
         Arc::new(FakeFiles::with_demo_files()),
         Journal::default(),
         rules,
-    );
+    )
+    .with_remote_backend(A2A_BACKEND, Arc::new(A2aBackend::new()));
     if config.demo_agents {
         builder = demo::with_demo_agents(builder)?;
     }

@@ -16,7 +16,8 @@ mod service;
 mod stream;
 mod task;
 mod version;
-mod wire;
+
+use crate::a2a::wire;
 
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;

@@ -11,7 +11,9 @@ use awaken_actors::{AgentId, MessageId, RunId, ThreadId};
 use super::decisions::decisions_of;
 use super::error::A2aError;
 use super::task::{submitted_task, task_of};
-use super::wire::{ListTasksResponse, Message, Part, Role, SendMessageRequest, Task, TaskState};
+use super::wire::{
+    ListTasksResponse, Message, Part, Role, SendMessageRequest, Task, TaskState, TaskStatus,
+};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::routes::protocol::{RunEvents, open_thread, resume_followed, submit_followed};
@@ -160,7 +162,7 @@ async fn answer_task(
             record.thread_id
         )));
     }
-    let task = task_of(&record, &log, history);
+    let mut task = task_of(&record, &log, history);
     match task.status.state {
         TaskState::InputRequired => {}
         state if state.is_terminal() => {
@@ -176,6 +178,13 @@ async fn answer_task(
     }
     let decisions = decisions_of(message, &record)?;
     let events = resume_followed(state, &record, decisions).await?;
+    // The input is taken: the task works again, whatever its record said a
+    // moment ago.
+    task.status = TaskStatus {
+        state: TaskState::Working,
+        message: None,
+        timestamp: task.status.timestamp,
+    };
     Ok(Accepted { task, events })
 }
 

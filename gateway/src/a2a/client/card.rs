@@ -1,0 +1,89 @@
+//! Agent card discovery: the first card found at the endpoint's card URLs, checked
+//! for an HTTP+JSON interface of protocol version 1.
+
+use awaken_actors::delegation::{RemoteAgentCard, RemoteError};
+use reqwest::StatusCode;
+use serde::Deserialize;
+
+use super::endpoint::Settings;
+use super::http::Http;
+
+/// The binding this client speaks.
+const HTTP_JSON_BINDING: &str = "HTTP+JSON";
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Card {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    supported_interfaces: Vec<Interface>,
+    #[serde(default)]
+    capabilities: Capabilities,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Interface {
+    protocol_binding: String,
+    #[serde(default)]
+    protocol_version: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Capabilities {
+    #[serde(default)]
+    streaming: bool,
+}
+
+/// Reads the agent's card. A refusal (401/403) or an unreachable server ends the
+/// search at once; a missing card (any other status) moves on to the next URL.
+pub(super) async fn discover(
+    http: &Http,
+    settings: &Settings,
+) -> Result<RemoteAgentCard, RemoteError> {
+    let mut misses = Vec::new();
+    for url in settings.card_urls() {
+        let response = http.get(settings, &url).await?;
+        let status = response.status();
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            return Err(RemoteError::Refused(format!(
+                "{url} answered {status}: check the endpoint's auth"
+            )));
+        }
+        if !status.is_success() {
+            misses.push(format!("{url} ({status})"));
+            continue;
+        }
+        let card: Card = response
+            .json()
+            .await
+            .map_err(|e| RemoteError::Protocol(format!("{url} is not an agent card: {e}")))?;
+        return checked(card, &url);
+    }
+    Err(RemoteError::Refused(format!(
+        "no agent card at {}",
+        misses.join(", ")
+    )))
+}
+
+fn checked(card: Card, url: &str) -> Result<RemoteAgentCard, RemoteError> {
+    let speaks_v1 = card.supported_interfaces.iter().any(|interface| {
+        interface.protocol_binding == HTTP_JSON_BINDING
+            && interface
+                .protocol_version
+                .as_deref()
+                .is_none_or(|version| version == "1" || version.starts_with("1."))
+    });
+    if !speaks_v1 {
+        return Err(RemoteError::Protocol(format!(
+            "the card at {url} offers no {HTTP_JSON_BINDING} interface of A2A 1.x"
+        )));
+    }
+    Ok(RemoteAgentCard {
+        name: card.name,
+        description: card.description,
+        streaming: card.capabilities.streaming,
+    })
+}
