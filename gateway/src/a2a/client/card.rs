@@ -29,6 +29,8 @@ struct Interface {
     protocol_binding: String,
     #[serde(default)]
     protocol_version: Option<String>,
+    #[serde(default)]
+    tenant: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -44,7 +46,9 @@ pub(super) async fn discover(
     settings: &Settings,
 ) -> Result<RemoteAgentCard, RemoteError> {
     let mut misses = Vec::new();
-    for url in settings.card_urls() {
+    for (index, url) in settings.card_urls().into_iter().enumerate() {
+        // The first URL is the agent's own card (or the one configured).
+        let tenant = settings.tenant.as_deref().filter(|_| index > 0);
         let response = http.get(settings, &url).await?;
         let status = response.status();
         if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
@@ -60,7 +64,11 @@ pub(super) async fn discover(
             .json()
             .await
             .map_err(|e| RemoteError::Protocol(format!("{url} is not an agent card: {e}")))?;
-        return checked(card, &url);
+        match checked(card, &url, tenant) {
+            Ok(card) => return Ok(card),
+            Err(CardMiss::OtherAgent) => misses.push(format!("{url} (another agent's card)")),
+            Err(CardMiss::Unusable(error)) => return Err(error),
+        }
     }
     Err(RemoteError::Refused(format!(
         "no agent card at {}",
@@ -68,18 +76,39 @@ pub(super) async fn discover(
     )))
 }
 
-fn checked(card: Card, url: &str) -> Result<RemoteAgentCard, RemoteError> {
-    let speaks_v1 = card.supported_interfaces.iter().any(|interface| {
-        interface.protocol_binding == HTTP_JSON_BINDING
-            && interface
-                .protocol_version
-                .as_deref()
-                .is_none_or(|version| version == "1" || version.starts_with("1."))
-    });
-    if !speaks_v1 {
-        return Err(RemoteError::Protocol(format!(
+/// Why a card found was not taken.
+enum CardMiss {
+    /// It describes another agent of the server: look on.
+    OtherAgent,
+    /// The agent cannot be used by this client.
+    Unusable(RemoteError),
+}
+
+/// The card's facts, if it offers HTTP+JSON of version 1 — for `tenant`, when
+/// given, on an interface of that tenant.
+fn checked(card: Card, url: &str, tenant: Option<&str>) -> Result<RemoteAgentCard, CardMiss> {
+    let usable: Vec<&Interface> = card
+        .supported_interfaces
+        .iter()
+        .filter(|interface| {
+            interface.protocol_binding == HTTP_JSON_BINDING
+                && interface
+                    .protocol_version
+                    .as_deref()
+                    .is_none_or(|version| version == "1" || version.starts_with("1."))
+        })
+        .collect();
+    if let Some(tenant) = tenant
+        && !usable
+            .iter()
+            .any(|interface| interface.tenant.as_deref() == Some(tenant))
+    {
+        return Err(CardMiss::OtherAgent);
+    }
+    if usable.is_empty() {
+        return Err(CardMiss::Unusable(RemoteError::Protocol(format!(
             "the card at {url} offers no {HTTP_JSON_BINDING} interface of A2A 1.x"
-        )));
+        ))));
     }
     Ok(RemoteAgentCard {
         name: card.name,

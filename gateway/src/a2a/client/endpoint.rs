@@ -118,7 +118,9 @@ impl Settings {
     }
 
     /// Where to look for the agent card, in order: `options.card_url` alone, or the
-    /// tenant's card, the interface's, and the server's well-known card.
+    /// tenant's card, the interface's, and the server's well-known card. Only the
+    /// first names the agent for sure: a card found further on must list the target
+    /// as a tenant of its HTTP+JSON interface.
     pub(super) fn card_urls(&self) -> Vec<String> {
         const WELL_KNOWN: &str = ".well-known/agent-card.json";
         if let Some(url) = &self.card_url {

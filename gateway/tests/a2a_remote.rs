@@ -1,0 +1,336 @@
+//! Remote delegates over A2A between two services: service A's `boss` delegates to
+//! `remote-demo`, which is service B's `demo` agent reached over A2A v1.0 (both are
+//! real gateways on loopback ports). B's agent asks before deleting a file; the
+//! question surfaces on A's delegate call, and the decision given to A reaches B.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod http_support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use awaken_actors::contract::{
+    AgentEvent, AgentSpec, ModelSpec, RemoteAuth, RemoteEndpoint, StreamEvent,
+};
+use awaken_actors::delegation::{DELEGATE_ACTIVITY_TYPE, delegate_tool_name};
+use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
+use awaken_actors::permission::{PermissionBehavior, PermissionRules};
+use awaken_actors::runtime::AgentRuntimeBuilder;
+use awaken_actors::thread::ThreadConfig;
+use awaken_actors::{AgentId, BuildError};
+use awaken_cluster::local::{LocalNode, LocalNodeConfig};
+use awaken_gateway::a2a::{A2A_BACKEND, A2aBackend};
+use awaken_gateway::demo::{self, FakeFiles, Journal};
+use awaken_gateway::server::ServerConfig;
+use http_support::{EventReader, TestServer, finish_type, json, run_ids, suspended_calls, user};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const REMOTE: &str = "remote-demo";
+const BOSS: &str = "boss";
+
+/// `remote-demo`: B's tenant `target` at B's `/v1/a2a`.
+fn remote_spec(b: &TestServer, target: &str, options: Value) -> AgentSpec {
+    let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, b.url("/v1/a2a"));
+    endpoint.target = Some(target.to_owned());
+    endpoint.options = serde_json::from_value(options).unwrap();
+    AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint)
+}
+
+/// Service A's runtime: `boss` delegates to `remote`, then reports its answer.
+fn service_a(remote: AgentSpec) -> AgentRuntimeBuilder {
+    let script = ScriptSpec::new(vec![
+        ScriptStep::tool_call(
+            delegate_tool_name(REMOTE),
+            json!({"prompt": "Tidy up: delete notes.txt."}),
+        ),
+        ScriptStep::text("B reports: {last_tool_result}"),
+    ]);
+    let mut boss = AgentSpec::new(AgentId::new(BOSS).unwrap())
+        .with_system_prompt("You hand file chores to another service.")
+        .with_delegate(REMOTE)
+        .with_model(BOSS);
+    boss.allowed_tools = Some(vec![delegate_tool_name(REMOTE)]);
+    demo::tools_builder(
+        ThreadConfig::default(),
+        Arc::new(FakeFiles::with_demo_files()),
+        Journal::default(),
+        PermissionRules::new(PermissionBehavior::Allow),
+    )
+    .with_remote_backend(A2A_BACKEND, Arc::new(A2aBackend::new()))
+    .with_remote_agents([remote])
+    .with_model(BOSS, ModelSpec::new(BOSS, BOSS, "scripted"))
+    .with_provider(BOSS, Arc::new(ScriptedExecutor::new(script).unwrap()))
+    .with_agent_spec(boss)
+}
+
+/// Serves service A after discovering its remote agents.
+async fn serve_a(builder: AgentRuntimeBuilder) -> TestServer {
+    let builder = builder.discover_remote_agents().await.unwrap();
+    let node = LocalNode::start(builder, LocalNodeConfig::default())
+        .await
+        .unwrap();
+    TestServer::serve(Arc::new(node), ServerConfig::default()).await
+}
+
+/// Starts a `boss` run on A and reads it to its end.
+async fn boss_run(a: &TestServer) -> Vec<StreamEvent> {
+    let response = a
+        .post(
+            "/v1/runs",
+            json!({"agentId": BOSS, "messages": user("please tidy up")}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    EventReader::new(response).rest().await
+}
+
+/// The suspended delegate call's ticket parameters (the remote task's ids).
+fn remote_ticket(events: &[StreamEvent]) -> (String, Value) {
+    events
+        .iter()
+        .find_map(|event| match &event.event {
+            AgentEvent::ToolCallDone { id, result, .. } => {
+                let ticket = result.suspension.as_ref()?;
+                Some((id.to_string(), serde_json::to_value(ticket).unwrap()))
+            }
+            _ => None,
+        })
+        .expect("a suspended call")
+}
+
+/// The last text the run's model gave.
+fn answer(events: &[StreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|event| match &event.event {
+            AgentEvent::TextDelta { delta } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// B's view of task `task_id` of its `demo` tenant.
+async fn b_task(b: &TestServer, task_id: &str) -> Value {
+    let response = b
+        .client
+        .get(b.url(&format!("/v1/a2a/demo/tasks/{task_id}")))
+        .header("A2A-Version", "1.0")
+        .send()
+        .await
+        .unwrap();
+    let (status, task) = json(response).await;
+    assert_eq!(status, StatusCode::OK, "{task}");
+    task
+}
+
+/// Decides A's waiting run and reads the activation the decision starts.
+async fn decide(a: &TestServer, run_id: &str, last_seq: u64, decision: Value) -> Vec<StreamEvent> {
+    let watching = a
+        .client
+        .get(a.url(&format!("/v1/runs/{run_id}/events")))
+        .header("Last-Event-ID", last_seq.to_string())
+        .send()
+        .await
+        .unwrap();
+    let resumed = tokio::spawn(EventReader::new(watching).rest());
+    let (status, body) = json(
+        a.post(&format!("/v1/runs/{run_id}/decision"), decision)
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    resumed.await.unwrap()
+}
+
+/// A's run suspends on B's question, an approval given to A reaches B, and A ends
+/// with B's answer.
+async fn approval_round_trip(options: Value) {
+    let b = TestServer::local(ServerConfig::default()).await;
+    let a = serve_a(service_a(remote_spec(&b, "demo", options))).await;
+
+    let events = boss_run(&a).await;
+    assert_eq!(finish_type(&events), "suspended");
+    let (call_id, ticket) = remote_ticket(&events);
+    assert_eq!(suspended_calls(&events), vec![call_id.clone()]);
+    let question = ticket["suspension"]["message"].as_str().unwrap();
+    assert!(question.starts_with("[remote-demo] "), "{question}");
+    let task_id = ticket["remote"]["task_id"].as_str().unwrap().to_owned();
+    assert_eq!(ticket["remote"]["call_ids"].as_array().unwrap().len(), 1);
+    assert!(
+        events.iter().any(|event| matches!(&event.event,
+            AgentEvent::ActivityDelta { activity_type, .. } if activity_type == DELEGATE_ACTIVITY_TYPE)),
+        "B's progress shows on A's call"
+    );
+    let waiting = b_task(&b, &task_id).await;
+    assert_eq!(waiting["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+
+    let (_, run_id) = run_ids(&events);
+    let decision = json!({"call_id": call_id, "decision_id": "d-1", "action": "resume",
+                          "result": {"approved": true}});
+    let resumed = decide(&a, &run_id, events.last().unwrap().seq, decision).await;
+    assert_eq!(finish_type(&resumed), "natural_end");
+    let said = answer(&resumed);
+    assert!(said.starts_with("B reports: "), "{said}");
+    assert!(
+        said.contains(r#"\"deleted\":\"notes.txt\""#),
+        "B's answer reaches A: {said}"
+    );
+    let done = b_task(&b, &task_id).await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_question_is_answered_through_the_parent_when_streaming() {
+    approval_round_trip(json!({"stream": true})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_question_is_answered_through_the_parent_when_polling() {
+    approval_round_trip(json!({"stream": false, "poll_interval_ms": 20})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_given_to_the_parent_reaches_the_remote_agent() {
+    let b = TestServer::local(ServerConfig::default()).await;
+    let a = serve_a(service_a(remote_spec(&b, "demo", json!({})))).await;
+    let events = boss_run(&a).await;
+    let (call_id, ticket) = remote_ticket(&events);
+    let task_id = ticket["remote"]["task_id"].as_str().unwrap().to_owned();
+    let (_, run_id) = run_ids(&events);
+    let decision = json!({"call_id": call_id, "decision_id": "d-no", "action": "cancel",
+                          "reason": "not today"});
+    let resumed = decide(&a, &run_id, events.last().unwrap().seq, decision).await;
+    assert_eq!(finish_type(&resumed), "natural_end");
+    let said = answer(&resumed);
+    assert!(
+        said.contains("not today") && !said.contains(r#"\"deleted\""#),
+        "B's tool was denied with A's reason: {said}"
+    );
+    let done = b_task(&b, &task_id).await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_parent_cancels_the_waiting_remote_task() {
+    let b = TestServer::local(ServerConfig::default()).await;
+    let a = serve_a(service_a(remote_spec(&b, "demo", json!({})))).await;
+    let events = boss_run(&a).await;
+    let (_, ticket) = remote_ticket(&events);
+    let task_id = ticket["remote"]["task_id"].as_str().unwrap().to_owned();
+    // B's run (the task) from its last event on: the activation the cancel ends.
+    let replayed = EventReader::new(b.get(&format!("/v1/runs/{task_id}/events")).await)
+        .rest()
+        .await;
+    let watching = b
+        .client
+        .get(b.url(&format!("/v1/runs/{task_id}/events")))
+        .header("Last-Event-ID", replayed.last().unwrap().seq.to_string())
+        .send()
+        .await
+        .unwrap();
+    let b_events = tokio::spawn(EventReader::new(watching).rest());
+
+    let (_, run_id) = run_ids(&events);
+    let (status, body) = json(
+        a.post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let b_events = b_events.await.unwrap();
+    assert_eq!(finish_type(&b_events), "cancelled");
+    let cancelled = b_task(&b, &task_id).await;
+    assert_eq!(cancelled["status"]["state"], "TASK_STATE_CANCELED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_task_that_outlives_the_timeout_is_cancelled() {
+    let b = TestServer::local(ServerConfig::default()).await;
+    let mut remote = remote_spec(&b, "slow", json!({"stream": true}));
+    if let Some(endpoint) = &mut remote.endpoint {
+        endpoint.timeout_ms = 300;
+    }
+    let a = serve_a(service_a(remote)).await;
+    let events = boss_run(&a).await;
+    assert_eq!(finish_type(&events), "natural_end");
+    let said = answer(&events);
+    assert!(said.contains("did not finish in time"), "{said}");
+    // The task the call gave up on was cancelled before the call's result.
+    let activity_task = events
+        .iter()
+        .find_map(|event| match &event.event {
+            AgentEvent::ActivityDelta { patch, .. } => {
+                patch[0]["value"]["task"]["id"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        })
+        .expect("the remote task's first stream item");
+    let task = b
+        .client
+        .get(b.url(&format!("/v1/a2a/slow/tasks/{activity_task}")))
+        .header("A2A-Version", "1.0")
+        .send()
+        .await
+        .unwrap();
+    let (_, task) = json(task).await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_CANCELED", "{task}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_fails_the_call_with_the_remote_refusal() {
+    let keys = BTreeMap::from([("right-key".to_owned(), "tenant-b".to_owned())]);
+    let b = TestServer::local(ServerConfig {
+        api_keys: keys,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut remote = remote_spec(&b, "demo", json!({}));
+    if let Some(endpoint) = &mut remote.endpoint {
+        endpoint.auth = Some(RemoteAuth::bearer("wrong-key"));
+    }
+    let a = serve_a(service_a(remote)).await;
+    let events = boss_run(&a).await;
+    assert_eq!(finish_type(&events), "natural_end");
+    let said = answer(&events);
+    assert!(said.contains("401"), "the refusal names its status: {said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_refuses_unreachable_agents_and_unusable_endpoints() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, format!("http://127.0.0.1:{port}/v1/a2a"));
+    endpoint.target = Some("demo".to_owned());
+    let unreachable = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
+    match service_a(unreachable).discover_remote_agents().await {
+        Err(BuildError::DiscoveryFailed(error)) => {
+            assert_eq!(error.agent, REMOTE);
+            assert!(error.reason.contains("unreachable"), "{error}");
+        }
+        other => panic!("expected DiscoveryFailed, got {other:?}"),
+    }
+
+    let b = TestServer::local(ServerConfig::default()).await;
+    match service_a(remote_spec(&b, "no-such-agent", json!({})))
+        .discover_remote_agents()
+        .await
+    {
+        Err(BuildError::DiscoveryFailed(error)) => {
+            assert!(error.reason.contains("no agent card"), "{error}");
+        }
+        other => panic!("expected DiscoveryFailed, got {other:?}"),
+    }
+
+    let unknown_option = service_a(remote_spec(&b, "demo", json!({"polling": true})))
+        .discover_remote_agents()
+        .await;
+    match unknown_option.map(|builder| builder.build()) {
+        Err(BuildError::DiscoveryFailed(error)) => {
+            assert!(error.reason.contains("unknown option `polling`"), "{error}");
+        }
+        other => panic!("expected the option refused, got {other:?}"),
+    }
+}
