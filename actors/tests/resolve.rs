@@ -9,6 +9,9 @@ use awaken_actors::contract::{
     AgentSpec, ContentBlock, Message, ModelSpec, PluginConfigKey, RemoteEndpoint, ToolDescriptor,
     ToolResult,
 };
+use awaken_actors::delegation::{
+    RemoteAgentCard, RemoteBackend, RemoteCall, RemoteError, RemoteOutcome, RemoteTask,
+};
 use awaken_actors::llm::{InferenceRequest, LlmExecutor, StreamResult};
 use awaken_actors::plugin::{ConfigSchema, Plugin, PluginDescriptor, PluginRegistrar};
 use awaken_actors::runtime::{AgentRuntimeBuilder, ValidatedRegistries};
@@ -383,13 +386,10 @@ fn delegates_must_exist() {
 }
 
 #[test]
-fn local_delegates_become_agent_run_tools_and_remote_ones_are_warned_about() {
-    let remote =
-        agent("far").with_endpoint(RemoteEndpoint::new("a2a", "http://far.example/v1/a2a"));
+fn local_delegates_become_agent_run_tools() {
     let runtime = base()
         .with_agent_spec(agent("helper").with_system_prompt("You help with sums."))
-        .with_agent_spec(remote)
-        .with_agent_spec(agent("boss").with_delegate("helper").with_delegate("far"))
+        .with_agent_spec(agent("boss").with_delegate("helper"))
         .build()
         .unwrap();
     let boss = runtime.resolve("boss").unwrap();
@@ -422,11 +422,101 @@ fn local_delegates_become_agent_run_tools_and_remote_ones_are_warned_about() {
         tool.validate_args(&serde_json::json!({"prompt": "add 2 and 2"}))
             .is_ok()
     );
+}
+
+/// A backend that only describes agents (resolution never runs them).
+#[derive(Debug)]
+struct CardBackend;
+
+#[async_trait]
+impl RemoteBackend for CardBackend {
+    fn check_endpoint(&self, endpoint: &RemoteEndpoint) -> Result<(), RemoteError> {
+        if endpoint.base_url.starts_with("http") {
+            Ok(())
+        } else {
+            Err(RemoteError::Config("base_url must be http(s)".into()))
+        }
+    }
+
+    async fn discover(
+        &self,
+        agent: &AgentId,
+        _endpoint: &RemoteEndpoint,
+    ) -> Result<RemoteAgentCard, RemoteError> {
+        Ok(RemoteAgentCard {
+            name: agent.to_string(),
+            description: "I analyse markets.".into(),
+            streaming: true,
+        })
+    }
+
+    async fn execute(&self, _call: RemoteCall<'_>) -> Result<RemoteOutcome, RemoteError> {
+        Err(RemoteError::Unreachable("not in this test".into()))
+    }
+
+    async fn cancel(&self, _: &RemoteEndpoint, _: &RemoteTask) -> Result<(), RemoteError> {
+        Ok(())
+    }
+}
+
+fn remote_boss(base_url: &str) -> AgentRuntimeBuilder {
+    base()
+        .with_remote_agents([
+            AgentSpec::new(id("far")).with_endpoint(RemoteEndpoint::new("a2a", base_url))
+        ])
+        .with_agent_spec(agent("boss").with_delegate("far"))
+}
+
+#[tokio::test]
+async fn remote_delegates_need_their_backend_and_become_tools_described_by_their_card() {
+    let missing = remote_boss("http://far.example/v1/a2a").build().err();
     assert!(
-        boss.warnings.iter().any(|w| w.contains("`far` is remote")),
-        "{:?}",
-        boss.warnings
+        matches!(&missing, Some(BuildError::ValidationFailed(m)) if m.contains("needs backend `a2a`")),
+        "{missing:?}"
     );
+    let refused = remote_boss("ftp://far.example")
+        .with_remote_backend("a2a", Arc::new(CardBackend))
+        .build()
+        .err();
+    assert!(
+        matches!(&refused, Some(BuildError::ValidationFailed(m)) if m.contains("base_url must be http(s)")),
+        "{refused:?}"
+    );
+
+    let runtime = remote_boss("http://far.example/v1/a2a")
+        .with_remote_backend("a2a", Arc::new(CardBackend))
+        .build_and_discover()
+        .await
+        .unwrap();
+    let boss = runtime.resolve("boss").unwrap();
+    let ids: Vec<&str> = boss.tools.keys().map(String::as_str).collect();
+    assert_eq!(ids, ["agent_run_far"]);
+    assert!(
+        boss.tool_descriptors[0]
+            .description
+            .contains("I analyse markets."),
+        "{:?}",
+        boss.tool_descriptors[0]
+    );
+    assert_eq!(
+        runtime.resolve("far").err(),
+        Some(ResolveError::RemoteAgentNotDirectlyRunnable("far".into()))
+    );
+}
+
+#[test]
+fn remote_agents_need_an_endpoint_and_backends_a_unique_name() {
+    let no_endpoint = base().with_remote_agents([agent("near")]).build().err();
+    assert!(
+        matches!(&no_endpoint, Some(BuildError::ValidationFailed(m)) if m.contains("`near` has no endpoint")),
+        "{no_endpoint:?}"
+    );
+    let twice = base()
+        .with_remote_backend("a2a", Arc::new(CardBackend))
+        .with_remote_backend("a2a", Arc::new(CardBackend))
+        .build()
+        .err();
+    assert_eq!(twice, Some(BuildError::RemoteBackendConflict("a2a".into())));
 }
 
 #[test]

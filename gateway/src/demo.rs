@@ -38,6 +38,8 @@ use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
 use awaken_actors::{AgentId, BuildError, JsonValue, ToolError};
 use serde_json::json;
 
+use crate::a2a::{A2A_BACKEND, A2aBackend};
+
 /// The interactive demo agent: deletes `notes.txt` after asking for approval.
 pub const DEMO_AGENT: &str = "demo";
 /// Workload W without approvals: inference → `echo` → inference → final text.
@@ -84,8 +86,9 @@ pub fn builder(
     with_demo_agents(tools_builder(config, files, journal, rules))
 }
 
-/// The embedded tools and the permission plugin (with `rules` for every agent
-/// without a `permission` section of its own), and no agents.
+/// The embedded tools, the permission plugin (with `rules` for every agent
+/// without a `permission` section of its own) and the A2A backend for remote
+/// agents, and no agents.
 pub fn tools_builder(
     config: ThreadConfig,
     files: Arc<FakeFiles>,
@@ -104,6 +107,7 @@ pub fn tools_builder(
             }),
         )
         .with_tool(SleepTool::ID, Arc::new(SleepTool { journal }))
+        .with_remote_backend(A2A_BACKEND, Arc::new(A2aBackend::new()))
 }
 
 /// Adds the embedded agents of the table above, each with its scripted model.

@@ -20,7 +20,7 @@ use awaken_actors::runtime::AgentRuntimeBuilder;
 use awaken_actors::thread::ThreadConfig;
 use awaken_actors::{AgentId, BuildError};
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
-use awaken_gateway::a2a::{A2A_BACKEND, A2aBackend};
+use awaken_gateway::a2a::A2A_BACKEND;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
 use awaken_gateway::server::ServerConfig;
 use http_support::{EventReader, TestServer, finish_type, json, run_ids, suspended_calls, user};
@@ -58,7 +58,6 @@ fn service_a(remote: AgentSpec) -> AgentRuntimeBuilder {
         Journal::default(),
         PermissionRules::new(PermissionBehavior::Allow),
     )
-    .with_remote_backend(A2A_BACKEND, Arc::new(A2aBackend::new()))
     .with_remote_agents([remote])
     .with_model(BOSS, ModelSpec::new(BOSS, BOSS, "scripted"))
     .with_provider(BOSS, Arc::new(ScriptedExecutor::new(script).unwrap()))
@@ -127,19 +126,31 @@ async fn b_task(b: &TestServer, task_id: &str) -> Value {
 
 /// Decides A's waiting run and reads the activation the decision starts.
 async fn decide(a: &TestServer, run_id: &str, last_seq: u64, decision: Value) -> Vec<StreamEvent> {
-    let watching = a
-        .client
-        .get(a.url(&format!("/v1/runs/{run_id}/events")))
+    decide_at(&a.client, &a.base, run_id, last_seq, decision).await
+}
+
+/// [`decide`] on the service at `base`.
+async fn decide_at(
+    client: &reqwest::Client,
+    base: &str,
+    run_id: &str,
+    last_seq: u64,
+    decision: Value,
+) -> Vec<StreamEvent> {
+    let watching = client
+        .get(format!("{base}/v1/runs/{run_id}/events"))
         .header("Last-Event-ID", last_seq.to_string())
         .send()
         .await
         .unwrap();
     let resumed = tokio::spawn(EventReader::new(watching).rest());
-    let (status, body) = json(
-        a.post(&format!("/v1/runs/{run_id}/decision"), decision)
-            .await,
-    )
-    .await;
+    let decided = client
+        .post(format!("{base}/v1/runs/{run_id}/decision"))
+        .json(&decision)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json(decided).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     resumed.await.unwrap()
 }
@@ -333,4 +344,128 @@ async fn discovery_refuses_unreachable_agents_and_unusable_endpoints() {
         }
         other => panic!("expected the option refused, got {other:?}"),
     }
+}
+
+/// `awaken serve` with `config` (TOML) as a process; `None` when it exits before
+/// listening, with what it wrote to stderr.
+async fn awaken_serve(
+    config: &str,
+) -> Result<(tokio::process::Child, String, tempfile::TempDir), String> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("awaken.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_awaken"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if event["event"] == "listening" {
+            let base = format!("http://{}", event["address"].as_str().unwrap());
+            return Ok((child, base, dir));
+        }
+    }
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    Err(stderr)
+}
+
+/// Service A as `awaken serve` sees it: `boss` and `remote-demo` from its config
+/// file, the remote one's card read at start-up.
+fn service_a_toml(remote_base: &str) -> String {
+    format!(
+        r#"
+demo_agents = false
+
+[server]
+address = "127.0.0.1:0"
+
+[store]
+kind = "memory"
+
+[providers.boss]
+adapter = "scripted"
+script = {{ steps = [
+  {{ tool_calls = [{{ name = "agent_run_remote-demo", arguments = {{ prompt = "Tidy up" }} }}] }},
+  {{ text = "B reports: {{last_tool_result}}" }},
+] }}
+
+[models.boss]
+provider = "boss"
+model = "boss"
+
+[agents.boss]
+model = "boss"
+delegates = ["remote-demo"]
+allowed_tools = ["agent_run_remote-demo"]
+
+[agents.remote-demo.endpoint]
+backend = "a2a"
+base_url = "{remote_base}/v1/a2a"
+target = "demo"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn awaken_serve_delegates_to_a_remote_agent_of_its_config_file() {
+    let b = TestServer::local(ServerConfig::default()).await;
+    let (_a, base, _dir) = awaken_serve(&service_a_toml(&b.base)).await.unwrap();
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{base}/v1/runs"))
+        .json(&json!({"agentId": BOSS, "messages": user("please tidy up")}))
+        .send()
+        .await
+        .unwrap();
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(finish_type(&events), "suspended");
+    let (call_id, ticket) = remote_ticket(&events);
+    let task_id = ticket["remote"]["task_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        b_task(&b, &task_id).await["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    let (_, run_id) = run_ids(&events);
+    let decision = json!({"call_id": call_id, "decision_id": "d-1", "action": "resume",
+                          "result": {"approved": true}});
+    let resumed = decide_at(
+        &client,
+        &base,
+        &run_id,
+        events.last().unwrap().seq,
+        decision,
+    )
+    .await;
+    assert_eq!(finish_type(&resumed), "natural_end");
+    assert!(answer(&resumed).contains(r#"\"deleted\":\"notes.txt\""#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn awaken_serve_refuses_to_start_when_a_remote_agent_cannot_be_discovered() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let Err(stderr) = awaken_serve(&service_a_toml(&base)).await else {
+        panic!("serve started without its remote agent");
+    };
+    assert!(
+        stderr.contains("cannot discover remote agent `remote-demo`"),
+        "{stderr}"
+    );
 }

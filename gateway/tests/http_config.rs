@@ -270,6 +270,28 @@ async fn bad_writes_are_refused_and_change_nothing() {
             "AWAKEN_TEST_UNSET_KEY_9C1",
         ),
         (
+            server
+                .post(
+                    "/v1/config/agents",
+                    json!({"id": "far", "endpoint": {"backend": "a2a",
+                           "base_url": "http://far.example/v1/a2a", "options": {"polling": true}}}),
+                )
+                .await,
+            StatusCode::BAD_REQUEST,
+            "unknown option `polling`",
+        ),
+        (
+            server
+                .post(
+                    "/v1/config/agents",
+                    json!({"id": "far", "endpoint": {"backend": "carrier-pigeon",
+                           "base_url": "http://far.example"}}),
+                )
+                .await,
+            StatusCode::BAD_REQUEST,
+            "needs backend `carrier-pigeon`",
+        ),
+        (
             server.post("/v1/config/agents", json!({"id": "greeter", "model": "m"})).await,
             StatusCode::CONFLICT,
             "already exists",

@@ -66,10 +66,14 @@ impl ValidatedRegistries {
 }
 
 /// Dry-runs the resolution of every local agent, so a missing model, provider or
-/// plugin is reported before the set is used.
+/// plugin is reported before the set is used; a remote agent's backend must accept
+/// its endpoint.
 pub fn validate_agents(registries: &RegistrySet) -> Result<(), BuildError> {
     for (id, spec) in registries.agents.iter() {
         if spec.endpoint.is_some() {
+            // A remote agent is checked as a delegate: its backend and endpoint.
+            super::resolve::remote_tool(registries, spec)
+                .map_err(|err| BuildError::ValidationFailed(format!("agent `{id}`: {err}")))?;
             continue;
         }
         let resolved = super::resolve::resolve(registries, id).and_then(|base| {

@@ -338,29 +338,7 @@ fn resolve_spec(
             return Err(ResolveError::AgentNotFound(delegate.clone()));
         };
         let tool: Arc<dyn Tool> = match &delegate_spec.endpoint {
-            Some(endpoint) => {
-                let backend = registries
-                    .remote_backends
-                    .get(&endpoint.backend)
-                    .cloned()
-                    .ok_or_else(|| ResolveError::RemoteBackendNotFound {
-                        agent: delegate.to_string(),
-                        backend: endpoint.backend.clone(),
-                    })?;
-                backend.check_endpoint(endpoint).map_err(|error| {
-                    ResolveError::InvalidRemoteEndpoint {
-                        agent: delegate.to_string(),
-                        message: error.to_string(),
-                    }
-                })?;
-                let card = registries.remote_cards.get(delegate).cloned();
-                Arc::new(RemoteAgentTool::new(
-                    delegate_spec,
-                    endpoint.clone(),
-                    backend,
-                    card,
-                ))
-            }
+            Some(_) => Arc::new(remote_tool(registries, delegate_spec)?),
             None => Arc::new(AgentTool::new(delegate_spec)),
         };
         let id = tool.descriptor().id;
@@ -400,6 +378,35 @@ fn resolve_spec(
         env: Arc::new(env),
         warnings,
     })
+}
+
+/// The tool that reaches remote agent `spec` through its endpoint's backend, once
+/// the backend accepts the endpoint.
+pub(super) fn remote_tool(
+    registries: &RegistrySet,
+    spec: &AgentSpec,
+) -> Result<RemoteAgentTool, ResolveError> {
+    let agent = spec.id.to_string();
+    let endpoint = spec
+        .endpoint
+        .as_ref()
+        .ok_or_else(|| ResolveError::AgentNotFound(agent.clone()))?;
+    let backend = registries
+        .remote_backends
+        .get(&endpoint.backend)
+        .cloned()
+        .ok_or_else(|| ResolveError::RemoteBackendNotFound {
+            agent: agent.clone(),
+            backend: endpoint.backend.clone(),
+        })?;
+    backend
+        .check_endpoint(endpoint)
+        .map_err(|error| ResolveError::InvalidRemoteEndpoint {
+            agent: agent.clone(),
+            message: error.to_string(),
+        })?;
+    let card = registries.remote_cards.get(&agent).cloned();
+    Ok(RemoteAgentTool::new(spec, endpoint.clone(), backend, card))
 }
 
 fn invalid_config(plugin: &str, key: &str, message: String) -> ResolveError {

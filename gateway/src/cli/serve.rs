@@ -17,7 +17,6 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use awaken_actors::permission::{PermissionBehavior, PermissionRules};
 
-use crate::a2a::{A2A_BACKEND, A2aBackend};
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
 use crate::runtime_config::ConfigDocument;
@@ -140,9 +139,8 @@ async fn serve<N: RunControl>(
     Ok(Arc::into_inner(node))
 }
 
-/// The embedded tools with the configured permission rules, the A2A backend for
-/// remote agents, the demo agents unless `demo_agents = false`, and the file's
-/// agents, models and providers.
+/// The embedded tools with the configured permission rules, the demo agents
+/// unless `demo_agents = false`, and the file's agents, models and providers.
 fn runtime_builder(
     config: &ServeConfig,
     file_entries: &ConfigDocument,
@@ -156,8 +154,7 @@ fn runtime_builder(
         Arc::new(FakeFiles::with_demo_files()),
         Journal::default(),
         rules,
-    )
-    .with_remote_backend(A2A_BACKEND, Arc::new(A2aBackend::new()));
+    );
     if config.demo_agents {
         builder = demo::with_demo_agents(builder)?;
     }
