@@ -234,13 +234,26 @@ impl ThreadRegion {
     pub async fn send(&self, thread_id: &ThreadId, message: ThreadMsg) -> Result<(), ControlError> {
         let mut message = message;
         loop {
-            let live = match self.slots.map.entry(thread_id.clone()) {
+            match self.slots.map.entry(thread_id.clone()) {
                 Entry::Occupied(mut occupied) => match occupied.get_mut() {
                     Slot::Starting(parked) | Slot::Passivating(_, parked) => {
                         parked.push(message);
                         return Ok(());
                     }
-                    Slot::Live(actor) => actor.clone(),
+                    // Sent under the slot's lock: the actor cannot begin to passivate
+                    // between this lookup and the send, so the message is either in
+                    // its mailbox before its `Passivate` (which then keeps it alive)
+                    // or parked.
+                    Slot::Live(actor) => match actor.send_message(message) {
+                        Ok(()) => return Ok(()),
+                        Err(MessagingErr::SendErr(returned)) => {
+                            // The actor died without its slot being cleared: forget
+                            // it and start another.
+                            occupied.remove();
+                            message = returned;
+                        }
+                        Err(error) => return Err(ControlError::Unavailable(error.to_string())),
+                    },
                 },
                 Entry::Vacant(vacant) => {
                     vacant.insert(Slot::Starting(Parked::with(message)));
@@ -255,18 +268,6 @@ impl ThreadRegion {
                     )
                     .await;
                 }
-            };
-            match live.send_message(message) {
-                Ok(()) => return Ok(()),
-                Err(MessagingErr::SendErr(returned)) => {
-                    // The actor died between lookup and send: forget it and retry.
-                    self.slots.map.remove_if(
-                        thread_id,
-                        |_, slot| matches!(slot, Slot::Live(a) if a.get_id() == live.get_id()),
-                    );
-                    message = returned;
-                }
-                Err(error) => return Err(ControlError::Unavailable(error.to_string())),
             }
         }
     }
@@ -393,23 +394,23 @@ async fn start_actor(
                 thread_id: thread_id.clone(),
                 restarts,
             });
-            let buffered = match slots.map.get_mut(&thread_id) {
-                Some(mut slot) => match std::mem::replace(&mut *slot, Slot::Live(actor.clone())) {
-                    Slot::Starting(parked) => parked.take(),
-                    other => {
-                        *slot = other;
-                        Vec::new()
+            // The parked messages are handed over under the slot's lock, as `send`
+            // does: an actor that found itself idle at start must not begin to
+            // passivate before they are in its mailbox.
+            match slots.map.entry(thread_id.clone()) {
+                Entry::Occupied(mut occupied) => {
+                    let slot = occupied.get_mut();
+                    if let Slot::Starting(parked) = slot {
+                        let buffered = parked.take();
+                        *slot = Slot::Live(actor.clone());
+                        for message in buffered {
+                            let _ = actor.send_message(message);
+                        }
                     }
-                },
-                None => {
-                    slots
-                        .map
-                        .insert(thread_id.clone(), Slot::Live(actor.clone()));
-                    Vec::new()
                 }
-            };
-            for message in buffered {
-                let _ = actor.send_message(message);
+                Entry::Vacant(vacant) => {
+                    vacant.insert(Slot::Live(actor.clone()));
+                }
             }
             Ok(())
         }
