@@ -346,8 +346,8 @@ async fn discovery_refuses_unreachable_agents_and_unusable_endpoints() {
     }
 }
 
-/// `awaken serve` with `config` (TOML) as a process; `None` when it exits before
-/// listening, with what it wrote to stderr.
+/// `awaken serve` with `config` (TOML) as a process and its base URL; what it wrote
+/// to stderr when it exits before listening.
 async fn awaken_serve(
     config: &str,
 ) -> Result<(tokio::process::Child, String, tempfile::TempDir), String> {
