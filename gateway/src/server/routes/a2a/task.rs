@@ -92,12 +92,12 @@ pub(crate) fn task_of(
         }],
         _ => Vec::new(),
     };
-    let mut history: Vec<Message> = run_messages(record, log)
-        .map(|message| a2a_message(message, &task_id, &context_id))
-        .collect();
-    if let Some(limit) = history_length {
-        history.drain(..history.len().saturating_sub(limit));
-    }
+    let history = history_of(
+        run_messages(record, log),
+        &task_id,
+        &context_id,
+        history_length,
+    );
     Task {
         id: task_id,
         context_id,
@@ -115,14 +115,12 @@ pub(crate) fn submitted_task(
     history_length: Option<usize>,
 ) -> Task {
     let (task_id, context_id) = (run_id.to_string(), request.thread_id.to_string());
-    let mut history: Vec<Message> = request
-        .messages
-        .iter()
-        .map(|message| a2a_message(message, &task_id, &context_id))
-        .collect();
-    if let Some(limit) = history_length {
-        history.drain(..history.len().saturating_sub(limit));
-    }
+    let history = history_of(
+        request.messages.iter(),
+        &task_id,
+        &context_id,
+        history_length,
+    );
     Task {
         id: task_id,
         context_id,
@@ -177,6 +175,22 @@ fn input_required_parts(record: &RunRecord, log: &[EngineMessage]) -> Vec<Part> 
         Part::text(lines.join("\n")),
         Part::data(json!({ "pending": pending })),
     ]
+}
+
+/// The last `limit` (`None`: all) of `messages` as the history of `task_id`.
+fn history_of<'a>(
+    messages: impl Iterator<Item = &'a EngineMessage>,
+    task_id: &str,
+    context_id: &str,
+    limit: Option<usize>,
+) -> Vec<Message> {
+    let mut history: Vec<Message> = messages
+        .map(|message| a2a_message(message, task_id, context_id))
+        .collect();
+    if let Some(limit) = limit {
+        history.drain(..history.len().saturating_sub(limit));
+    }
+    history
 }
 
 /// An engine message as an A2A message of `task_id`.
