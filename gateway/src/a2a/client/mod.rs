@@ -69,11 +69,8 @@ impl A2aBackend {
             tokio::time::sleep(settings.poll_interval).await;
             match self.http.get_json::<Task>(settings, &url).await {
                 Ok(task) => {
+                    let changed = view.state() != Some(task.status.state);
                     let item = StreamResponse::Task(task);
-                    let changed = match &item {
-                        StreamResponse::Task(task) => view.state() != Some(task.status.state),
-                        _ => false,
-                    };
                     if let Some(outcome) = take_in(view, item, progress, changed).await {
                         return Ok(outcome);
                     }
