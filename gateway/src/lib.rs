@@ -11,6 +11,7 @@ pub mod bench;
 pub mod cli;
 pub mod demo;
 pub mod error;
+pub mod mcp;
 pub mod run_cmd;
 pub mod runtime_config;
 pub mod serve;

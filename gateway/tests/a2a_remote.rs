@@ -23,7 +23,9 @@ use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_gateway::a2a::A2A_BACKEND;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
 use awaken_gateway::server::ServerConfig;
-use http_support::{EventReader, TestServer, finish_type, json, run_ids, suspended_calls, user};
+use http_support::{
+    EventReader, TestServer, awaken_serve, finish_type, json, run_ids, suspended_calls, user,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -344,45 +346,6 @@ async fn discovery_refuses_unreachable_agents_and_unusable_endpoints() {
         }
         other => panic!("expected the option refused, got {other:?}"),
     }
-}
-
-/// `awaken serve` with `config` (TOML) as a process and its base URL; what it wrote
-/// to stderr when it exits before listening.
-async fn awaken_serve(
-    config: &str,
-) -> Result<(tokio::process::Child, String, tempfile::TempDir), String> {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("awaken.toml");
-    std::fs::write(&path, config).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_awaken"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while let Some(line) = lines.next_line().await.unwrap() {
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if event["event"] == "listening" {
-            let base = format!("http://{}", event["address"].as_str().unwrap());
-            return Ok((child, base, dir));
-        }
-    }
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
-    Err(stderr)
 }
 
 /// Service A as `awaken serve` sees it: `boss` and `remote-demo` from its config

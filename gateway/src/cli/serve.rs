@@ -19,6 +19,7 @@ use awaken_actors::permission::{PermissionBehavior, PermissionRules};
 
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
+use crate::mcp::{McpHub, McpTool};
 use crate::runtime_config::ConfigDocument;
 use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
 use crate::server::{AppState, Server};
@@ -58,7 +59,12 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
     let file_entries = config
         .entries()
         .map_err(|e| GatewayError::Config(e.to_string()))?;
-    let builder = runtime_builder(&config, &file_entries)?
+    let mcp = Arc::new(McpHub::new());
+    let mcp_tools = file_entries
+        .mcp_tools(&mcp)
+        .await
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let builder = runtime_builder(&config, &file_entries, mcp_tools)?
         .with_thread_run_store(store)
         .discover_remote_agents()
         .await
@@ -77,7 +83,7 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
             let node = LocalNode::start(builder, local_config)
                 .await
                 .map_err(|e| GatewayError::Cluster(e.to_string()))?;
-            let node = serve(Arc::new(node), config.server, file_entries, "local").await?;
+            let node = serve(Arc::new(node), config.server, file_entries, mcp, "local").await?;
             if let Some(node) = node {
                 node.shutdown().await;
             }
@@ -86,7 +92,8 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
             let drain = Duration::from_secs(cluster.drain_timeout_secs);
             let node = join_cluster(cluster, events, builder).await?;
             let node_id = node.node_id().to_string();
-            if let Some(node) = serve(Arc::new(node), config.server, file_entries, &node_id).await?
+            if let Some(node) =
+                serve(Arc::new(node), config.server, file_entries, mcp, &node_id).await?
             {
                 node.drain(drain)
                     .await
@@ -104,6 +111,7 @@ async fn serve<N: RunControl>(
     node: Arc<N>,
     config: crate::server::ServerConfig,
     file_entries: ConfigDocument,
+    mcp: Arc<McpHub>,
     node_id: &str,
 ) -> Result<Option<N>> {
     if config.api_keys.is_empty() && !is_loopback(&config.address) {
@@ -113,6 +121,7 @@ async fn serve<N: RunControl>(
         Arc::clone(&node) as Arc<dyn RunControl>,
         config,
         file_entries,
+        mcp,
     )
     .await
     .map_err(|e| GatewayError::Config(e.to_string()))?;
@@ -140,10 +149,12 @@ async fn serve<N: RunControl>(
 }
 
 /// The embedded tools with the configured permission rules, the demo agents
-/// unless `demo_agents = false`, and the file's agents, models and providers.
+/// unless `demo_agents = false`, and the file's agents, models, providers and
+/// MCP servers' tools.
 fn runtime_builder(
     config: &ServeConfig,
     file_entries: &ConfigDocument,
+    mcp_tools: Vec<Arc<McpTool>>,
 ) -> Result<awaken_actors::runtime::AgentRuntimeBuilder> {
     let rules = match &config.permissions {
         Some(rules) => rules.compile().map_err(|e| invalid("permissions", e))?,
@@ -159,7 +170,7 @@ fn runtime_builder(
         builder = demo::with_demo_agents(builder)?;
     }
     file_entries
-        .register(builder)
+        .register(builder, mcp_tools)
         .map_err(|e| GatewayError::Config(e.to_string()))
 }
 

@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use awaken_actors::runtime::{AgentRuntimeBuilder, RegistrySet};
+use awaken_actors::tool::Tool;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as JsonValue;
 
 use super::namespace::{Entry, EntryError, Namespace};
+use crate::mcp::{McpHub, McpServerSpec, McpTool};
 
 /// Entries by namespace and id, each in its checked normal JSON form.
 ///
@@ -58,6 +60,14 @@ pub enum DocumentError {
         namespace: Namespace,
         /// The entry's id.
         id: String,
+    },
+    /// An MCP server's tool has the id of a tool the node already has.
+    #[error("mcp-servers `{server}`: tool `{tool}` is already registered on this node")]
+    ToolTaken {
+        /// The server's id.
+        server: String,
+        /// The tool's id.
+        tool: String,
     },
     /// An agent of the resulting configuration does not resolve.
     #[error("{0}")]
@@ -140,10 +150,50 @@ impl ConfigDocument {
         Ok(entries)
     }
 
-    /// `base` with this document's agents, models and providers added. MCP servers
-    /// are recorded only: nothing in the registries uses them yet.
-    pub fn apply(&self, base: &RegistrySet) -> Result<RegistrySet, DocumentError> {
+    /// The document's MCP servers, checked.
+    pub fn mcp_servers(&self) -> Result<Vec<McpServerSpec>, DocumentError> {
+        Ok(self
+            .checked()?
+            .into_iter()
+            .filter_map(|entry| match entry {
+                Entry::McpServer(spec) => Some(spec),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The tools of the document's MCP servers, through `hub` (which connects
+    /// the servers it is not connected to yet).
+    pub async fn mcp_tools(&self, hub: &McpHub) -> Result<Vec<Arc<McpTool>>, DocumentError> {
+        let servers = self.mcp_servers()?;
+        hub.tools(&servers)
+            .await
+            .map_err(|error| DocumentError::Unusable {
+                namespace: Namespace::McpServers,
+                id: error.server().to_owned(),
+                error: error.to_string(),
+            })
+    }
+
+    /// `base` with this document's agents, models and providers added, and
+    /// `mcp_tools` (its MCP servers' tools, from [`Self::mcp_tools`]).
+    pub fn apply(
+        &self,
+        base: &RegistrySet,
+        mcp_tools: Vec<Arc<McpTool>>,
+    ) -> Result<RegistrySet, DocumentError> {
         let mut registries = base.clone();
+        for tool in mcp_tools {
+            let id = tool.descriptor().id;
+            let server = tool.server().to_owned();
+            if registries
+                .tools
+                .insert(id.clone(), tool as Arc<dyn Tool>)
+                .is_err()
+            {
+                return Err(DocumentError::ToolTaken { server, tool: id });
+            }
+        }
         for entry in self.checked()? {
             let namespace = entry.namespace();
             let id = entry.id().to_owned();
@@ -170,12 +220,18 @@ impl ConfigDocument {
         Ok(registries)
     }
 
-    /// Registers this document's agents, models and providers with `builder`
-    /// (a duplicate id surfaces from `build`).
+    /// Registers this document's agents, models and providers, and `mcp_tools`
+    /// (from [`Self::mcp_tools`]), with `builder` (a duplicate id surfaces from
+    /// `build`).
     pub fn register(
         &self,
         mut builder: AgentRuntimeBuilder,
+        mcp_tools: Vec<Arc<McpTool>>,
     ) -> Result<AgentRuntimeBuilder, DocumentError> {
+        for tool in mcp_tools {
+            let id = tool.descriptor().id;
+            builder = builder.with_tool(id, tool as Arc<dyn Tool>);
+        }
         for entry in self.checked()? {
             builder = match entry {
                 Entry::Agent(spec) => builder.with_agent_spec(*spec),
@@ -257,7 +313,7 @@ mod tests {
             ),
             (Namespace::Agents, json!({"id": "a", "model": "m"})),
         ]);
-        let registries = document.apply(&base.registries()).unwrap();
+        let registries = document.apply(&base.registries(), Vec::new()).unwrap();
         assert!(registries.agents.contains("a"));
         assert!(registries.providers.contains("builtin"));
         assert!(awaken_actors::runtime::validate_agents(&registries).is_ok());
@@ -267,14 +323,17 @@ mod tests {
             json!({"id": "builtin", "adapter": "scripted", "script": {"steps": [{"text": "y"}]}}),
         )]);
         assert!(matches!(
-            clash.apply(&base.registries()),
+            clash.apply(&base.registries(), Vec::new()),
             Err(DocumentError::BuiltIn { .. })
         ));
         let unusable = self::document(&[(
             Namespace::Providers,
             json!({"id": "q", "adapter": "scripted"}),
         )]);
-        let error = unusable.apply(&base.registries()).unwrap_err().to_string();
+        let error = unusable
+            .apply(&base.registries(), Vec::new())
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("needs a `script`"), "{error}");
     }
 }

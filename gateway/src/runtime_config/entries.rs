@@ -1,7 +1,7 @@
 //! The entry types of the `providers` and `mcp-servers` namespaces (agents and
-//! models are the engine's own `AgentSpec` and `ModelSpec`).
+//! models are the engine's own `AgentSpec` and `ModelSpec`; MCP servers are
+//! [`crate::mcp::McpServerSpec`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use awaken_actors::contract::ProviderSpec;
@@ -73,54 +73,4 @@ impl ProviderConfig {
     }
 }
 
-/// An MCP server whose tools agents may use.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct McpServerSpec {
-    /// The server's id.
-    pub id: String,
-    /// How to reach it.
-    pub transport: McpTransport,
-    /// Per-request timeout, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-}
-
-/// The MCP transports: a child process on stdio, or streamable HTTP.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum McpTransport {
-    /// A command started by the node, speaking JSON-RPC on stdin/stdout.
-    Stdio {
-        /// The program.
-        command: String,
-        /// Its arguments.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        args: Vec<String>,
-        /// Extra environment variables.
-        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        env: BTreeMap<String, String>,
-    },
-    /// A streamable HTTP endpoint.
-    Http {
-        /// The endpoint URL (`http` or `https`).
-        url: String,
-    },
-}
-
-impl McpServerSpec {
-    /// Checks what the schema cannot: a non-empty command, an http(s) URL.
-    pub fn check(&self) -> Result<(), String> {
-        match &self.transport {
-            McpTransport::Stdio { command, .. } if command.trim().is_empty() => {
-                Err("transport.command is empty".into())
-            }
-            McpTransport::Http { url }
-                if !(url.starts_with("http://") || url.starts_with("https://")) =>
-            {
-                Err(format!("transport.url `{url}` is not an http(s) URL"))
-            }
-            _ => Ok(()),
-        }
-    }
-}
+pub use crate::mcp::{McpServerSpec, McpTransport};

@@ -12,6 +12,7 @@ use serde_json::{Value as JsonValue, json};
 
 use super::document::{ConfigDocument, DocumentError};
 use super::namespace::{EntryError, Namespace};
+use crate::mcp::McpHub;
 
 /// Compare-and-set attempts of one write before it gives up (each lost attempt
 /// means another write landed: the next one is checked against it).
@@ -77,6 +78,8 @@ pub struct ConfigManager {
     base: Arc<RegistrySet>,
     /// The `awaken.toml` entries, served as they were written.
     file: ConfigDocument,
+    /// This node's MCP connections (the file's servers and the stored ones).
+    mcp: Arc<McpHub>,
     applied: Mutex<Applied>,
     follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -99,23 +102,25 @@ impl Drop for ConfigManager {
 
 impl ConfigManager {
     /// Takes `runtime`'s current registries as the built-in base (`file` lists the
-    /// entries that came from `awaken.toml`), applies the store's latest document
-    /// and follows the store from then on.
+    /// entries that came from `awaken.toml`, whose MCP servers `mcp` is connected
+    /// to), applies the store's latest document and follows the store from then on.
     pub async fn start(
         runtime: AgentRuntime,
         store: Arc<dyn ConfigStore>,
         file: ConfigDocument,
+        mcp: Arc<McpHub>,
     ) -> Result<Arc<Self>, ConfigApiError> {
         let manager = Arc::new(Self {
             base: runtime.registries(),
             runtime,
             store,
             file,
+            mcp,
             applied: Mutex::new(Applied::default()),
             follower: Mutex::new(None),
         });
         if let Some(version) = manager.store.load().await? {
-            manager.adopt(version);
+            manager.adopt(version).await;
         }
         let follower = tokio::spawn(follow(Arc::downgrade(&manager)));
         *manager.lock_follower() = Some(follower);
@@ -178,22 +183,40 @@ impl ConfigManager {
     }
 
     /// Builds and installs a stored revision newer than the applied one; a
-    /// revision this node cannot use is logged and skipped (the previous one stays).
-    fn adopt(&self, version: ConfigVersion) {
+    /// revision this node cannot use (an MCP server it cannot reach, say) is
+    /// logged and skipped: the previous one stays.
+    async fn adopt(&self, version: ConfigVersion) {
         if version.revision <= self.revision() {
             return;
         }
-        let built = ConfigDocument::decode(&version.document).and_then(|document| {
-            let registries = ValidatedRegistries::new(document.apply(&self.base)?)
-                .map_err(|e| DocumentError::Unbuildable(e.to_string()))?;
-            Ok((registries, document))
-        });
+        let built = match ConfigDocument::decode(&version.document) {
+            Ok(document) => self.build(&document).await.map(|r| (r, document)),
+            Err(error) => Err(error),
+        };
         match built {
             Ok((registries, document)) => self.install(version.revision, registries, document),
             Err(error) => {
                 tracing::error!(revision = version.revision, %error, "config revision unusable on this node");
             }
         }
+        self.forget_unused_mcp_servers();
+    }
+
+    /// The registries of `document` on this node: the base, its entries, its MCP
+    /// servers' tools; every agent resolves.
+    async fn build(&self, document: &ConfigDocument) -> Result<ValidatedRegistries, DocumentError> {
+        let tools = document.mcp_tools(&self.mcp).await?;
+        ValidatedRegistries::new(document.apply(&self.base, tools)?)
+            .map_err(|e| DocumentError::Unbuildable(e.to_string()))
+    }
+
+    /// Disconnects the MCP servers neither `awaken.toml` nor the applied
+    /// document names (removed, replaced, or connected for a refused write).
+    fn forget_unused_mcp_servers(&self) {
+        let applied = self.lock_applied();
+        self.mcp.retain(|id| {
+            self.file.mcp_servers.contains_key(id) || applied.document.mcp_servers.contains_key(id)
+        });
     }
 
     fn install(&self, revision: u64, registries: ValidatedRegistries, document: ConfigDocument) {
@@ -354,14 +377,25 @@ impl ConfigManager {
                  change it there"
             )));
         }
+        let written = self.write_checked(namespace, id, change).await;
+        self.forget_unused_mcp_servers();
+        written
+    }
+
+    async fn write_checked(
+        &self,
+        namespace: Namespace,
+        id: &str,
+        change: impl Fn(&mut ConfigDocument) -> Result<(), ConfigApiError>,
+    ) -> Result<(), ConfigApiError> {
         for _ in 0..WRITE_ATTEMPTS {
             let (revision, mut document) = self.latest().await?;
             let before = document.clone();
             change(&mut document)?;
-            let refuse =
-                |error: &dyn std::fmt::Display| refusal(namespace, id, &before, &document, error);
-            let registries = document.apply(&self.base).map_err(|e| refuse(&e))?;
-            let registries = ValidatedRegistries::new(registries).map_err(|e| refuse(&e))?;
+            let registries = self
+                .build(&document)
+                .await
+                .map_err(|e| refusal(namespace, id, &before, &document, &e))?;
             let bytes = document
                 .encode()
                 .map_err(|e| ConfigApiError::Invalid(e.to_string()))?;
@@ -418,7 +452,7 @@ async fn follow(manager: std::sync::Weak<ConfigManager>) {
                         return;
                     };
                     match version {
-                        Ok(version) => strong.adopt(version),
+                        Ok(version) => strong.adopt(version).await,
                         Err(error) => {
                             tracing::warn!(%error, "config watch failed");
                             break;

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use super::config::ServerConfig;
 use super::metrics::Metrics;
 use super::routes::PushNotifications;
+use crate::mcp::McpHub;
 use crate::runtime_config::{ConfigApiError, ConfigDocument, ConfigManager};
 
 /// The node the routes serve from and the server's settings.
@@ -53,14 +54,17 @@ impl AppState {
     }
 
     /// State for routes over `control`, with a config manager over its runtime and
-    /// config store (`file`: the entries that came from `awaken.toml`).
+    /// config store (`file`: the entries that came from `awaken.toml`; `mcp`: the
+    /// node's MCP connections, with the file's servers).
     pub async fn start(
         control: Arc<dyn RunControl>,
         config: ServerConfig,
         file: ConfigDocument,
+        mcp: Arc<McpHub>,
     ) -> Result<Self, ConfigApiError> {
         let runtime_config =
-            ConfigManager::start(control.runtime().clone(), control.config_store(), file).await?;
+            ConfigManager::start(control.runtime().clone(), control.config_store(), file, mcp)
+                .await?;
         Ok(Self::new(control, config, runtime_config))
     }
 

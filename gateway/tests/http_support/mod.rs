@@ -8,6 +8,7 @@ use awaken_actors::thread::ThreadConfig;
 use awaken_cluster::RunControl;
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_gateway::demo::{self, FakeFiles, Journal};
+use awaken_gateway::mcp::McpHub;
 use awaken_gateway::runtime_config::ConfigDocument;
 use awaken_gateway::server::{AppState, Server, ServerConfig};
 use eventsource_stream::Eventsource;
@@ -44,9 +45,14 @@ impl TestServer {
     /// Serves `control` on a free loopback port.
     pub async fn serve(control: Arc<dyn RunControl>, mut config: ServerConfig) -> Self {
         config.address = "127.0.0.1:0".into();
-        let state = AppState::start(Arc::clone(&control), config, ConfigDocument::default())
-            .await
-            .unwrap();
+        let state = AppState::start(
+            Arc::clone(&control),
+            config,
+            ConfigDocument::default(),
+            Arc::new(McpHub::new()),
+        )
+        .await
+        .unwrap();
         let server = Server::bind(state).await.unwrap();
         let base = format!("http://{}", server.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -284,4 +290,43 @@ pub async fn python_client(script: &str, args: &[&str]) -> Value {
     );
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
+}
+
+/// `awaken serve` with `config` (TOML) as a process and its base URL; what it wrote
+/// to stderr when it exits before listening.
+pub async fn awaken_serve(
+    config: &str,
+) -> Result<(tokio::process::Child, String, tempfile::TempDir), String> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("awaken.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_awaken"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if event["event"] == "listening" {
+            let base = format!("http://{}", event["address"].as_str().unwrap());
+            return Ok((child, base, dir));
+        }
+    }
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    Err(stderr)
 }

@@ -1,0 +1,212 @@
+//! `McpSession`: this node's connection to one MCP server. A server that went
+//! away (a child process that exited, an HTTP session that ended) is connected
+//! again by the next request.
+
+use std::future::Future;
+use std::process::Stdio;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientConfig, Implementation, JsonObject, MetaObject,
+    RequestMetaObject, Tool as McpToolInfo,
+};
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value as JsonValue;
+
+use super::spec::{McpServerSpec, McpTransport};
+
+/// The `_meta` key under which a call carries its idempotency key (call id and
+/// attempt), so a server can recognise a call the runtime re-runs.
+pub const IDEMPOTENCY_META_KEY: &str = "io.awaken/idempotency-key";
+
+/// Why an MCP server could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpError {
+    /// The server could not be started or connected to, or refused to initialize.
+    #[error("mcp server `{server}` is unreachable: {message}")]
+    Unreachable {
+        /// The server's id.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A request got no answer within the server's `timeout_ms`.
+    #[error("mcp server `{server}` did not answer within {timeout_ms} ms")]
+    Timeout {
+        /// The server's id.
+        server: String,
+        /// The bound that passed.
+        timeout_ms: u128,
+    },
+    /// The server answered a request with an error.
+    #[error("mcp server `{server}`: {message}")]
+    Failed {
+        /// The server's id.
+        server: String,
+        /// The server's error.
+        message: String,
+    },
+    /// Two of the server's tools map to the same tool id.
+    #[error("mcp server `{server}`: tools `{first}` and `{second}` both become `{id}`")]
+    NameClash {
+        /// The server's id.
+        server: String,
+        /// The tool id both map to.
+        id: String,
+        /// One tool's MCP name.
+        first: String,
+        /// The other's.
+        second: String,
+    },
+}
+
+impl McpError {
+    /// The id of the server the error is about.
+    pub fn server(&self) -> &str {
+        match self {
+            Self::Unreachable { server, .. }
+            | Self::Timeout { server, .. }
+            | Self::Failed { server, .. }
+            | Self::NameClash { server, .. } => server,
+        }
+    }
+}
+
+type Service = RunningService<RoleClient, ClientConfig>;
+
+/// One server's connection; see the module docs.
+pub(crate) struct McpSession {
+    spec: McpServerSpec,
+    service: tokio::sync::Mutex<Option<Service>>,
+}
+
+impl std::fmt::Debug for McpSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSession")
+            .field("server", &self.spec.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpSession {
+    /// Connects to the server and lists its tools.
+    pub(crate) async fn open(spec: McpServerSpec) -> Result<(Self, Vec<McpToolInfo>), McpError> {
+        let service = connect(&spec).await?;
+        let tools = bounded(&spec, service.peer().list_all_tools()).await?;
+        let session = Self {
+            spec,
+            service: tokio::sync::Mutex::new(Some(service)),
+        };
+        Ok((session, tools))
+    }
+
+    /// The server's id.
+    pub(crate) fn server(&self) -> &str {
+        &self.spec.id
+    }
+
+    /// Calls `tool`, connecting again first when the last connection has ended.
+    pub(crate) async fn call(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        idempotency_key: String,
+    ) -> Result<CallToolResult, McpError> {
+        let peer = self.peer().await?;
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = Some(arguments);
+        let mut meta = JsonObject::new();
+        meta.insert(
+            IDEMPOTENCY_META_KEY.to_owned(),
+            JsonValue::String(idempotency_key),
+        );
+        params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        bounded(&self.spec, peer.call_tool(params)).await
+    }
+
+    async fn peer(&self) -> Result<Peer<RoleClient>, McpError> {
+        // Held across a reconnection on purpose: concurrent calls wait for one
+        // new connection instead of each starting their own.
+        let mut slot = self.service.lock().await;
+        if let Some(service) = slot.as_ref()
+            && !service.is_closed()
+        {
+            return Ok(service.peer().clone());
+        }
+        tracing::info!(server = %self.spec.id, "mcp server connection ended; connecting again");
+        let service = connect(&self.spec).await?;
+        let peer = service.peer().clone();
+        *slot = Some(service);
+        Ok(peer)
+    }
+}
+
+/// Starts or reaches the server and runs the initialization handshake.
+async fn connect(spec: &McpServerSpec) -> Result<Service, McpError> {
+    let unreachable = |message: String| McpError::Unreachable {
+        server: spec.id.clone(),
+        message,
+    };
+    let client = ClientConfig::new(
+        Default::default(),
+        Implementation::new("awaken", env!("CARGO_PKG_VERSION")),
+    );
+    let started = match &spec.transport {
+        McpTransport::Stdio { command, args, env } => {
+            let mut process = tokio::process::Command::new(command);
+            process.args(args).envs(env);
+            let (transport, _) = TokioChildProcess::builder(process)
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| unreachable(format!("cannot start `{command}`: {e}")))?;
+            tokio::time::timeout(spec.timeout(), client.serve(transport))
+                .await
+                .map(|served| served.map_err(|e| e.to_string()))
+        }
+        McpTransport::Http { url, token_env } => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            if let Some(name) = token_env {
+                let token = std::env::var(name)
+                    .map_err(|_| unreachable(format!("token_env `{name}` is not set")))?;
+                config = config.auth_header(token);
+            }
+            let transport = StreamableHttpClientTransport::from_config(config);
+            tokio::time::timeout(spec.timeout(), client.serve(transport))
+                .await
+                .map(|served| served.map_err(|e| e.to_string()))
+        }
+    };
+    match started {
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(message)) => Err(unreachable(message)),
+        Err(_) => Err(timeout(spec)),
+    }
+}
+
+/// Awaits one request within the server's timeout.
+async fn bounded<T>(
+    spec: &McpServerSpec,
+    request: impl Future<Output = Result<T, rmcp::ServiceError>>,
+) -> Result<T, McpError> {
+    match tokio::time::timeout(spec.timeout(), request).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(rmcp::ServiceError::McpError(error))) => Err(McpError::Failed {
+            server: spec.id.clone(),
+            message: error.message.into_owned(),
+        }),
+        Ok(Err(error)) => Err(McpError::Unreachable {
+            server: spec.id.clone(),
+            message: error.to_string(),
+        }),
+        Err(_) => Err(timeout(spec)),
+    }
+}
+
+fn timeout(spec: &McpServerSpec) -> McpError {
+    McpError::Timeout {
+        server: spec.id.clone(),
+        timeout_ms: spec.timeout().as_millis(),
+    }
+}
