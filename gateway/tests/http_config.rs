@@ -8,7 +8,7 @@ mod http_support;
 use std::collections::BTreeMap;
 
 use awaken_gateway::server::ServerConfig;
-use http_support::{EventReader, TestServer, expect_error, json, user};
+use http_support::{EventReader, TestServer, expect_error, json, mcp_stdio_entry, user};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -189,7 +189,7 @@ async fn bad_writes_are_refused_and_change_nothing() {
     })
     .await;
     greeter(&server).await;
-    let mcp = json!({"id": "fs", "transport": {"kind": "stdio", "command": "mcp-fs"}});
+    let mcp = mcp_stdio_entry("fs");
     let (status, _) = json(server.post("/v1/config/mcp-servers", mcp.clone()).await).await;
     assert_eq!(status, StatusCode::CREATED);
     let before = snapshot(&server).await;

@@ -10,15 +10,12 @@ mod http_support;
 use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_gateway::server::ServerConfig;
 use http_support::{
-    EventReader, TestServer, awaken_serve, expect_error, finish_type, json, run_ids,
-    suspended_calls, user,
+    EventReader, MCP_SERVER_SCRIPT, PYTHON, TestServer, awaken_serve, expect_error, finish_type,
+    json, mcp_stdio_entry, run_ids, suspended_calls, user,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-const SERVER_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mcp_server.py");
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
 
 /// The Python MCP server on streamable HTTP, stopped when dropped.
 struct HttpMcpServer {
@@ -29,7 +26,7 @@ struct HttpMcpServer {
 impl HttpMcpServer {
     async fn start() -> Self {
         let mut process = tokio::process::Command::new(PYTHON)
-            .args([SERVER_SCRIPT, "http"])
+            .args([MCP_SERVER_SCRIPT, "http"])
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -47,11 +44,6 @@ impl HttpMcpServer {
             url: format!("http://127.0.0.1:{port}/mcp"),
         }
     }
-}
-
-fn stdio_entry(id: &str) -> Value {
-    json!({"id": id, "transport": {"kind": "stdio", "command": PYTHON,
-                                   "args": [SERVER_SCRIPT, "stdio"]}})
 }
 
 fn http_entry(id: &str, url: &str) -> Value {
@@ -133,7 +125,7 @@ fn mcp_tool_ids(capabilities: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_added_through_the_config_api_serves_its_tools_until_deleted() {
     let server = TestServer::local(ServerConfig::default()).await;
-    create(&server, "mcp-servers", stdio_entry("calc")).await;
+    create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
 
     let capabilities = capabilities_of(&server).await;
     let mut ids = mcp_tool_ids(&capabilities);
@@ -279,15 +271,15 @@ async fn servers_that_cannot_be_used_are_refused_and_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_clash_with_a_built_in_tool_is_refused() {
     let server = TestServer::local(ServerConfig::default()).await;
-    create(&server, "mcp-servers", stdio_entry("calc")).await;
+    create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
     // Same server under a second id is fine: its tools get other ids.
-    create(&server, "mcp-servers", stdio_entry("calc2")).await;
+    create(&server, "mcp-servers", mcp_stdio_entry("calc2")).await;
     let ids = mcp_tool_ids(&capabilities_of(&server).await);
     assert_eq!(ids.iter().filter(|id| id.ends_with("__add")).count(), 2);
     // `calc.` sanitizes to the same tool ids as a server `calc_`.
-    create(&server, "mcp-servers", stdio_entry("calc_")).await;
+    create(&server, "mcp-servers", mcp_stdio_entry("calc_")).await;
     let response = server
-        .post("/v1/config/mcp-servers", stdio_entry("calc."))
+        .post("/v1/config/mcp-servers", mcp_stdio_entry("calc."))
         .await;
     expect_error(response, StatusCode::BAD_REQUEST, "already registered").await;
 }

@@ -330,3 +330,15 @@ pub async fn awaken_serve(
         .unwrap();
     Err(stderr)
 }
+
+/// The test venv's Python (made by `scripts/setup.sh`).
+pub const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
+/// The MCP server built with the reference Python SDK.
+pub const MCP_SERVER_SCRIPT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mcp_server.py");
+
+/// An `mcp-servers` entry that starts [`MCP_SERVER_SCRIPT`] on stdio.
+pub fn mcp_stdio_entry(id: &str) -> Value {
+    serde_json::json!({"id": id, "transport": {"kind": "stdio", "command": PYTHON,
+                                               "args": [MCP_SERVER_SCRIPT, "stdio"]}})
+}
