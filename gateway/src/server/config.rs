@@ -31,6 +31,8 @@ pub struct ServerConfig {
     /// Enables the A2A extended agent card (`GET /v1/a2a/extendedAgentCard`) for
     /// requests bearing this token; unset, the card is not configured.
     pub a2a_extended_card_bearer_token: Option<String>,
+    /// The MCP endpoint's DNS-rebinding checks.
+    pub mcp: McpEndpointConfig,
 }
 
 impl Default for ServerConfig {
@@ -45,6 +47,7 @@ impl Default for ServerConfig {
             api_keys: BTreeMap::new(),
             admin_tenants: Vec::new(),
             a2a_extended_card_bearer_token: None,
+            mcp: McpEndpointConfig::default(),
         }
     }
 }
@@ -62,3 +65,17 @@ impl Default for ShutdownConfig {
         Self { timeout_secs: 30 }
     }
 }
+
+/// Which `Host` and `Origin` headers `/v1/mcp` accepts (the MCP spec asks servers
+/// to refuse others, against DNS rebinding).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpEndpointConfig {
+    /// Accepted `Host` names or `host:port` authorities. Unset: loopback names
+    /// only (`localhost`, `127.0.0.1`, `::1`); empty: any host.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Accepted browser origins (`scheme://host:port`, `:*` for any port); empty:
+    /// a request's `Origin` is not checked.
+    pub allowed_origins: Vec<String>,
+}
+

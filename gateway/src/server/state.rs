@@ -7,7 +7,7 @@ use tokio::sync::watch;
 
 use super::config::ServerConfig;
 use super::metrics::Metrics;
-use super::routes::PushNotifications;
+use super::routes::{McpService, PushNotifications, mcp_service};
 use crate::mcp::McpHub;
 use crate::runtime_config::{ConfigApiError, ConfigDocument, ConfigManager};
 
@@ -24,6 +24,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// A2A push notification configs and their deliveries.
     pub(crate) a2a_push: Arc<PushNotifications>,
+    /// The MCP endpoint's service (`/v1/mcp`).
+    pub(crate) mcp: McpService,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: Arc<watch::Sender<bool>>,
 }
@@ -43,8 +45,10 @@ impl AppState {
         config: ServerConfig,
         runtime_config: Arc<ConfigManager>,
     ) -> Self {
+        let mcp = mcp_service(&config);
         Self {
             control,
+            mcp,
             config: Arc::new(config),
             runtime_config,
             metrics: Arc::new(Metrics::new()),

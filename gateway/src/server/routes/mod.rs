@@ -7,6 +7,7 @@ mod ai_sdk;
 mod config;
 mod health;
 mod input;
+mod mcp;
 mod openapi;
 mod protocol;
 mod runs;
@@ -27,6 +28,7 @@ use super::{auth, metrics};
 use table::Routes;
 
 pub(crate) use a2a::PushNotifications;
+pub(crate) use mcp::{McpService, service as mcp_service};
 
 /// Every route, with the body limit (413) and the in-flight request limit (503)
 /// of `state.config`. Health probes are outside the limit: a busy node is alive.
@@ -82,6 +84,7 @@ fn api_routes() -> Routes {
         .merge(config::routes())
         .merge(openapi::routes())
         .merge(a2a::routes())
+        .merge(mcp::routes())
 }
 
 /// Every `(method, path template)` the server answers: what the OpenAPI

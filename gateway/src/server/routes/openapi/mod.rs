@@ -209,6 +209,10 @@ fn schemas() -> JsonValue {
             "A JSON-RPC 2.0 request: `{\"jsonrpc\": \"2.0\", \"id\", \"method\": \"SendMessage\" | \"GetTask\" | ..., \"params\"}`",
         ),
         (
+            "McpJsonRpc",
+            "An MCP JSON-RPC 2.0 message (`initialize`, `tools/list`, `tools/call`, ...) over streamable HTTP; see docs/mcp.md",
+        ),
+        (
             "A2aPushConfig",
             "`{\"url\", \"token\"?, \"id\"?, \"authentication\"?: {\"scheme\", \"credentials\"}}`",
         ),

@@ -95,4 +95,5 @@ pub(super) const OPERATIONS: &[Operation] = &[
     op("delete", "/v1/a2a/tasks/{task}/pushNotificationConfigs/{config}", "a2a", "A2A DeleteTaskPushNotificationConfig", NoBody, Out(200), NONE),
     op("get", "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs/{config}", "a2a", "A2A GetTaskPushNotificationConfig (agent)", NoBody, Out(200), NONE),
     op("delete", "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs/{config}", "a2a", "A2A DeleteTaskPushNotificationConfig (agent)", NoBody, Out(200), NONE),
+    op("post", "/v1/mcp", "mcp", "MCP over streamable HTTP: the agents as tools (JSON answers, no sessions)", In("McpJsonRpc"), Out(200), NONE),
 ];
