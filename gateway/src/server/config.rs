@@ -78,4 +78,3 @@ pub struct McpEndpointConfig {
     /// a request's `Origin` is not checked.
     pub allowed_origins: Vec<String>,
 }
-

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::serve::ListenerExt;
-pub use config::ServerConfig;
+pub use config::{McpEndpointConfig, ServerConfig};
 pub use error::ApiError;
 pub use routes::{router, served_routes};
 pub use state::AppState;

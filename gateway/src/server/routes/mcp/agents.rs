@@ -178,9 +178,12 @@ async fn run_agent(
         .map(|id| ThreadId::new(id).map_err(|e| ApiError::BadRequest(format!("thread_id: {e}"))))
         .transpose()?;
     let events = if call.decisions.is_empty() {
-        let message = call.message.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
-            ApiError::BadRequest("`message` is required unless `decisions` are given".into())
-        })?;
+        let message = call
+            .message
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| {
+                ApiError::BadRequest("`message` is required unless `decisions` are given".into())
+            })?;
         let thread_id = open_thread(state, caller, thread_id, Some(&agent)).await?;
         let run_id = RunId::generate();
         start_followed(

@@ -6,8 +6,8 @@ pub(crate) mod agents;
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::Json;
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
