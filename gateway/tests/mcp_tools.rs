@@ -57,10 +57,16 @@ async fn create(server: &TestServer, namespace: &str, body: Value) {
 
 /// Agent `agent` whose model calls `tool` with `arguments` once, then answers.
 async fn tool_agent(server: &TestServer, agent: &str, tool: &str, arguments: Value) {
-    let steps = json!([
-        {"tool_calls": [{"name": tool, "arguments": arguments}]},
-        {"text": "done"},
-    ]);
+    script_agent(server, agent, &[(tool, arguments)]).await;
+}
+
+/// Agent `agent` whose model makes `calls` one per step, then answers.
+async fn script_agent(server: &TestServer, agent: &str, calls: &[(&str, Value)]) {
+    let mut steps: Vec<Value> = calls
+        .iter()
+        .map(|(tool, arguments)| json!({"tool_calls": [{"name": tool, "arguments": arguments}]}))
+        .collect();
+    steps.push(json!({"text": "done"}));
     create(
         server,
         "providers",
@@ -136,6 +142,7 @@ async fn a_stdio_server_added_through_the_config_api_serves_its_tools_until_dele
             "mcp__calc__add",
             "mcp__calc__calls",
             "mcp__calc__echo",
+            "mcp__calc__exit",
             "mcp__calc__fail",
             "mcp__calc__sleep"
         ]
@@ -169,6 +176,28 @@ async fn a_stdio_server_added_through_the_config_api_serves_its_tools_until_dele
     let events = run(&server.base, "adder").await;
     let result = only_result(&events, "mcp__calc__add");
     assert_eq!(result["status"], "error", "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_that_exits_is_started_again_by_the_next_call() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
+    script_agent(
+        &server,
+        "phoenix",
+        &[
+            ("mcp__calc__exit", json!({})),
+            ("mcp__calc__echo", json!({"text": "back"})),
+        ],
+    )
+    .await;
+    let events = run(&server.base, "phoenix").await;
+    let exited = only_result(&events, "mcp__calc__exit");
+    assert_eq!(exited["status"], "error", "{exited}");
+    assert_eq!(exited["error_code"], "mcp_unreachable", "{exited}");
+    let echoed = only_result(&events, "mcp__calc__echo");
+    assert_eq!(echoed["status"], "success", "{echoed}");
+    assert_eq!(echoed["message"], "back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

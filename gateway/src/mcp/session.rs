@@ -79,7 +79,15 @@ type Service = RunningService<RoleClient, ClientConfig>;
 /// One server's connection; see the module docs.
 pub(crate) struct McpSession {
     spec: McpServerSpec,
-    service: tokio::sync::Mutex<Option<Service>>,
+    connection: tokio::sync::Mutex<Connection>,
+}
+
+/// The current connection, numbered so a failed call drops only the connection
+/// it used (not a newer one another call opened meanwhile).
+struct Connection {
+    generation: u64,
+    /// `None` once a call found the connection broken.
+    service: Option<Service>,
 }
 
 impl std::fmt::Debug for McpSession {
@@ -97,7 +105,10 @@ impl McpSession {
         let tools = bounded(&spec, service.peer().list_all_tools()).await?;
         let session = Self {
             spec,
-            service: tokio::sync::Mutex::new(Some(service)),
+            connection: tokio::sync::Mutex::new(Connection {
+                generation: 0,
+                service: Some(service),
+            }),
         };
         Ok((session, tools))
     }
@@ -108,13 +119,14 @@ impl McpSession {
     }
 
     /// Calls `tool`, connecting again first when the last connection has ended.
+    /// A call that finds the connection broken fails, and the next one reconnects.
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: JsonObject,
         idempotency_key: String,
     ) -> Result<CallToolResult, McpError> {
-        let peer = self.peer().await?;
+        let (generation, peer) = self.peer().await?;
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
         let mut meta = JsonObject::new();
@@ -123,23 +135,32 @@ impl McpSession {
             JsonValue::String(idempotency_key),
         );
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
-        bounded(&self.spec, peer.call_tool(params)).await
+        let answer = bounded(&self.spec, peer.call_tool(params)).await;
+        if let Err(McpError::Unreachable { .. }) = &answer {
+            let mut connection = self.connection.lock().await;
+            if connection.generation == generation {
+                connection.service = None;
+            }
+        }
+        answer
     }
 
-    async fn peer(&self) -> Result<Peer<RoleClient>, McpError> {
+    /// The live connection's peer, with the connection's generation.
+    async fn peer(&self) -> Result<(u64, Peer<RoleClient>), McpError> {
         // Held across a reconnection on purpose: concurrent calls wait for one
         // new connection instead of each starting their own.
-        let mut slot = self.service.lock().await;
-        if let Some(service) = slot.as_ref()
+        let mut connection = self.connection.lock().await;
+        if let Some(service) = &connection.service
             && !service.is_closed()
         {
-            return Ok(service.peer().clone());
+            return Ok((connection.generation, service.peer().clone()));
         }
         tracing::info!(server = %self.spec.id, "mcp server connection ended; connecting again");
         let service = connect(&self.spec).await?;
         let peer = service.peer().clone();
-        *slot = Some(service);
-        Ok(peer)
+        connection.generation += 1;
+        connection.service = Some(service);
+        Ok((connection.generation, peer))
     }
 }
 

@@ -6,11 +6,13 @@ code.
     mcp_server.py http           streamable HTTP on 127.0.0.1, a free port; prints
                                  `listening <port>` on stdout once it accepts
 
-Tools: `add`, `echo`, `fail` (an error result), `sleep`, and `calls` (how many calls
-this process has answered before, so a test can tell whether a call reached it).
+Tools: `add`, `echo`, `fail` (an error result), `sleep`, `exit` (the process ends
+without answering), and `calls` (how many calls this process has answered before,
+so a test can tell whether a call reached it).
 """
 
 import asyncio
+import os
 import socket
 import sys
 
@@ -49,6 +51,11 @@ async def sleep(ms: int) -> str:
     count()
     await asyncio.sleep(ms / 1000)
     return f"slept {ms} ms"
+
+
+@server.tool(description="Ends this server's process without answering.")
+def exit() -> str:
+    os._exit(0)
 
 
 @server.tool(name="calls", description="How many calls this server answered before.")
