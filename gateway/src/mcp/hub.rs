@@ -79,13 +79,6 @@ impl McpHub {
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.lock().retain(|id, _| keep(id));
     }
-
-    /// Ids of the connected servers, sorted.
-    pub fn server_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.lock().keys().cloned().collect();
-        ids.sort_unstable();
-        ids
-    }
 }
 
 async fn connect(spec: McpServerSpec) -> Result<Connected, McpError> {

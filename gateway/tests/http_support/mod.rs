@@ -268,12 +268,11 @@ pub async fn node_client(script: &str, base: &str) -> Value {
 /// prints last.
 pub async fn python_client(script: &str, args: &[&str]) -> Value {
     let clients = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
-    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
     assert!(
-        std::path::Path::new(python).exists(),
+        std::path::Path::new(PYTHON).exists(),
         "the Python clients are not installed: run scripts/setup.sh"
     );
-    let output = tokio::process::Command::new(python)
+    let output = tokio::process::Command::new(PYTHON)
         .arg(script)
         .args(args)
         .current_dir(clients)
