@@ -298,7 +298,7 @@ async fn servers_that_cannot_be_used_are_refused_and_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tool_clash_with_a_built_in_tool_is_refused() {
+async fn tool_ids_that_clash_with_registered_tools_are_refused() {
     let server = TestServer::local(ServerConfig::default()).await;
     create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
     // Same server under a second id is fine: its tools get other ids.
