@@ -24,8 +24,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// A2A push notification configs and their deliveries.
     pub(crate) a2a_push: Arc<PushNotifications>,
-    /// The MCP endpoint's service (`/v1/mcp`).
-    pub(crate) mcp: McpService,
+    /// The MCP endpoint's service (`/v1/mcp`); behind an `Arc` because the state
+    /// is cloned for every request and the service holds its settings inline.
+    pub(crate) mcp: Arc<McpService>,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: Arc<watch::Sender<bool>>,
 }
@@ -45,7 +46,7 @@ impl AppState {
         config: ServerConfig,
         runtime_config: Arc<ConfigManager>,
     ) -> Self {
-        let mcp = mcp_service(&config);
+        let mcp = Arc::new(mcp_service(&config));
         Self {
             control,
             mcp,

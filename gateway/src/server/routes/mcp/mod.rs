@@ -75,7 +75,7 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
             &format!("the body is not JSON: {error}"),
         );
     }
-    let service = state.mcp.clone();
+    let service = McpService::clone(&state.mcp);
     parts.extensions.insert(state);
     let request = Request::from_parts(parts, Body::from(bytes));
     match service.oneshot(request).await {
