@@ -17,7 +17,8 @@ use awaken_cluster::testing::NatsServer;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
 use awaken_gateway::server::ServerConfig;
 use http_support::{
-    EventReader, TestServer, assert_contiguous, finish_type, json, run_ids, suspended_calls, user,
+    EventReader, TestServer, assert_contiguous, finish_type, json, mcp_stdio_entry, run_ids,
+    suspended_calls, user,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -167,6 +168,23 @@ async fn a_decision_given_to_a_node_that_does_not_own_the_thread_resumes_it() {
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
+/// `server`'s capabilities once it runs config `revision` or a later one: a node
+/// installs a revision from its watch of the store (waited for, bounded).
+async fn installed(server: &TestServer, revision: u64) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, capabilities) = json(server.get("/v1/capabilities").await).await;
+        if capabilities["config_revision"].as_u64() >= Some(revision) {
+            return capabilities;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node never installed revision {revision}: {capabilities}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_write_on_one_node_reaches_every_node() {
     let cluster = two_nodes().await;
@@ -190,25 +208,13 @@ async fn a_config_write_on_one_node_reaches_every_node() {
     let (_, listing) = json(a.get("/v1/config/agents").await).await;
     let revision = listing["revision"].as_u64().unwrap();
 
-    // B installs the revision from its watch of the store: wait for it, bounded.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, capabilities) = json(b.get("/v1/capabilities").await).await;
-        if capabilities["config_revision"].as_u64() >= Some(revision) {
-            assert!(
-                capabilities["agents"]
-                    .as_array()
-                    .unwrap()
-                    .contains(&json!("greeter"))
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "B never installed revision {revision}: {capabilities}"
-        );
-        tokio::task::yield_now().await;
-    }
+    let capabilities = installed(b, revision).await;
+    assert!(
+        capabilities["agents"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("greeter"))
+    );
     // A run of the new agent, accepted by B, on a thread A owns.
     let thread = thread_owned_by(&cluster, 0, "config");
     let (status, _) = json(b.post("/v1/threads", json!({"id": thread.as_str()})).await).await;
@@ -249,4 +255,60 @@ async fn a_config_write_on_one_node_reaches_every_node() {
     assert!(late.runtime().registries().agents.contains("greeter"));
     drop(manager);
     late.drain(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_server_written_on_one_node_serves_tools_on_every_node() {
+    let cluster = two_nodes().await;
+    let (a, b) = (&cluster.servers[0], &cluster.servers[1]);
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "mcp__calc__add", "arguments": {"a": 40, "b": 2}}]},
+        {"text": "sum: {last_tool_result}"},
+    ]});
+    for (namespace, body) in [
+        ("mcp-servers", mcp_stdio_entry("calc")),
+        (
+            "providers",
+            json!({"id": "p", "adapter": "scripted", "script": script}),
+        ),
+        (
+            "models",
+            json!({"id": "m", "provider": "p", "model": "script"}),
+        ),
+        (
+            "agents",
+            json!({"id": "adder", "model": "m", "allowed_tools": ["mcp__calc__add"]}),
+        ),
+    ] {
+        let (status, body) = json(a.post(&format!("/v1/config/{namespace}"), body).await).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (_, listing) = json(a.get("/v1/config/mcp-servers").await).await;
+    let capabilities = installed(b, listing["revision"].as_u64().unwrap()).await;
+    let tools: Vec<&str> = capabilities["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["id"].as_str())
+        .collect();
+    assert!(tools.contains(&"mcp__calc__add"), "{tools:?}");
+
+    // A run on a thread B owns: B's own connection to the server answers the call.
+    let thread = thread_owned_by(&cluster, 1, "mcp");
+    let (status, _) = json(a.post("/v1/threads", json!({"id": thread.as_str()})).await).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let response = a
+        .post(
+            "/v1/runs",
+            json!({"agentId": "adder", "threadId": thread.as_str(), "messages": user("add")}),
+        )
+        .await;
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(finish_type(&events), "natural_end");
+    let finish = serde_json::to_value(events.last().unwrap()).unwrap();
+    let answer = finish["result"]["response"].as_str().unwrap();
+    assert!(
+        answer.contains(r#""structuredContent":{"result":42}"#),
+        "{answer}"
+    );
 }
