@@ -144,6 +144,7 @@ async fn a_stdio_server_added_through_the_config_api_serves_its_tools_until_dele
             "mcp__calc__echo",
             "mcp__calc__exit",
             "mcp__calc__fail",
+            "mcp__calc__idempotency_key",
             "mcp__calc__sleep"
         ]
     );
@@ -198,6 +199,29 @@ async fn a_stdio_server_that_exits_is_started_again_by_the_next_call() {
     let echoed = only_result(&events, "mcp__calc__echo");
     assert_eq!(echoed["status"], "success", "{echoed}");
     assert_eq!(echoed["message"], "back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_carries_its_idempotency_key_to_the_server() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
+    tool_agent(&server, "keyed", "mcp__calc__idempotency_key", json!({})).await;
+    let events = run(&server.base, "keyed").await;
+    let (_, run_id) = run_ids(&events);
+    let call_id = events
+        .iter()
+        .find_map(|event| match &event.event {
+            AgentEvent::ToolCallDone { id, .. } => Some(id.to_string()),
+            _ => None,
+        })
+        .unwrap();
+    let result = only_result(&events, "mcp__calc__idempotency_key");
+    // Attempts count from 1.
+    assert_eq!(
+        result["message"],
+        format!("{run_id}:{call_id}:1"),
+        "{result}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

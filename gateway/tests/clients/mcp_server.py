@@ -7,7 +7,7 @@ code.
                                  `listening <port>` on stdout once it accepts
 
 Tools: `add`, `echo`, `fail` (an error result), `sleep`, `exit` (the process ends
-without answering), and `calls` (how many calls this process has answered before,
+without answering), `idempotency_key` (the key the call carried in `_meta`), and `calls` (how many calls this process has answered before,
 so a test can tell whether a call reached it).
 """
 
@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("awaken-test-tools", log_level="WARNING")
@@ -56,6 +56,15 @@ async def sleep(ms: int) -> str:
 @server.tool(description="Ends this server's process without answering.")
 def exit() -> str:
     os._exit(0)
+
+
+@server.tool(description="Returns the idempotency key the call carried in `_meta`.")
+def idempotency_key(ctx: Context) -> str:
+    meta = ctx.request_context.meta
+    if meta is None:
+        return ""
+    fields = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
+    return str(fields.get("io.awaken/idempotency-key", ""))
 
 
 @server.tool(name="calls", description="How many calls this server answered before.")
