@@ -210,8 +210,9 @@ impl ConfigManager {
             .map_err(|e| DocumentError::Unbuildable(e.to_string()))
     }
 
-    /// Disconnects the MCP servers neither `awaken.toml` nor the applied
-    /// document names (removed, replaced, or connected for a refused write).
+    /// Forgets the MCP sessions of servers neither `awaken.toml` nor the applied
+    /// document names (removed, replaced, or connected for a refused write); each
+    /// ends once no registry holds its tools.
     fn forget_unused_mcp_servers(&self) {
         let applied = self.lock_applied();
         self.mcp.retain(|id| {
