@@ -24,7 +24,8 @@ use awaken_gateway::a2a::A2A_BACKEND;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
 use awaken_gateway::server::ServerConfig;
 use http_support::{
-    EventReader, TestServer, awaken_serve, finish_type, json, run_ids, suspended_calls, user,
+    EventReader, TestServer, awaken_serve, closed_base, decide_at, finish_type, json, run_ids,
+    suspended_calls, user,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -129,32 +130,6 @@ async fn b_task(b: &TestServer, task_id: &str) -> Value {
 /// Decides A's waiting run and reads the activation the decision starts.
 async fn decide(a: &TestServer, run_id: &str, last_seq: u64, decision: Value) -> Vec<StreamEvent> {
     decide_at(&a.client, &a.base, run_id, last_seq, decision).await
-}
-
-/// [`decide`] on the service at `base`.
-async fn decide_at(
-    client: &reqwest::Client,
-    base: &str,
-    run_id: &str,
-    last_seq: u64,
-    decision: Value,
-) -> Vec<StreamEvent> {
-    let watching = client
-        .get(format!("{base}/v1/runs/{run_id}/events"))
-        .header("Last-Event-ID", last_seq.to_string())
-        .send()
-        .await
-        .unwrap();
-    let resumed = tokio::spawn(EventReader::new(watching).rest());
-    let decided = client
-        .post(format!("{base}/v1/runs/{run_id}/decision"))
-        .json(&decision)
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = json(decided).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    resumed.await.unwrap()
 }
 
 /// A's run suspends on B's question, an approval given to A reaches B, and A ends
@@ -312,10 +287,7 @@ async fn a_wrong_token_fails_the_call_with_the_remote_refusal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_refuses_unreachable_agents_and_unusable_endpoints() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, format!("http://127.0.0.1:{port}/v1/a2a"));
+    let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, format!("{}/v1/a2a", closed_base()));
     endpoint.target = Some("demo".to_owned());
     let unreachable = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
     match service_a(unreachable).discover_remote_agents().await {
@@ -421,10 +393,7 @@ async fn awaken_serve_delegates_to_a_remote_agent_of_its_config_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn awaken_serve_refuses_to_start_when_a_remote_agent_cannot_be_discovered() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let Err(stderr) = awaken_serve(&service_a_toml(&base)).await else {
+    let Err(stderr) = awaken_serve(&service_a_toml(&closed_base())).await else {
         panic!("serve started without its remote agent");
     };
     assert!(

@@ -10,8 +10,8 @@ mod http_support;
 use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_gateway::server::ServerConfig;
 use http_support::{
-    EventReader, MCP_SERVER_SCRIPT, PYTHON, TestServer, awaken_serve, expect_error, finish_type,
-    json, mcp_stdio_entry, run_ids, suspended_calls, user,
+    EventReader, MCP_SERVER_SCRIPT, PYTHON, TestServer, awaken_serve, closed_base, decide_at,
+    expect_error, finish_type, json, mcp_stdio_entry, run_ids, suspended_calls, user,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -276,9 +276,7 @@ async fn an_http_server_reports_tool_errors_and_timeouts_as_error_results() {
 async fn servers_that_cannot_be_used_are_refused_and_change_nothing() {
     let server = TestServer::local(ServerConfig::default()).await;
     let before = capabilities_of(&server).await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let closed_url = format!("http://{}/mcp", closed.local_addr().unwrap());
-    drop(closed);
+    let closed_url = format!("{}/mcp", closed_base());
     let mut silent = json!({"id": "silent", "timeout_ms": 500,
                             "transport": {"kind": "stdio", "command": "sleep", "args": ["30"]}});
     let cases = [
@@ -377,28 +375,14 @@ plugin_ids = ["permission"]
 }
 
 async fn decide(base: &str, events: &[StreamEvent], action: &str) -> Vec<StreamEvent> {
-    let client = reqwest::Client::new();
     let (_, run_id) = run_ids(events);
     let calls = suspended_calls(events);
     assert_eq!(calls.len(), 1, "{events:?}");
-    let watching = client
-        .get(format!("{base}/v1/runs/{run_id}/events"))
-        .header("Last-Event-ID", events.last().unwrap().seq.to_string())
-        .send()
-        .await
-        .unwrap();
-    let resumed = tokio::spawn(EventReader::new(watching).rest());
     let decision = json!({"call_id": calls[0], "decision_id": format!("d-{action}"),
                           "action": action, "result": {"approved": action == "resume"}});
-    let decided = client
-        .post(format!("{base}/v1/runs/{run_id}/decision"))
-        .json(&decision)
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = json(decided).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    resumed.await.unwrap()
+    let client = reqwest::Client::new();
+    let last_seq = events.last().unwrap().seq;
+    decide_at(&client, base, &run_id, last_seq, decision).await
 }
 
 fn calls_answered(events: &[StreamEvent]) -> Value {
@@ -432,9 +416,7 @@ async fn awaken_serve_asks_before_an_mcp_tool_of_its_config_file_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn awaken_serve_refuses_to_start_when_an_mcp_server_of_its_config_file_is_unreachable() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/mcp", closed.local_addr().unwrap());
-    drop(closed);
+    let url = format!("{}/mcp", closed_base());
     let Err(stderr) = awaken_serve(&serve_toml(&url)).await else {
         panic!("serve started without its MCP server");
     };

@@ -341,3 +341,38 @@ pub fn mcp_stdio_entry(id: &str) -> Value {
     serde_json::json!({"id": id, "transport": {"kind": "stdio", "command": PYTHON,
                                                "args": [MCP_SERVER_SCRIPT, "stdio"]}})
 }
+
+/// Decides the waiting `run_id` on the service at `base` and reads the activation
+/// the decision starts (events after `last_seq`).
+pub async fn decide_at(
+    client: &reqwest::Client,
+    base: &str,
+    run_id: &str,
+    last_seq: u64,
+    decision: Value,
+) -> Vec<StreamEvent> {
+    let watching = client
+        .get(format!("{base}/v1/runs/{run_id}/events"))
+        .header("Last-Event-ID", last_seq.to_string())
+        .send()
+        .await
+        .unwrap();
+    let resumed = tokio::spawn(EventReader::new(watching).rest());
+    let decided = client
+        .post(format!("{base}/v1/runs/{run_id}/decision"))
+        .json(&decision)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json(decided).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    resumed.await.unwrap()
+}
+
+/// The base URL of a loopback port nothing listens on.
+pub fn closed_base() -> String {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    base
+}
