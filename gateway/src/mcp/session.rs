@@ -11,7 +11,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value as JsonValue;
 
@@ -174,7 +174,7 @@ async fn connect(spec: &McpServerSpec) -> Result<Service, McpError> {
         Default::default(),
         Implementation::new("awaken", env!("CARGO_PKG_VERSION")),
     );
-    let started = match &spec.transport {
+    match &spec.transport {
         McpTransport::Stdio { command, args, env } => {
             let mut process = tokio::process::Command::new(command);
             process.args(args).envs(env);
@@ -182,9 +182,7 @@ async fn connect(spec: &McpServerSpec) -> Result<Service, McpError> {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .map_err(|e| unreachable(format!("cannot start `{command}`: {e}")))?;
-            tokio::time::timeout(spec.timeout(), client.serve(transport))
-                .await
-                .map(|served| served.map_err(|e| e.to_string()))
+            handshake(spec, client, transport).await
         }
         McpTransport::Http { url, token_env } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
@@ -194,14 +192,27 @@ async fn connect(spec: &McpServerSpec) -> Result<Service, McpError> {
                 config = config.auth_header(token);
             }
             let transport = StreamableHttpClientTransport::from_config(config);
-            tokio::time::timeout(spec.timeout(), client.serve(transport))
-                .await
-                .map(|served| served.map_err(|e| e.to_string()))
+            handshake(spec, client, transport).await
         }
-    };
-    match started {
+    }
+}
+
+/// Runs the initialization handshake over `transport` within the server's timeout.
+async fn handshake<T, E, A>(
+    spec: &McpServerSpec,
+    client: ClientConfig,
+    transport: T,
+) -> Result<Service, McpError>
+where
+    T: IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match tokio::time::timeout(spec.timeout(), client.serve(transport)).await {
         Ok(Ok(service)) => Ok(service),
-        Ok(Err(message)) => Err(unreachable(message)),
+        Ok(Err(error)) => Err(McpError::Unreachable {
+            server: spec.id.clone(),
+            message: error.to_string(),
+        }),
         Err(_) => Err(timeout(spec)),
     }
 }
