@@ -136,30 +136,23 @@ impl ConfigDocument {
         let mut entries = Vec::with_capacity(self.len());
         for namespace in Namespace::ALL {
             for (id, value) in self.entries(namespace) {
-                let entry =
-                    namespace
-                        .check(value, Some(id))
-                        .map_err(|error| DocumentError::Entry {
-                            namespace,
-                            id: id.clone(),
-                            error,
-                        })?;
-                entries.push(entry);
+                entries.push(check_entry(namespace, id, value)?);
             }
         }
         Ok(entries)
     }
 
-    /// The document's MCP servers, checked.
+    /// The document's MCP servers, checked (only this namespace: `apply` checks
+    /// the whole document).
     pub fn mcp_servers(&self) -> Result<Vec<McpServerSpec>, DocumentError> {
-        Ok(self
-            .checked()?
-            .into_iter()
-            .filter_map(|entry| match entry {
-                Entry::McpServer(spec) => Some(spec),
-                _ => None,
-            })
-            .collect())
+        let namespace = Namespace::McpServers;
+        let mut servers = Vec::with_capacity(self.mcp_servers.len());
+        for (id, value) in &self.mcp_servers {
+            if let Entry::McpServer(spec) = check_entry(namespace, id, value)? {
+                servers.push(spec);
+            }
+        }
+        Ok(servers)
     }
 
     /// The tools of the document's MCP servers, through `hub` (which connects
@@ -249,6 +242,17 @@ impl ConfigDocument {
         }
         Ok(builder)
     }
+}
+
+/// One stored entry, checked again.
+fn check_entry(namespace: Namespace, id: &str, value: &JsonValue) -> Result<Entry, DocumentError> {
+    namespace
+        .check(value, Some(id))
+        .map_err(|error| DocumentError::Entry {
+            namespace,
+            id: id.to_owned(),
+            error,
+        })
 }
 
 #[cfg(test)]
