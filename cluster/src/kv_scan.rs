@@ -2,8 +2,8 @@
 //!
 //! `kv::Store::keys` only yields names and a `get` per key would cost a round trip
 //! each; an ordered consumer that delivers the last message per subject streams all
-//! values at once. It stops after the entries that existed when it started, so a
-//! scan ends even while writers keep writing.
+//! values at once. A scan stops after the entries that existed when it started, so
+//! it ends even while writers keep writing; a [`Feed`] goes on with every change.
 
 use std::time::Duration;
 
@@ -35,11 +35,59 @@ pub(crate) async fn latest_under(
     store: &kv::Store,
     key_prefix: &str,
 ) -> Result<Vec<Latest>, ClusterError> {
+    let mut feed = follow_under(client, store, key_prefix).await?;
+    let mut found = Vec::new();
+    while !feed.caught_up() {
+        // Entries counted as pending may expire (buckets with `max_age`) before they
+        // are delivered; the scan would then wait forever. A stalled scan fails and
+        // its caller scans again later.
+        let next = tokio::time::timeout(SCAN_IDLE_TIMEOUT, feed.next())
+            .await
+            .map_err(|_| ClusterError::Nats("kv scan stalled (entries expired?)".to_owned()))?;
+        match next {
+            Some(Ok(Change::Put(latest))) => found.push(latest),
+            Some(Ok(Change::Removed { .. })) => {}
+            Some(Err(error)) => return Err(error),
+            None => return Err(ClusterError::Nats("kv scan ended early".to_owned())),
+        }
+    }
+    Ok(found)
+}
+
+/// A change to a key, as a [`Feed`] delivers it.
+#[derive(Debug, Clone)]
+pub(crate) enum Change {
+    /// The key was written.
+    Put(Latest),
+    /// The key was deleted or purged.
+    Removed {
+        /// The key, without the bucket prefix.
+        key: String,
+        /// The revision of the delete or purge marker.
+        revision: u64,
+    },
+}
+
+/// The latest value of every key under a prefix, then every later change, in
+/// revision order: one ordered consumer, which re-creates itself after a gap.
+pub(crate) struct Feed {
+    messages: push::Ordered,
+    prefix: String,
+    /// Entries of the initial state not delivered yet.
+    remaining: u64,
+}
+
+/// Starts a [`Feed`] of the keys that start with `key_prefix` (ending with a `.`).
+pub(crate) async fn follow_under(
+    client: &async_nats::Client,
+    store: &kv::Store,
+    key_prefix: &str,
+) -> Result<Feed, ClusterError> {
     let consumer = store
         .stream
         .create_consumer(push::OrderedConfig {
             deliver_subject: client.new_inbox(),
-            description: Some("awaken kv scan".to_owned()),
+            description: Some("awaken kv feed".to_owned()),
             filter_subject: format!("{}{key_prefix}>", store.prefix),
             deliver_policy: DeliverPolicy::LastPerSubject,
             replay_policy: ReplayPolicy::Instant,
@@ -47,41 +95,50 @@ pub(crate) async fn latest_under(
         })
         .await
         .map_err(ClusterError::nats)?;
-    let mut remaining = consumer.cached_info().num_pending;
-    let mut found = Vec::new();
-    if remaining == 0 {
-        return Ok(found);
+    let remaining = consumer.cached_info().num_pending;
+    Ok(Feed {
+        messages: consumer.messages().await.map_err(ClusterError::nats)?,
+        prefix: store.prefix.clone(),
+        remaining,
+    })
+}
+
+impl Feed {
+    /// Whether every entry that existed when the feed started was delivered.
+    pub(crate) fn caught_up(&self) -> bool {
+        self.remaining == 0
     }
-    let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
-    while remaining > 0 {
-        // Entries counted as pending may expire (buckets with `max_age`) before they
-        // are delivered; the scan would then wait forever. A stalled scan fails and
-        // its caller scans again later.
-        let next = tokio::time::timeout(SCAN_IDLE_TIMEOUT, messages.next())
-            .await
-            .map_err(|_| ClusterError::Nats("kv scan stalled (entries expired?)".to_owned()))?;
-        let Some(message) = next else {
-            return Err(ClusterError::Nats("kv scan ended early".to_owned()));
+
+    /// The next change; `None` when the consumer ended for good.
+    pub(crate) async fn next(&mut self) -> Option<Result<Change, ClusterError>> {
+        let message = match self.messages.next().await? {
+            Ok(message) => message,
+            Err(error) => return Some(Err(ClusterError::nats(error))),
         };
-        let message = message.map_err(ClusterError::nats)?;
-        let info = message.info().map_err(ClusterError::nats)?;
+        let info = match message.info() {
+            Ok(info) => info,
+            Err(error) => return Some(Err(ClusterError::nats(error))),
+        };
         let (revision, pending) = (info.stream_sequence, info.pending);
-        remaining = remaining.saturating_sub(1).min(pending);
-        let deleted = message
+        self.remaining = self.remaining.saturating_sub(1).min(pending);
+        let key = message
+            .subject
+            .strip_prefix(self.prefix.as_str())
+            .unwrap_or(message.subject.as_str())
+            .to_owned();
+        let removed = message
             .headers
             .as_ref()
             .and_then(|headers| headers.get("KV-Operation"))
             .is_some_and(|op| op.as_str() != "PUT");
-        if deleted {
-            continue;
-        }
-        if let Some(key) = message.subject.strip_prefix(store.prefix.as_str()) {
-            found.push(Latest {
-                key: key.to_owned(),
+        Some(Ok(if removed {
+            Change::Removed { key, revision }
+        } else {
+            Change::Put(Latest {
+                key,
                 revision,
                 value: message.payload.clone(),
-            });
-        }
+            })
+        }))
     }
-    Ok(found)
 }

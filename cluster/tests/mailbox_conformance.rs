@@ -173,6 +173,139 @@ mod cluster {
         assert_eq!(claimed[0].dispatch_id, queued.dispatch_id);
     }
 
+    /// The next thread a queue watch reports.
+    async fn next_queued(watch: &mut awaken_actors::mailbox::QueueWatch) -> ThreadId {
+        tokio::time::timeout(std::time::Duration::from_secs(30), watch.recv())
+            .await
+            .expect("the watch reports queued work")
+            .expect("the watch is open")
+    }
+
+    /// Sweeps read the node's index of threads with work in flight, fed by the
+    /// bucket's change feed: another node's enqueues, claims and acks reach it in
+    /// order, so once its watch reports a later enqueue, the earlier changes are in.
+    #[tokio::test]
+    async fn another_nodes_work_reaches_the_sweeps() {
+        let (a, server) = jetstream_fixture().await;
+        let b = node(&server).await;
+        let mut watch = b.watch_queued().await.unwrap();
+
+        let first = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        assert_eq!(next_queued(&mut watch).await, thread("t1"));
+        let queued = b.queued_threads().await.unwrap();
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].thread_id, thread("t1"));
+
+        let claimed = a
+            .claim(&thread("t1"), "node-a", 1, LEASE, T0)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        a.enqueue(dispatch("t2", "r2"), T0).await.unwrap();
+        assert_eq!(next_queued(&mut watch).await, thread("t2"));
+        let queued = b.queued_threads().await.unwrap();
+        assert_eq!(queued.len(), 1, "t1 is claimed now: {queued:?}");
+        assert_eq!(queued[0].thread_id, thread("t2"));
+
+        assert!(
+            b.reclaim_expired_leases(T0 + LEASE - 1)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let reclaimed = b.reclaim_expired_leases(T0 + LEASE).await.unwrap();
+        assert_eq!(reclaimed.len(), 1);
+        assert_eq!(reclaimed[0].dispatch_id, first.dispatch_id);
+        assert_eq!(reclaimed[0].status, RunDispatchStatus::Queued);
+        assert!(
+            b.reclaim_expired_leases(T0 + LEASE)
+                .await
+                .unwrap()
+                .is_empty(),
+            "reclaimed once"
+        );
+        let mut queued: Vec<ThreadId> = b
+            .queued_threads()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|q| q.thread_id)
+            .collect();
+        queued.sort();
+        assert_eq!(queued, [thread("t1"), thread("t2")]);
+
+        // Acked work leaves every node's sweeps.
+        let taken = b
+            .claim(&thread("t1"), "node-b", 1, LEASE, T0 + LEASE + 60_000)
+            .await
+            .unwrap();
+        b.ack(
+            &taken[0].dispatch_id,
+            taken[0].claim_token.as_deref().unwrap(),
+            T0 + LEASE + 60_000,
+        )
+        .await
+        .unwrap();
+        a.enqueue(dispatch("t3", "r3"), T0).await.unwrap();
+        // The reclaim queued t1 again, which the watch reported too.
+        while next_queued(&mut watch).await != thread("t3") {}
+        let mut queued: Vec<ThreadId> = b
+            .queued_threads()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|q| q.thread_id)
+            .collect();
+        queued.sort();
+        assert_eq!(queued, [thread("t2"), thread("t3")]);
+        assert!(
+            b.reclaim_expired_leases(u64::MAX).await.unwrap().is_empty(),
+            "nothing claimed anywhere"
+        );
+    }
+
+    /// A node that opens the mailbox later (or after a server restart) starts with
+    /// every thread that has work in flight, and its feed goes on after the restart.
+    #[tokio::test]
+    async fn a_node_opened_later_knows_the_work_in_flight() {
+        let (a, mut server) = jetstream_fixture().await;
+        let first = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        a.claim(&thread("t1"), "node-a", 1, LEASE, T0)
+            .await
+            .unwrap();
+        a.enqueue(dispatch("t2", "r2"), T0).await.unwrap();
+        let done = a.enqueue(dispatch("t3", "r3"), T0).await.unwrap();
+        let taken = a
+            .claim(&thread("t3"), "node-a", 1, LEASE, T0)
+            .await
+            .unwrap();
+        a.ack(
+            &done.dispatch_id,
+            taken[0].claim_token.as_deref().unwrap(),
+            T0,
+        )
+        .await
+        .unwrap();
+
+        let late = node(&server).await;
+        let queued = late.queued_threads().await.unwrap();
+        assert_eq!(queued.len(), 1, "{queued:?}");
+        assert_eq!(queued[0].thread_id, thread("t2"));
+        let reclaimed = late.reclaim_expired_leases(T0 + LEASE).await.unwrap();
+        assert_eq!(reclaimed.len(), 1);
+        assert_eq!(reclaimed[0].dispatch_id, first.dispatch_id);
+
+        server.restart().await.unwrap();
+        let mut watch = late.watch_queued().await.unwrap();
+        node(&server)
+            .await
+            .enqueue(dispatch("t4", "r4"), T0)
+            .await
+            .unwrap();
+        assert_eq!(next_queued(&mut watch).await, thread("t4"));
+        assert_eq!(late.queued_threads().await.unwrap().len(), 3);
+    }
+
     /// A node that died after reserving a dispatch id but before writing the thread
     /// record leaves an orphan index entry: a retry on the same thread takes it over
     /// at once; another thread must wait out the grace; garbage collection removes it.

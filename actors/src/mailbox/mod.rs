@@ -117,6 +117,37 @@ pub struct QueuedThread {
     pub available_at: u64,
 }
 
+/// A dispatch held under a claim, as a worker's sweep sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldClaim {
+    /// The dispatch's thread.
+    pub thread_id: ThreadId,
+    /// The claimed dispatch.
+    pub dispatch_id: DispatchId,
+    /// The claim's token (each claim gets a fresh one).
+    pub claim_token: String,
+    /// The consumer holding the claim.
+    pub claimed_by: String,
+    /// When the claim's lease ends, unix millis.
+    pub lease_until: u64,
+}
+
+impl HeldClaim {
+    /// The claim on `dispatch`, when it is `Claimed`.
+    pub fn of(dispatch: &RunDispatch) -> Option<Self> {
+        if dispatch.status != RunDispatchStatus::Claimed {
+            return None;
+        }
+        Some(Self {
+            thread_id: dispatch.thread_id.clone(),
+            dispatch_id: dispatch.dispatch_id.clone(),
+            claim_token: dispatch.claim_token.clone().unwrap_or_default(),
+            claimed_by: dispatch.claimed_by.clone().unwrap_or_default(),
+            lease_until: dispatch.lease_until.unwrap_or_default(),
+        })
+    }
+}
+
 /// How many change notifications a [`QueueWatch`] holds before it drops new ones.
 pub const QUEUE_WATCH_CAPACITY: usize = 4096;
 

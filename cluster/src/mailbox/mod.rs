@@ -11,10 +11,14 @@
 //! an *orphan* (no thread record holds its dispatch); it can be taken over after
 //! [`ORPHAN_GRACE_MS`] and garbage collection removes it.
 //!
-//! Listing all threads, reclaiming expired leases and garbage collection scan the
-//! thread records with one consumer; they run on sweep intervals, not per run.
+//! Sweeps — waking threads with queued work, reclaiming expired leases — read a
+//! [`index::PendingIndex`] of the threads with work in flight, kept current from
+//! the bucket's change feed, so they cost what is pending rather than every
+//! thread ever run. Listing all dispatches and garbage collection scan the thread
+//! records with one consumer; they are rare (an operator's listing, `gc_interval`).
 
 mod cache;
+mod index;
 pub(crate) mod records;
 
 use std::collections::{HashMap, HashSet};
@@ -31,11 +35,11 @@ use awaken_actors::mailbox::{
     QueueWatch, QueuedThread, transition,
 };
 use bytes::Bytes;
-use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use self::cache::Bounded;
+use self::index::{Follower, PendingIndex};
 use self::records::{
     DEDUPE_PREFIX, DISPATCH_PREFIX, DedupeEntry, IndexEntry, THREAD_PREFIX, ThreadMailbox,
     dedupe_key, dispatch_key, thread_key,
@@ -65,6 +69,10 @@ pub struct JetStreamMailbox {
     records: Arc<Bounded<String, (u64, ThreadMailbox)>>,
     /// Which thread holds a dispatch (immutable while the dispatch exists).
     threads_of: Arc<Bounded<DispatchId, ThreadId>>,
+    /// The threads with queued or claimed dispatches.
+    pending: Arc<PendingIndex>,
+    /// Keeps `pending` current while any clone of the mailbox lives.
+    _follower: Arc<Follower>,
 }
 
 /// Thread records and dispatch locations a node remembers.
@@ -93,7 +101,8 @@ fn from_cluster(error: ClusterError) -> MailboxError {
 }
 
 impl JetStreamMailbox {
-    /// Opens the mailbox in `bucket` (created when missing, `replicas` copies).
+    /// Opens the mailbox in `bucket` (created when missing, `replicas` copies);
+    /// returns once it knows every thread with work in flight.
     pub async fn open(
         js: &jetstream::Context,
         bucket: &str,
@@ -101,12 +110,17 @@ impl JetStreamMailbox {
         config: MailboxConfig,
     ) -> Result<Self, ClusterError> {
         let spec = BucketSpec::new(bucket).with_replicas(replicas);
+        let bucket = ensure_bucket(js, &spec).await?;
+        let pending = Arc::new(PendingIndex::default());
+        let follower = index::follow(js.client(), bucket.clone(), Arc::clone(&pending)).await?;
         Ok(Self {
             config,
             client: js.client(),
-            bucket: ensure_bucket(js, &spec).await?,
+            bucket,
             records: Arc::new(Bounded::new(CACHE_CAPACITY)),
             threads_of: Arc::new(Bounded::new(CACHE_CAPACITY)),
+            pending,
+            _follower: Arc::new(follower),
         })
     }
 
@@ -192,6 +206,7 @@ impl JetStreamMailbox {
                 Ok(Change::Write(answer)) => {
                     let payload = codec::encode(&value).map_err(from_cluster)?;
                     if let Some(revision) = self.write_if(&key, revision, payload).await? {
+                        self.pending.apply(&key, revision, Some(&value), false);
                         self.records.put(key, (revision, value));
                         return Ok(answer);
                     }
@@ -684,18 +699,7 @@ impl MailboxStore for JetStreamMailbox {
 
     async fn reclaim_expired_leases(&self, now_ms: u64) -> Result<Vec<RunDispatch>, MailboxError> {
         let mut reclaimed = Vec::new();
-        for mailbox in self.all_threads().await? {
-            let Some(first) = mailbox.dispatches.first() else {
-                continue;
-            };
-            if !mailbox
-                .dispatches
-                .iter()
-                .any(|entry| transition::lease_expired(&entry.dispatch, now_ms))
-            {
-                continue;
-            }
-            let thread_id = first.dispatch.thread_id.clone();
+        for thread_id in self.pending.expired(now_ms) {
             let mut expired = self
                 .with_thread(&thread_id, |mailbox| {
                     let mut expired = Vec::new();
@@ -727,39 +731,12 @@ impl MailboxStore for JetStreamMailbox {
     }
 
     async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError> {
-        Ok(self
-            .all_threads()
-            .await?
-            .iter()
-            .filter_map(ThreadMailbox::queued)
-            .collect())
+        Ok(self.pending.queued())
     }
 
     async fn watch_queued(&self) -> Result<QueueWatch, MailboxError> {
-        let mut updates = self
-            .bucket
-            .watch(format!("{THREAD_PREFIX}>"))
-            .await
-            .map_err(unavailable)?;
         let (tx, rx) = mpsc::channel(QUEUE_WATCH_CAPACITY);
-        tokio::spawn(async move {
-            while let Some(update) = updates.next().await {
-                let Ok(entry) = update else {
-                    // The ordered consumer re-creates itself; a gap is what sweeps are for.
-                    continue;
-                };
-                let Some(queued) = codec::decode::<ThreadMailbox>(&entry.value)
-                    .ok()
-                    .as_ref()
-                    .and_then(ThreadMailbox::queued)
-                else {
-                    continue;
-                };
-                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(queued.thread_id) {
-                    break;
-                }
-            }
-        });
+        self.pending.subscribe(tx);
         Ok(rx)
     }
 
