@@ -1,6 +1,7 @@
 //! The mailbox worker on one node: submitted runs execute through the mailbox,
-//! waiting runs release their claim, expired claims of a dead consumer are taken up
-//! again, and bad dispatches are dead-lettered.
+//! waiting runs release their claim, claims left behind are taken up again (at once
+//! when their claimer is gone, else when the lease expires), and bad dispatches are
+//! dead-lettered.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
@@ -49,6 +50,7 @@ async fn node(runtime: AgentRuntime) -> Node {
         inbox.clone(),
         config(),
         "node-1",
+        Arc::new(|_| true),
         Arc::new(|_| true),
     )
     .await
@@ -133,8 +135,13 @@ async fn a_waiting_run_acks_its_dispatch_and_keeps_the_run_open() {
     assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
-async fn a_dead_consumers_claim_expires_and_the_run_executes_here() {
+/// A run `claimer` claimed for `lease_ms` and never finished, taken up by a
+/// worker "node-1" that holds `live` for the claimers still there.
+async fn left_behind_by(
+    claimer: &str,
+    lease_ms: u64,
+    live: awaken_actors::mailbox::Liveness,
+) -> RunDispatch {
     let llm = ScriptedLlm::new(vec![Turn::Text("recovered")]);
     let runtime = plain_runtime(llm, ToolExecutionMode::Sequential, vec![]);
     let mailbox = Arc::new(InMemoryMailboxStore::new(config()));
@@ -147,9 +154,8 @@ async fn a_dead_consumers_claim_expires_and_the_run_executes_here() {
     )
     .await
     .unwrap();
-    // Another consumer claimed it and died holding the claim.
     mailbox
-        .claim_dispatch(&queued.dispatch_id, "dead-node", 100, now_ms())
+        .claim_dispatch(&queued.dispatch_id, claimer, lease_ms, now_ms())
         .await
         .unwrap();
     let _worker = MailboxWorker::start(
@@ -159,6 +165,7 @@ async fn a_dead_consumers_claim_expires_and_the_run_executes_here() {
         config(),
         "node-1",
         Arc::new(|_| true),
+        live,
     )
     .await
     .unwrap();
@@ -171,6 +178,39 @@ async fn a_dead_consumers_claim_expires_and_the_run_executes_here() {
     );
     assert_eq!(done.run_response.as_deref(), Some("recovered"));
     assert_eq!(done.dispatch_instance_id.as_deref(), Some("node-1"));
+    done
+}
+
+/// An hour: longer than any test waits, so only giving the claim back can finish.
+const HOUR_MS: u64 = 3_600_000;
+
+#[tokio::test]
+async fn a_claim_whose_claimer_seems_alive_is_reclaimed_when_its_lease_expires() {
+    let done = left_behind_by("silent-node", 100, Arc::new(|_| true)).await;
+    assert_eq!(done.last_error.as_deref(), Some("lease expired"));
+}
+
+#[tokio::test]
+async fn a_claim_of_a_consumer_that_left_is_given_back_without_waiting_for_its_lease() {
+    let done = left_behind_by(
+        "dead-node",
+        HOUR_MS,
+        Arc::new(|consumer: &str| consumer != "dead-node"),
+    )
+    .await;
+    assert_eq!(
+        done.last_error.as_deref(),
+        Some("its claimer dead-node is gone")
+    );
+}
+
+#[tokio::test]
+async fn a_claim_of_an_earlier_process_of_this_node_is_given_back_at_once() {
+    let done = left_behind_by("node-1", HOUR_MS, Arc::new(|_| true)).await;
+    assert_eq!(
+        done.last_error.as_deref(),
+        Some("its claimer node-1 is gone")
+    );
 }
 
 #[tokio::test]

@@ -82,6 +82,8 @@ impl LocalNode {
             config.mailbox,
             "local",
             Arc::new(|_: &ThreadId| true),
+            // One node: nobody else claims, and its mailbox dies with it.
+            Arc::new(|_: &str| true),
         )
         .await
         .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;

@@ -183,9 +183,28 @@ impl ClusterNode {
         let inbox = Arc::new(KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas).await?);
         let config_store =
             Arc::new(NatsConfigStore::open(&js, DEFAULT_CONFIG_BUCKET, config.replicas).await?);
+        let membership = Membership::join(
+            &js,
+            &config.membership,
+            MemberRecord {
+                node_id: node_id.clone(),
+                joined_at_ms: now_ms(),
+                http_url: config.http_url.clone(),
+            },
+        )
+        .await?;
         let placement = {
             let fence = fence.clone();
             Arc::new(move |thread_id: &ThreadId| fence.owns(thread_id))
+        };
+        let live = {
+            let members = membership.subscribe();
+            Arc::new(move |consumer: &str| {
+                members
+                    .borrow()
+                    .iter()
+                    .any(|node| node.as_str() == consumer)
+            })
         };
         let worker = Arc::new(
             MailboxWorker::start(
@@ -195,6 +214,7 @@ impl ClusterNode {
                 config.mailbox.clone(),
                 node_id.as_str(),
                 placement,
+                live,
             )
             .await
             .map_err(mailbox_error)?,
@@ -234,16 +254,6 @@ impl ClusterNode {
             },
         )));
 
-        let membership = Membership::join(
-            &js,
-            &config.membership,
-            MemberRecord {
-                node_id: node_id.clone(),
-                joined_at_ms: now_ms(),
-                http_url: config.http_url.clone(),
-            },
-        )
-        .await?;
         owner.start(
             membership.subscribe(),
             Arc::new(NodeShards {

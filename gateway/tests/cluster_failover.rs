@@ -42,12 +42,16 @@ struct Node {
 
 impl Node {
     async fn spawn(cluster: &Cluster, id: &str) -> Self {
+        Self::with_claim_lease(cluster, id, 3_000).await
+    }
+
+    async fn with_claim_lease(cluster: &Cluster, id: &str, claim_lease_ms: u64) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_awaken"))
             .args(["node", "--nats-url", &cluster.nats.url()])
             .args(["--postgres-url", &cluster.postgres_url])
             .args(["--node-id", id, "--shards", &SHARDS.to_string()])
             .args(["--lease-ttl-s", &LEASE_TTL_S.to_string()])
-            .args(["--claim-lease-ms", "3000"])
+            .args(["--claim-lease-ms", &claim_lease_ms.to_string()])
             .arg("--tool-journal")
             .arg(&cluster.journal)
             .env("RUST_LOG", "warn,awaken_cluster=info,awaken_actors=info")
@@ -322,10 +326,29 @@ async fn a_waiting_run_resumes_on_another_node_after_its_owner_is_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_killed_mid_tool_continues_on_another_node_from_its_checkpoint() {
+    Box::pin(killed_mid_tool(3_000)).await;
+}
+
+/// The dead node's claim is given back once it has left the cluster, not when the
+/// claim's lease ends: with a lease longer than the test's deadline, only that can
+/// finish the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_mid_tool_does_not_wait_for_its_claim_lease() {
+    let (done, victim) = Box::pin(killed_mid_tool(10 * DEADLINE.as_millis() as u64)).await;
+    assert_eq!(
+        done.last_error,
+        Some(format!("its claimer {victim} is gone")),
+        "{done:?}"
+    );
+}
+
+/// Kills the owner of a run while its tool runs; the finished dispatch and the
+/// victim's id.
+async fn killed_mid_tool(claim_lease_ms: u64) -> (RunDispatch, String) {
     let cluster = Cluster::start().await;
     let mut nodes = vec![
-        Node::spawn(&cluster, "node-a").await,
-        Node::spawn(&cluster, "node-b").await,
+        Node::with_claim_lease(&cluster, "node-a", claim_lease_ms).await,
+        Node::with_claim_lease(&cluster, "node-b", claim_lease_ms).await,
     ];
     cluster.balanced(&[&nodes[0], &nodes[1]]).await;
 
@@ -338,6 +361,7 @@ async fn a_run_killed_mid_tool_continues_on_another_node_from_its_checkpoint() {
     .await;
     let (victim, at) = pick(&mut nodes, &owner);
     victim.kill().await;
+    let victim = victim.id.clone();
     let survivor = nodes[1 - at].id.clone();
 
     let done = cluster.acked(&queued.dispatch_id, RunStatus::Done).await;
@@ -357,6 +381,7 @@ async fn a_run_killed_mid_tool_continues_on_another_node_from_its_checkpoint() {
         cluster.run_status(&queued.run_id).await,
         Some(RunStatus::Done)
     );
+    (done, victim)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    DispatchQuery, InMemoryMailboxStore, MailboxConfig, MailboxError, MailboxStore, QueuedThread,
+    DispatchQuery, HeldClaim, InMemoryMailboxStore, MailboxConfig, MailboxError, MailboxStore,
+    QueuedThread,
 };
 use crate::contract::TerminationReason;
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
@@ -49,6 +50,7 @@ macro_rules! mailbox_store_conformance {
             gc_purges_old_terminal_dispatches,
             unknown_ids_are_not_found,
             queued_threads_lists_waiting_work,
+            claims_lists_claimed_work,
             watch_reports_new_and_returned_work
         );
 
@@ -710,6 +712,61 @@ pub async fn queued_threads_lists_waiting_work(store: &dyn MailboxStore) {
             },
         ]
     );
+}
+
+/// Every claimed dispatch is listed with its holder, token and lease; giving a
+/// listed claim back with its token returns the work to the queue (an attempt
+/// counted), and a claim taken anew since is left alone.
+pub async fn claims_lists_claimed_work(store: &dyn MailboxStore) {
+    enqueued(store, "t-queued", "r1").await;
+    let first = claimed(store, "t-claims", "r2").await;
+    let second = claimed(store, "t-claims", "r3").await;
+    let acked = claimed(store, "t-acked", "r4").await;
+    store
+        .ack(&acked.dispatch_id, token(&acked), T0)
+        .await
+        .unwrap();
+
+    let mut listed = store.claims().await.unwrap();
+    listed.sort_by(|a, b| a.dispatch_id.as_str().cmp(b.dispatch_id.as_str()));
+    let mut expected: Vec<HeldClaim> = [&first, &second]
+        .into_iter()
+        .map(|d| HeldClaim {
+            thread_id: thread("t-claims"),
+            dispatch_id: d.dispatch_id.clone(),
+            claim_token: token(d).to_owned(),
+            claimed_by: "node-a".to_owned(),
+            lease_until: T0 + LEASE,
+        })
+        .collect();
+    expected.sort_by(|a, b| a.dispatch_id.as_str().cmp(b.dispatch_id.as_str()));
+    assert_eq!(listed, expected);
+
+    let back = store
+        .nack(&first.dispatch_id, token(&first), "its claimer left", T0)
+        .await
+        .unwrap();
+    assert_eq!(back.status, RunDispatchStatus::Queued);
+    assert_eq!(back.attempt_count, 1);
+    let again = store
+        .claim_dispatch(&first.dispatch_id, "node-b", LEASE, back.available_at)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .nack(&first.dispatch_id, token(&first), "stale listing", T0)
+            .await,
+        Err(MailboxError::ClaimMismatch(_))
+    ));
+    let holders: Vec<(DispatchId, String)> = store
+        .claims()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.dispatch_id, c.claimed_by))
+        .filter(|(id, _)| id == &first.dispatch_id)
+        .collect();
+    assert_eq!(holders, [(again.dispatch_id.clone(), "node-b".to_owned())]);
 }
 
 /// A watch hears of enqueued work and of work a nack gives back, from any writer.

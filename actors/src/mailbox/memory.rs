@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{
-    DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore, QUEUE_WATCH_CAPACITY,
-    QueueWatch, QueuedThread, transition,
+    DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxStore,
+    QUEUE_WATCH_CAPACITY, QueueWatch, QueuedThread, transition,
 };
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};
@@ -426,6 +426,15 @@ impl MailboxStore for InMemoryMailboxStore {
                 .map(|d| &d.thread_id),
         );
         Ok(reclaimed)
+    }
+
+    async fn claims(&self) -> Result<Vec<HeldClaim>, MailboxError> {
+        Ok(self
+            .lock()
+            .dispatches
+            .values()
+            .filter_map(|entry| HeldClaim::of(&entry.dispatch))
+            .collect())
     }
 
     async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError> {

@@ -26,7 +26,7 @@ pub use config::MailboxConfig;
 pub use inbox::{InMemoryRunInbox, RunInbox};
 pub use memory::InMemoryMailboxStore;
 pub use submit::{SubmitOptions, submit};
-pub use worker::{MailboxWorker, Placement, now_ms};
+pub use worker::{Liveness, MailboxWorker, Placement, now_ms};
 
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};
@@ -284,6 +284,11 @@ pub trait MailboxStore: Send + Sync + 'static {
     /// (counted as a failed attempt: dead-lettered when attempts are used up) and
     /// returns them as they are now.
     async fn reclaim_expired_leases(&self, now_ms: u64) -> Result<Vec<RunDispatch>, MailboxError>;
+
+    /// Every `Claimed` dispatch, so a worker can give back the claims of a consumer
+    /// that is gone (with [`Self::nack`] and the claim's token) without waiting for
+    /// their leases.
+    async fn claims(&self) -> Result<Vec<HeldClaim>, MailboxError>;
 
     /// Every thread holding a `Queued` dispatch, with the earliest time one of them
     /// becomes claimable.

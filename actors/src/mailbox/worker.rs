@@ -11,16 +11,18 @@
 //! ```
 //!
 //! A claim is held for as long as the run executes, so a node that dies mid-run
-//! leaves a claim whose lease expires; the sweep gives it back to the queue and the
-//! thread's next owner activates the run again, which continues from its last
-//! checkpoint. A run waiting for a human holds no claim (seed 000).
+//! leaves a claim behind. The sweep gives it back to the queue — as soon as the
+//! thread runs here and the claimer is gone (a consumer that left the cluster, or
+//! an earlier run of this node), else when its lease expires — and the thread's
+//! next owner activates the run again, which continues from its last checkpoint.
+//! A run waiting for a human holds no claim (seed 000).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
+use dashmap::{DashMap, DashSet};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -32,6 +34,9 @@ use crate::thread::{Activation, ControlError};
 
 /// Whether this node may run a thread (in a cluster: it owns the thread's shard).
 pub type Placement = Arc<dyn Fn(&ThreadId) -> bool + Send + Sync>;
+
+/// Whether a consumer (in a cluster: a node) is still there to hold its claims.
+pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Dispatches claimed per claim round of one thread.
 const CLAIM_BATCH: usize = 8;
@@ -64,8 +69,13 @@ struct Shared {
     config: MailboxConfig,
     consumer: String,
     placement: Placement,
+    live: Liveness,
     /// Threads with a claim loop running; `true` when work arrived meanwhile.
     claiming: DashMap<ThreadId, bool>,
+    /// Tokens of the claims this worker holds. A token is added before its
+    /// thread's claim loop ends, so a sweep that sees a claim of this consumer in
+    /// neither place knows it is an earlier process's.
+    held: DashSet<String>,
     accepting: AtomicBool,
     /// Asks the sweeper for a sweep now; requests made meanwhile coalesce.
     sweep_soon: Notify,
@@ -73,8 +83,9 @@ struct Shared {
 
 impl MailboxWorker {
     /// Starts claiming for `consumer` (the node's id): listens to the mailbox's
-    /// watch, sweeps every `sweep_interval` (reclaiming expired leases) and
-    /// garbage-collects every `gc_interval`.
+    /// watch, sweeps every `sweep_interval` (reclaiming expired leases and the
+    /// claims of consumers `live` says are gone) and garbage-collects every
+    /// `gc_interval`.
     pub async fn start(
         runtime: AgentRuntime,
         mailbox: Arc<dyn MailboxStore>,
@@ -82,6 +93,7 @@ impl MailboxWorker {
         config: MailboxConfig,
         consumer: impl Into<String>,
         placement: Placement,
+        live: Liveness,
     ) -> Result<Self, MailboxError> {
         let mut watch = mailbox.watch_queued().await?;
         let shared = Arc::new(Shared {
@@ -91,7 +103,9 @@ impl MailboxWorker {
             config,
             consumer: consumer.into(),
             placement,
+            live,
             claiming: DashMap::new(),
+            held: DashSet::new(),
             accepting: AtomicBool::new(true),
             sweep_soon: Notify::new(),
         });
@@ -189,6 +203,7 @@ impl Shared {
     }
 
     async fn sweep(shared: &Arc<Self>) {
+        Self::give_back_orphaned_claims(shared).await;
         let now = now_ms();
         match shared.mailbox.reclaim_expired_leases(now).await {
             Ok(reclaimed) if !reclaimed.is_empty() => {
@@ -213,6 +228,57 @@ impl Shared {
                 }
             }
             Err(error) => tracing::warn!(%error, "listing queued threads failed"),
+        }
+    }
+
+    /// Gives back the claims on threads this node runs whose claimer is gone: a
+    /// consumer that left, or this consumer in an earlier process (a restart under
+    /// the same name). Their work returns to the queue now, not after the lease.
+    async fn give_back_orphaned_claims(shared: &Arc<Self>) {
+        // Listed before the checks below: a claim this worker makes is in
+        // `claiming` or `held` from its write until it is released.
+        let claims = match shared.mailbox.claims().await {
+            Ok(claims) => claims,
+            Err(error) => {
+                tracing::warn!(%error, "listing claims failed");
+                return;
+            }
+        };
+        for claim in claims {
+            let orphaned = if claim.claimed_by == shared.consumer {
+                !shared.held.contains(&claim.claim_token)
+            } else {
+                !(shared.live)(&claim.claimed_by)
+            };
+            if !orphaned
+                || !shared.wants(&claim.thread_id)
+                || shared.claiming.contains_key(&claim.thread_id)
+            {
+                continue;
+            }
+            let reason = format!("its claimer {} is gone", claim.claimed_by);
+            match shared
+                .mailbox
+                .nack(&claim.dispatch_id, &claim.claim_token, &reason, now_ms())
+                .await
+            {
+                Ok(back) if back.status == RunDispatchStatus::Queued => {
+                    tracing::info!(dispatch_id = %claim.dispatch_id, claimer = %claim.claimed_by, "gave back an orphaned claim");
+                    Self::wake_at(shared, back.thread_id, back.available_at);
+                }
+                Ok(_) => {
+                    tracing::warn!(dispatch_id = %claim.dispatch_id, %reason, "dispatch dead-lettered");
+                }
+                // Released or claimed anew since the listing.
+                Err(
+                    MailboxError::ClaimMismatch(_)
+                    | MailboxError::WrongState { .. }
+                    | MailboxError::NotFound(_),
+                ) => {}
+                Err(error) => {
+                    tracing::warn!(dispatch_id = %claim.dispatch_id, %error, "giving back an orphaned claim failed");
+                }
+            }
         }
     }
 
@@ -258,6 +324,9 @@ impl Shared {
             }
         };
         let more = claimed.len() == CLAIM_BATCH;
+        for dispatch in &claimed {
+            self.held.insert(claim_token(dispatch));
+        }
         // Activations go to the thread in claim order; waiting happens apart.
         for dispatch in claimed {
             self.deliver(dispatch).await;
@@ -335,6 +404,7 @@ impl Shared {
                         }
                         Err(lost) => {
                             tracing::warn!(dispatch_id = %dispatch.dispatch_id, error = %lost, "claim lost");
+                            self.held.remove(&token);
                             return;
                         }
                     }
@@ -364,6 +434,7 @@ impl Shared {
             }
             Err(error) => tracing::warn!(dispatch_id = %id, %error, "ack failed"),
         }
+        self.held.remove(&claim_token(dispatch));
     }
 
     /// Returns the dispatch for a retry after back-off (dead-lettered when its
@@ -381,6 +452,7 @@ impl Shared {
             Ok(_) => tracing::warn!(dispatch_id = %id, %reason, "dispatch dead-lettered"),
             Err(error) => tracing::warn!(dispatch_id = %id, %error, "nack failed"),
         }
+        self.held.remove(&claim_token(dispatch));
     }
 
     async fn dead_letter(&self, dispatch: &RunDispatch, reason: &str) {
@@ -393,6 +465,7 @@ impl Shared {
         {
             tracing::warn!(dispatch_id = %id, %error, "dead-letter failed");
         }
+        self.held.remove(&claim_token(dispatch));
     }
 }
 

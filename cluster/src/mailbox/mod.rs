@@ -31,8 +31,8 @@ use awaken_actors::contract::{
 };
 use awaken_actors::ids::{DispatchId, ThreadId};
 use awaken_actors::mailbox::{
-    DispatchPage, DispatchQuery, MailboxConfig, MailboxError, MailboxStore, QUEUE_WATCH_CAPACITY,
-    QueueWatch, QueuedThread, transition,
+    DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxStore,
+    QUEUE_WATCH_CAPACITY, QueueWatch, QueuedThread, transition,
 };
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -728,6 +728,10 @@ impl MailboxStore for JetStreamMailbox {
             .into_iter()
             .map(|(_, dispatch)| dispatch)
             .collect())
+    }
+
+    async fn claims(&self) -> Result<Vec<HeldClaim>, MailboxError> {
+        Ok(self.pending.claims())
     }
 
     async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError> {
