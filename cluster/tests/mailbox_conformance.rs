@@ -29,7 +29,7 @@ mod rules {
 mod cluster {
     use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
     use awaken_actors::ids::{DispatchId, RunId, ThreadId};
-    use awaken_actors::mailbox::{MailboxError, MailboxStore};
+    use awaken_actors::mailbox::{DispatchQuery, MailboxError, MailboxStore};
     use awaken_cluster::codec;
     use awaken_cluster::mailbox::ORPHAN_GRACE_MS;
     use base64::Engine;
@@ -262,6 +262,29 @@ mod cluster {
             b.reclaim_expired_leases(u64::MAX).await.unwrap().is_empty(),
             "nothing claimed anywhere"
         );
+    }
+
+    /// An enqueue on a thread this node never touched tries to create its record
+    /// first; when another node already has, it joins the existing record: the
+    /// epoch is kept and nothing is overwritten.
+    #[tokio::test]
+    async fn an_enqueue_joins_a_record_another_node_created() {
+        let (a, server) = jetstream_fixture().await;
+        let b = node(&server).await;
+        let first = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        a.interrupt(&thread("t1"), T0).await.unwrap();
+        let second = b.enqueue(dispatch("t1", "r2"), T0).await.unwrap();
+        assert_eq!(second.dispatch_epoch, 1, "{second:?}");
+        let listed = a
+            .list_dispatches(&DispatchQuery {
+                limit: 10,
+                ..DispatchQuery::thread(thread("t1"))
+            })
+            .await
+            .unwrap();
+        let ids: Vec<&DispatchId> = listed.dispatches.iter().map(|d| &d.dispatch_id).collect();
+        assert_eq!(ids, [&first.dispatch_id, &second.dispatch_id]);
+        assert_eq!(listed.dispatches[0].status, RunDispatchStatus::Superseded);
     }
 
     /// A node that opens the mailbox later (or after a server restart) starts with

@@ -223,6 +223,30 @@ impl JetStreamMailbox {
         )))
     }
 
+    /// [`Self::with_thread`] for an enqueue: when this node holds no copy of the
+    /// record, it first tries to create it (most enqueues start a new thread) and
+    /// reads it only when it exists, saving a round trip per new thread.
+    async fn with_new_thread<R>(
+        &self,
+        thread_id: &ThreadId,
+        mut op: impl FnMut(&mut ThreadMailbox) -> Result<Change<R>, MailboxError>,
+    ) -> Result<R, MailboxError> {
+        let key = thread_key(thread_id);
+        if self.records.get(&key).is_none() {
+            let mut value = ThreadMailbox::default();
+            // An answer for an empty record counts only if the record is new.
+            if let Ok(Change::Write(answer)) = op(&mut value) {
+                let payload = codec::encode(&value).map_err(from_cluster)?;
+                if let Some(revision) = self.write_if(&key, 0, payload).await? {
+                    self.pending.apply(&key, revision, Some(&value), false);
+                    self.records.put(key, (revision, value));
+                    return Ok(answer);
+                }
+            }
+        }
+        self.with_thread(thread_id, op).await
+    }
+
     /// The thread holding the dispatch, from its index entry.
     async fn thread_of(&self, dispatch_id: &DispatchId) -> Result<Option<ThreadId>, MailboxError> {
         let thread_id = self
@@ -465,7 +489,7 @@ impl MailboxStore for JetStreamMailbox {
         };
         // Not released when this write fails: it may have landed. A retry takes
         // the reservations over, and the thread record accepts the id only once.
-        self.with_thread(&dispatch.thread_id, |mailbox| {
+        self.with_new_thread(&dispatch.thread_id, |mailbox| {
             if mailbox.holds(&dispatch.dispatch_id) {
                 return Err(MailboxError::Duplicate(format!(
                     "dispatch id {}",
