@@ -1,10 +1,13 @@
-//! What a node remembers of the records it wrote, to skip reading them back.
+//! What a node remembers of the records it wrote or was told of, to skip reading
+//! them.
 //!
 //! A thread's operations usually come from the node that owns it, so the record it
-//! wrote last is usually still the latest. Using it is safe because every write is
-//! a compare-and-set on the cached revision: a stale entry only costs a failed
-//! write and a fresh read. Answers that write nothing are never given from the
-//! cache (see `JetStreamMailbox::with_thread`).
+//! wrote last is usually still the latest; the mailbox's feed refreshes remembered
+//! records and adds those with queued work (the record the next claim changes).
+//! Using it is safe because every write is a compare-and-set on the cached
+//! revision: a stale entry only costs a failed write and a fresh read. Answers
+//! that write nothing are never given from the cache (see
+//! `JetStreamMailbox::with_thread`).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -44,6 +47,27 @@ impl<K: Eq + Hash + Clone, V: Clone> Bounded<K, V> {
         entries.insert(key, value);
     }
 
+    /// Stores the value `make` builds unless the entry holds one `keep` prefers;
+    /// a key without an entry gets one only when `add`.
+    pub(crate) fn offer(
+        &self,
+        key: K,
+        add: bool,
+        keep: impl FnOnce(&V) -> bool,
+        make: impl FnOnce() -> V,
+    ) {
+        let mut entries = self.lock();
+        match entries.get_mut(&key) {
+            Some(known) if !keep(known) => *known = make(),
+            Some(_) => {}
+            None if add => {
+                drop(entries);
+                self.put(key, make());
+            }
+            None => {}
+        }
+    }
+
     pub(crate) fn forget(&self, key: &K) {
         self.lock().remove(key);
     }
@@ -63,5 +87,18 @@ mod tests {
         assert_eq!(cache.get(&9), Some(90));
         cache.forget(&9);
         assert_eq!(cache.get(&9), None);
+    }
+
+    #[test]
+    fn offers_replace_only_what_keep_rejects() {
+        let cache = Bounded::new(4);
+        cache.offer(1, false, |_| false, || 10);
+        assert_eq!(cache.get(&1), None, "not added without `add`");
+        cache.offer(1, true, |_| false, || 10);
+        assert_eq!(cache.get(&1), Some(10));
+        cache.offer(1, true, |known| *known >= 5, || 5);
+        assert_eq!(cache.get(&1), Some(10), "kept");
+        cache.offer(1, false, |known| *known >= 20, || 20);
+        assert_eq!(cache.get(&1), Some(20), "replaced");
     }
 }

@@ -21,6 +21,7 @@ use awaken_actors::mailbox::{HeldClaim, QueuedThread};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::RecordCache;
 use super::records::{THREAD_PREFIX, ThreadMailbox};
 use crate::codec;
 use crate::error::ClusterError;
@@ -195,24 +196,25 @@ pub(crate) async fn follow(
     client: async_nats::Client,
     bucket: kv::Store,
     index: Arc<PendingIndex>,
+    records: Arc<RecordCache>,
 ) -> Result<Follower, ClusterError> {
     let mut feed = follow_under(&client, &bucket, THREAD_PREFIX).await?;
-    catch_up(&mut feed, &index).await?;
+    catch_up(&mut feed, &index, &records).await?;
     Ok(Follower(tokio::spawn(async move {
         loop {
-            live(&mut feed, &index).await;
-            feed = resubscribe(&client, &bucket, &index).await;
+            live(&mut feed, &index, &records).await;
+            feed = resubscribe(&client, &bucket, &index, &records).await;
         }
     })))
 }
 
 /// Applies the changes of a caught-up feed and notifies the subscribers, until
 /// the feed ends.
-async fn live(feed: &mut Feed, index: &PendingIndex) {
+async fn live(feed: &mut Feed, index: &PendingIndex, records: &RecordCache) {
     while let Some(change) = feed.next().await {
         match change {
             Ok(change) => {
-                if let Some(record) = apply(index, change) {
+                if let Some(record) = apply(index, records, change) {
                     index.notify(&record);
                 }
             }
@@ -228,12 +230,13 @@ async fn resubscribe(
     client: &async_nats::Client,
     bucket: &kv::Store,
     index: &PendingIndex,
+    records: &RecordCache,
 ) -> Feed {
     loop {
         tokio::time::sleep(RESUBSCRIBE_DELAY).await;
         let fresh = PendingIndex::default();
         let caught_up = match follow_under(client, bucket, THREAD_PREFIX).await {
-            Ok(mut feed) => catch_up(&mut feed, &fresh).await.map(|()| feed),
+            Ok(mut feed) => catch_up(&mut feed, &fresh, records).await.map(|()| feed),
             Err(error) => Err(error),
         };
         match caught_up {
@@ -249,22 +252,28 @@ async fn resubscribe(
 /// Applies the feed's initial state to `index`. Entries counted at the start may
 /// be purged before they are delivered; a feed idle for [`SCAN_IDLE_TIMEOUT`]
 /// counts as caught up (later changes still arrive, and sweeps are periodic).
-async fn catch_up(feed: &mut Feed, index: &PendingIndex) -> Result<(), ClusterError> {
+async fn catch_up(
+    feed: &mut Feed,
+    index: &PendingIndex,
+    records: &RecordCache,
+) -> Result<(), ClusterError> {
     while !feed.caught_up() {
         match tokio::time::timeout(SCAN_IDLE_TIMEOUT, feed.next()).await {
             Err(_) => return Ok(()),
             Ok(None) => return Err(ClusterError::Nats("the mailbox feed ended".to_owned())),
             Ok(Some(Err(error))) => tracing::debug!(%error, "mailbox feed hiccup"),
             Ok(Some(Ok(change))) => {
-                apply(index, change);
+                apply(index, records, change);
             }
         }
     }
     Ok(())
 }
 
-/// Applies one change from the feed; the record when it was written.
-fn apply(index: &PendingIndex, change: Change) -> Option<ThreadMailbox> {
+/// Applies one change from the feed to the index and the record cache (records
+/// with queued work are added: a claim on them follows); the record when it was
+/// written.
+fn apply(index: &PendingIndex, records: &RecordCache, change: Change) -> Option<ThreadMailbox> {
     match change {
         Change::Put(latest) => {
             let record = codec::decode::<ThreadMailbox>(&latest.value)
@@ -273,6 +282,15 @@ fn apply(index: &PendingIndex, change: Change) -> Option<ThreadMailbox> {
                 })
                 .ok();
             index.apply(&latest.key, latest.revision, record.as_ref(), true);
+            if let Some(record) = &record {
+                let revision = latest.revision;
+                records.offer(
+                    latest.key,
+                    record.queued().is_some(),
+                    |(known, _)| *known >= revision,
+                    || (revision, record.clone()),
+                );
+            }
             record
         }
         Change::Removed { key, revision } => {

@@ -65,8 +65,8 @@ pub struct JetStreamMailbox {
     config: MailboxConfig,
     client: async_nats::Client,
     bucket: kv::Store,
-    /// Thread records this node wrote last, by key, with their revisions.
-    records: Arc<Bounded<String, (u64, ThreadMailbox)>>,
+    /// Thread records this node wrote or was told of last, by key.
+    records: Arc<RecordCache>,
     /// Which thread holds a dispatch (immutable while the dispatch exists).
     threads_of: Arc<Bounded<DispatchId, ThreadId>>,
     /// The threads with queued or claimed dispatches.
@@ -77,6 +77,9 @@ pub struct JetStreamMailbox {
 
 /// Thread records and dispatch locations a node remembers.
 const CACHE_CAPACITY: usize = 16_384;
+
+/// Thread records by key, with their revisions.
+type RecordCache = Bounded<String, (u64, ThreadMailbox)>;
 
 /// What an operation on a thread record decided.
 enum Change<R> {
@@ -112,12 +115,19 @@ impl JetStreamMailbox {
         let spec = BucketSpec::new(bucket).with_replicas(replicas);
         let bucket = ensure_bucket(js, &spec).await?;
         let pending = Arc::new(PendingIndex::default());
-        let follower = index::follow(js.client(), bucket.clone(), Arc::clone(&pending)).await?;
+        let records = Arc::new(Bounded::new(CACHE_CAPACITY));
+        let follower = index::follow(
+            js.client(),
+            bucket.clone(),
+            Arc::clone(&pending),
+            Arc::clone(&records),
+        )
+        .await?;
         Ok(Self {
             config,
             client: js.client(),
             bucket,
-            records: Arc::new(Bounded::new(CACHE_CAPACITY)),
+            records,
             threads_of: Arc::new(Bounded::new(CACHE_CAPACITY)),
             pending,
             _follower: Arc::new(follower),
@@ -537,6 +547,13 @@ impl MailboxStore for JetStreamMailbox {
             })
         })
         .await
+        .inspect(|claimed| {
+            // The claimer's next operations name the dispatch, not the thread.
+            for dispatch in claimed {
+                self.threads_of
+                    .put(dispatch.dispatch_id.clone(), thread_id.clone());
+            }
+        })
     }
 
     async fn claim_dispatch(
