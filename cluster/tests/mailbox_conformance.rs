@@ -34,6 +34,7 @@ mod cluster {
     use awaken_cluster::mailbox::ORPHAN_GRACE_MS;
     use base64::Engine;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use futures::StreamExt;
     use serde::{Deserialize, Serialize};
     use sha2::{Digest, Sha256};
 
@@ -285,6 +286,59 @@ mod cluster {
         let ids: Vec<&DispatchId> = listed.dispatches.iter().map(|d| &d.dispatch_id).collect();
         assert_eq!(ids, [&first.dispatch_id, &second.dispatch_id]);
         assert_eq!(listed.dispatches[0].status, RunDispatchStatus::Superseded);
+    }
+
+    /// Garbage collection removes the records of threads that hold nothing any
+    /// more (and were never interrupted), so the bucket holds the threads with
+    /// retained work, not every thread ever run.
+    #[tokio::test]
+    async fn gc_removes_records_that_hold_nothing() {
+        let (a, server) = jetstream_fixture().await;
+        let ttl = rules_config().gc_ttl_ms();
+        for t in ["t1", "t2", "t3"] {
+            let queued = a.enqueue(dispatch(t, "r1"), T0).await.unwrap();
+            let taken = a.claim(&thread(t), "node-a", 1, LEASE, T0).await.unwrap();
+            a.ack(
+                &queued.dispatch_id,
+                taken[0].claim_token.as_deref().unwrap(),
+                T0,
+            )
+            .await
+            .unwrap();
+        }
+        a.interrupt(&thread("t2"), T0).await.unwrap();
+        a.enqueue(dispatch("t3", "r2"), T0 + ttl).await.unwrap();
+        assert_eq!(a.gc(T0 + ttl).await.unwrap(), 3);
+
+        let kv = bucket(&server).await;
+        let keys: Vec<String> = kv
+            .keys()
+            .await
+            .unwrap()
+            .map(|key| key.unwrap())
+            .collect()
+            .await;
+        let mut threads: Vec<String> = keys
+            .into_iter()
+            .filter(|key| key.starts_with("thread."))
+            .collect();
+        threads.sort();
+        let mut expected = vec![
+            format!("thread.{}", b64("t2")),
+            format!("thread.{}", b64("t3")),
+        ];
+        expected.sort();
+        assert_eq!(threads, expected, "t1 held nothing and was forgotten");
+
+        // The forgotten thread starts over, from this node and from another.
+        let again = a.enqueue(dispatch("t1", "r2"), T0 + ttl).await.unwrap();
+        assert_eq!(again.dispatch_epoch, 0);
+        let b = node(&server).await;
+        let claimed = b
+            .claim(&thread("t1"), "node-b", 1, LEASE, T0 + ttl)
+            .await
+            .unwrap();
+        assert_eq!(claimed[0].dispatch_id, again.dispatch_id);
     }
 
     /// A node that opens the mailbox later (or after a server restart) starts with

@@ -48,6 +48,7 @@ macro_rules! mailbox_store_conformance {
             list_filters_and_pages,
             expired_leases_are_reclaimed,
             gc_purges_old_terminal_dispatches,
+            gc_keeps_what_a_thread_must_remember,
             unknown_ids_are_not_found,
             queued_threads_lists_waiting_work,
             claims_lists_claimed_work,
@@ -612,6 +613,44 @@ pub async fn gc_purges_old_terminal_dispatches(store: &dyn MailboxStore) {
         .enqueue(dispatch("t1", "r3").with_dedupe_key("k"), T0 + ttl)
         .await
         .expect("a purged dispatch's dedupe key is free again");
+}
+
+/// Garbage collection may forget a thread that holds nothing, but never a raised
+/// epoch: after an interrupt, work enqueued a `gc_ttl` later still carries it; a
+/// thread never interrupted starts again at epoch 0.
+pub async fn gc_keeps_what_a_thread_must_remember(store: &dyn MailboxStore) {
+    let ttl = rules_config().gc_ttl_ms();
+    for thread_id in ["t-gc-plain", "t-gc-interrupted"] {
+        let done = claimed(store, thread_id, "r1").await;
+        store
+            .ack(&done.dispatch_id, token(&done), T0)
+            .await
+            .unwrap();
+    }
+    let interrupted = store
+        .interrupt(&thread("t-gc-interrupted"), T0)
+        .await
+        .unwrap();
+    assert_eq!(interrupted.new_dispatch_epoch, 1);
+    assert_eq!(store.gc(T0 + ttl).await.unwrap(), 2);
+
+    let later = T0 + ttl + 1;
+    let plain = store
+        .enqueue(dispatch("t-gc-plain", "r2"), later)
+        .await
+        .unwrap();
+    assert_eq!(plain.dispatch_epoch, 0);
+    let kept = store
+        .enqueue(dispatch("t-gc-interrupted", "r2"), later)
+        .await
+        .unwrap();
+    assert_eq!(kept.dispatch_epoch, 1, "the interrupt is remembered");
+    let next = store
+        .interrupt(&thread("t-gc-interrupted"), later)
+        .await
+        .unwrap();
+    assert_eq!(next.new_dispatch_epoch, 2);
+    assert_eq!(next.superseded_count, 1);
 }
 
 /// Every operation on an unknown dispatch is `NotFound`.

@@ -133,8 +133,14 @@ impl Inner {
             return;
         };
         self.order.remove(&entry.seq);
-        if let Some(mailbox) = self.threads.get_mut(&entry.dispatch.thread_id) {
+        let thread_id = &entry.dispatch.thread_id;
+        if let Some(mailbox) = self.threads.get_mut(thread_id) {
             mailbox.seqs.retain(|seq| *seq != entry.seq);
+            // Holding nothing and at the initial epoch, it is what an absent
+            // mailbox would be: the map does not grow with every thread ever run.
+            if mailbox.seqs.is_empty() && mailbox.epoch == 0 {
+                self.threads.remove(thread_id);
+            }
         }
         if let Some(key) = &entry.dispatch.dedupe_key
             && self.dedupe.get(key) == Some(id)

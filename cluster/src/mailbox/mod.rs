@@ -463,6 +463,14 @@ impl JetStreamMailbox {
         Ok(())
     }
 
+    /// Removes a thread record that holds nothing (see [`ThreadMailbox::is_blank`])
+    /// if it is still at `revision`: the bucket keeps only threads with retained
+    /// dispatches or a raised epoch, so it does not grow with every thread ever run.
+    async fn remove_blank(&self, key: &str, revision: u64) -> Result<(), MailboxError> {
+        self.records.forget(&key.to_owned());
+        self.remove_if(key, revision).await
+    }
+
     async fn scan(&self, prefix: &str) -> Result<Vec<Latest>, MailboxError> {
         latest_under(&self.client, &self.bucket, prefix)
             .await
@@ -795,14 +803,19 @@ impl MailboxStore for JetStreamMailbox {
                 .iter()
                 .any(|entry| transition::collectable(&entry.dispatch, ttl, now_ms))
         };
-        for mailbox in self.all_threads().await? {
-            let Some(first) = mailbox.dispatches.first() else {
+        for entry in self.scan(THREAD_PREFIX).await? {
+            let mailbox: ThreadMailbox = codec::decode(&entry.value).map_err(from_cluster)?;
+            if mailbox.is_blank() {
+                self.remove_blank(&entry.key, entry.revision).await?;
                 continue;
-            };
+            }
             if !collectable(&mailbox) {
                 after.push(mailbox);
                 continue;
             }
+            let Some(first) = mailbox.dispatches.first() else {
+                continue;
+            };
             let thread_id = first.dispatch.thread_id.clone();
             let (kept, removed) = self
                 .with_thread(&thread_id, |mailbox| {
@@ -827,7 +840,13 @@ impl MailboxStore for JetStreamMailbox {
                     },
                 );
             }
-            after.push(kept);
+            if kept.is_blank() {
+                if let Some((revision, _)) = self.records.get(&entry.key) {
+                    self.remove_blank(&entry.key, revision).await?;
+                }
+            } else {
+                after.push(kept);
+            }
         }
         self.sweep_reservations(&after, &purged, now_ms).await?;
         Ok(purged.len())

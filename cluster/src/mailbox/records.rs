@@ -71,6 +71,12 @@ impl ThreadMailbox {
         })
     }
 
+    /// Whether the record says nothing an absent record would not: no dispatches
+    /// and the initial epoch. Garbage collection removes such records.
+    pub(crate) fn is_blank(&self) -> bool {
+        self.epoch == 0 && self.dispatches.is_empty()
+    }
+
     /// Whether the thread holds the dispatch.
     pub(crate) fn holds(&self, id: &DispatchId) -> bool {
         self.dispatches
