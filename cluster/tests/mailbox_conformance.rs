@@ -182,6 +182,19 @@ mod cluster {
             .expect("the watch is open")
     }
 
+    /// The threads a node's sweep would wake, sorted.
+    async fn queued_ids(mailbox: &JetStreamMailbox) -> Vec<ThreadId> {
+        let mut queued: Vec<ThreadId> = mailbox
+            .queued_threads()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|q| q.thread_id)
+            .collect();
+        queued.sort();
+        queued
+    }
+
     /// Sweeps read the node's index of threads with work in flight, fed by the
     /// bucket's change feed: another node's enqueues, claims and acks reach it in
     /// order, so once its watch reports a later enqueue, the earlier changes are in.
@@ -225,15 +238,7 @@ mod cluster {
                 .is_empty(),
             "reclaimed once"
         );
-        let mut queued: Vec<ThreadId> = b
-            .queued_threads()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|q| q.thread_id)
-            .collect();
-        queued.sort();
-        assert_eq!(queued, [thread("t1"), thread("t2")]);
+        assert_eq!(queued_ids(&b).await, [thread("t1"), thread("t2")]);
 
         // Acked work leaves every node's sweeps.
         let taken = b
@@ -250,15 +255,7 @@ mod cluster {
         a.enqueue(dispatch("t3", "r3"), T0).await.unwrap();
         // The reclaim queued t1 again, which the watch reported too.
         while next_queued(&mut watch).await != thread("t3") {}
-        let mut queued: Vec<ThreadId> = b
-            .queued_threads()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|q| q.thread_id)
-            .collect();
-        queued.sort();
-        assert_eq!(queued, [thread("t2"), thread("t3")]);
+        assert_eq!(queued_ids(&b).await, [thread("t2"), thread("t3")]);
         assert!(
             b.reclaim_expired_leases(u64::MAX).await.unwrap().is_empty(),
             "nothing claimed anywhere"

@@ -214,10 +214,7 @@ impl JetStreamMailbox {
             };
             match op(&mut value) {
                 Ok(Change::Write(answer)) => {
-                    let payload = codec::encode(&value).map_err(from_cluster)?;
-                    if let Some(revision) = self.write_if(&key, revision, payload).await? {
-                        self.pending.apply(&key, revision, Some(&value), false);
-                        self.records.put(key, (revision, value));
+                    if self.commit(&key, revision, value).await? {
                         return Ok(answer);
                     }
                     self.records.forget(&key);
@@ -233,6 +230,23 @@ impl JetStreamMailbox {
         )))
     }
 
+    /// Writes a thread record if it is still at `revision` (0: absent) and, when
+    /// the write wins, remembers it and puts it in the pending index.
+    async fn commit(
+        &self,
+        key: &str,
+        revision: u64,
+        value: ThreadMailbox,
+    ) -> Result<bool, MailboxError> {
+        let payload = codec::encode(&value).map_err(from_cluster)?;
+        let Some(revision) = self.write_if(key, revision, payload).await? else {
+            return Ok(false);
+        };
+        self.pending.apply(key, revision, Some(&value), false);
+        self.records.put(key.to_owned(), (revision, value));
+        Ok(true)
+    }
+
     /// [`Self::with_thread`] for an enqueue: when this node holds no copy of the
     /// record, it first tries to create it (most enqueues start a new thread) and
     /// reads it only when it exists, saving a round trip per new thread.
@@ -245,13 +259,10 @@ impl JetStreamMailbox {
         if self.records.get(&key).is_none() {
             let mut value = ThreadMailbox::default();
             // An answer for an empty record counts only if the record is new.
-            if let Ok(Change::Write(answer)) = op(&mut value) {
-                let payload = codec::encode(&value).map_err(from_cluster)?;
-                if let Some(revision) = self.write_if(&key, 0, payload).await? {
-                    self.pending.apply(&key, revision, Some(&value), false);
-                    self.records.put(key, (revision, value));
-                    return Ok(answer);
-                }
+            if let Ok(Change::Write(answer)) = op(&mut value)
+                && self.commit(&key, 0, value).await?
+            {
+                return Ok(answer);
             }
         }
         self.with_thread(thread_id, op).await
