@@ -31,8 +31,6 @@ use crate::kv_scan::{Change, Feed, SCAN_IDLE_TIMEOUT, follow_under};
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
     thread_id: ThreadId,
-    /// The record's revision this was taken from.
-    revision: u64,
     /// The earliest time a `Queued` dispatch becomes claimable.
     queued_at: Option<u64>,
     /// The `Claimed` dispatches.
@@ -41,7 +39,7 @@ struct Pending {
 
 impl Pending {
     /// `None` when the record has nothing queued or claimed.
-    fn of(revision: u64, record: &ThreadMailbox) -> Option<Self> {
+    fn of(record: &ThreadMailbox) -> Option<Self> {
         let queued = record.queued();
         let claims: Vec<HeldClaim> = record
             .dispatches
@@ -55,7 +53,6 @@ impl Pending {
         };
         Some(Self {
             thread_id,
-            revision,
             queued_at: queued.map(|queued| queued.available_at),
             claims,
         })
@@ -98,7 +95,7 @@ impl PendingIndex {
                     threads.remove(key);
                 }
             }
-            _ => match record.and_then(|record| Pending::of(revision, record)) {
+            _ => match record.and_then(Pending::of) {
                 None if settled => {
                     threads.remove(key);
                 }
