@@ -56,7 +56,9 @@ struct ThreadData {
     messages: Vec<Message>,
     state: Option<PersistedState>,
     fence: FencingToken,
-    runs: HashMap<RunId, RunRecord>,
+    /// Boxed: most threads hold one or two runs, and a map sized for a few
+    /// records inline kept ~1 KB of empty slots per thread.
+    runs: HashMap<RunId, Box<RunRecord>>,
     latest: Option<RunId>,
     deleted: bool,
 }
@@ -75,7 +77,10 @@ impl ThreadData {
     }
 
     fn latest_run(&self) -> Option<&RunRecord> {
-        self.latest.as_ref().and_then(|id| self.runs.get(id))
+        self.latest
+            .as_ref()
+            .and_then(|id| self.runs.get(id))
+            .map(Box::as_ref)
     }
 
     /// Inserts or replaces a run, keeping `latest` the greatest by `(created_at, run_id)`.
@@ -85,7 +90,7 @@ impl ThreadData {
         let beats_latest = self
             .latest_run()
             .is_none_or(|latest| run_order_key(&run) >= run_order_key(latest));
-        self.runs.insert(run_id.clone(), run);
+        self.runs.insert(run_id.clone(), Box::new(run));
         if beats_latest {
             self.latest = Some(run_id);
         } else if was_latest {
@@ -340,7 +345,10 @@ impl ThreadRunStore for InMemoryStore {
         };
         Ok(self.slot(&owner).and_then(|slot| {
             let data = lock(&slot.data);
-            data.runs.get(run_id).filter(|_| !data.deleted).cloned()
+            data.runs
+                .get(run_id)
+                .filter(|_| !data.deleted)
+                .map(|run| RunRecord::clone(run))
         }))
     }
 
@@ -360,7 +368,12 @@ impl ThreadRunStore for InMemoryStore {
         for slot in slots {
             let data = lock(&slot.data);
             if !data.deleted {
-                runs.extend(data.runs.values().filter(|run| query.matches(run)).cloned());
+                runs.extend(
+                    data.runs
+                        .values()
+                        .filter(|run| query.matches(run))
+                        .map(|run| RunRecord::clone(run)),
+                );
             }
         }
         Ok(page_runs(runs, query))
