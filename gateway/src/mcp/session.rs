@@ -177,7 +177,10 @@ async fn connect(spec: &McpServerSpec) -> Result<Service, McpError> {
     match &spec.transport {
         McpTransport::Stdio { command, args, env } => {
             let mut process = tokio::process::Command::new(command);
-            process.args(args).envs(env);
+            // rmcp kills the child from a task it spawns when the session drops;
+            // a runtime that is shutting down never runs it. Dropping that task
+            // (or the child) then kills the server instead of leaving it behind.
+            process.args(args).envs(env).kill_on_drop(true);
             let (transport, _) = TokioChildProcess::builder(process)
                 .stderr(Stdio::inherit())
                 .spawn()
