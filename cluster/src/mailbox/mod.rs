@@ -173,16 +173,17 @@ impl JetStreamMailbox {
     }
 
     /// Removes a key if it is still at `revision`, leaving no delete marker behind
-    /// (a stream purge of the key's subject up to that revision).
-    async fn remove_if(&self, key: &str, revision: u64) -> Result<(), MailboxError> {
-        self.bucket
+    /// (a stream purge of the key's subject up to that revision); whether it was.
+    async fn remove_if(&self, key: &str, revision: u64) -> Result<bool, MailboxError> {
+        let response = self
+            .bucket
             .stream
             .purge()
             .filter(format!("{}{key}", self.bucket.prefix))
             .sequence(revision.saturating_add(1))
             .await
             .map_err(unavailable)?;
-        Ok(())
+        Ok(response.purged > 0)
     }
 
     async fn load_thread(&self, thread_id: &ThreadId) -> Result<ThreadMailbox, MailboxError> {
@@ -477,7 +478,7 @@ impl JetStreamMailbox {
     /// Removes a thread record that holds nothing (see [`ThreadMailbox::is_blank`])
     /// if it is still at `revision`: the bucket keeps only threads with retained
     /// dispatches or a raised epoch, so it does not grow with every thread ever run.
-    async fn remove_blank(&self, key: &str, revision: u64) -> Result<(), MailboxError> {
+    async fn remove_blank(&self, key: &str, revision: u64) -> Result<bool, MailboxError> {
         self.records.forget(&key.to_owned());
         self.remove_if(key, revision).await
     }
@@ -814,10 +815,30 @@ impl MailboxStore for JetStreamMailbox {
                 .iter()
                 .any(|entry| transition::collectable(&entry.dispatch, ttl, now_ms))
         };
+        let mut remember = |removed: Vec<records::Sequenced>| {
+            for entry in removed {
+                purged.insert(
+                    entry.dispatch.dispatch_id,
+                    Purged {
+                        seq: entry.seq,
+                        created_at_ms: entry.dispatch.created_at,
+                    },
+                );
+            }
+        };
         for entry in self.scan(THREAD_PREFIX).await? {
             let mailbox: ThreadMailbox = codec::decode(&entry.value).map_err(from_cluster)?;
-            if mailbox.is_blank() {
-                self.remove_blank(&entry.key, entry.revision).await?;
+            // Nothing would be left: remove the record as scanned in one step, unless
+            // it changed since (then collect through a compare-and-set below).
+            let all_collectable = mailbox
+                .dispatches
+                .iter()
+                .all(|entry| transition::collectable(&entry.dispatch, ttl, now_ms));
+            if mailbox.epoch == 0
+                && all_collectable
+                && self.remove_blank(&entry.key, entry.revision).await?
+            {
+                remember(mailbox.dispatches);
                 continue;
             }
             if !collectable(&mailbox) {
@@ -842,15 +863,7 @@ impl MailboxStore for JetStreamMailbox {
                     })
                 })
                 .await?;
-            for entry in removed {
-                purged.insert(
-                    entry.dispatch.dispatch_id,
-                    Purged {
-                        seq: entry.seq,
-                        created_at_ms: entry.dispatch.created_at,
-                    },
-                );
-            }
+            remember(removed);
             if kept.is_blank() {
                 if let Some((revision, _)) = self.records.get(&entry.key) {
                     self.remove_blank(&entry.key, revision).await?;
