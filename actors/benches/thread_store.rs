@@ -25,9 +25,10 @@ fn state(revision: u64) -> PersistedState {
         ..PersistedState::default()
     };
     for key in ["permissions", "reminders", "usage", "pending_actions"] {
-        state
-            .extensions
-            .insert(format!("bench.{key}"), serde_json::json!({"n": revision}));
+        state.extensions.insert(
+            format!("bench.{key}"),
+            serde_json::json!({"n": revision}).into(),
+        );
     }
     state
 }

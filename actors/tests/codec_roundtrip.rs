@@ -145,8 +145,8 @@ fn persisted_state() -> PersistedState {
     PersistedState {
         revision: 7,
         extensions: BTreeMap::from([
-            ("plugin.counter".to_owned(), json!(3)),
-            ("plugin.payload".to_owned(), payload()),
+            ("plugin.counter".to_owned(), json!(3).into()),
+            ("plugin.payload".to_owned(), payload().into()),
         ]),
     }
 }

@@ -138,7 +138,7 @@ async fn persisted_handoff(rt: &AgentRuntime, thread: &str) -> HandoffState {
     state
         .extensions
         .get(ActiveAgentKey::KEY)
-        .map(|value| serde_json::from_value(value.clone()).unwrap())
+        .map(|value| value.decode().unwrap())
         .unwrap_or_default()
 }
 

@@ -340,7 +340,7 @@ impl ChildWait<'_> {
             .state
             .as_ref()
             .and_then(|state| state.extensions.get(ToolCallStates::KEY))
-            .and_then(|value| serde_json::from_value(value.clone()).ok())
+            .and_then(|value| value.decode().ok())
             .unwrap_or_default();
         let Some((call_id, child_ticket)) = calls
             .with_status(crate::contract::ToolCallStatus::Suspended)

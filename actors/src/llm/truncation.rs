@@ -227,6 +227,6 @@ mod tests {
         };
         let encoded = TruncationState::encode(&counter).unwrap();
         assert_eq!(encoded, json!({"continuation_retries": 2}));
-        assert_eq!(TruncationState::decode(encoded).unwrap(), counter);
+        assert_eq!(TruncationState::decode(&encoded).unwrap(), counter);
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
-use crate::JsonValue;
+use super::persisted::EncodedValue;
 use crate::error::StateError;
 
 /// When a key's value is cleared relative to run boundaries.
@@ -49,13 +49,19 @@ pub trait StateKey: 'static + Send + Sync {
     fn apply(value: &mut Self::Value, update: Self::Update);
 
     /// Encodes a value for persistence.
-    fn encode(value: &Self::Value) -> Result<JsonValue, StateError> {
-        super::command::encode_payload(Self::KEY, value)
+    fn encode(value: &Self::Value) -> Result<EncodedValue, StateError> {
+        EncodedValue::encode(value).map_err(|e| StateError::KeyEncode {
+            key: Self::KEY.to_owned(),
+            message: e.to_string(),
+        })
     }
 
     /// Decodes a persisted value.
-    fn decode(value: JsonValue) -> Result<Self::Value, StateError> {
-        super::command::decode_payload(Self::KEY, value)
+    fn decode(value: &EncodedValue) -> Result<Self::Value, StateError> {
+        value.decode().map_err(|e| StateError::KeyDecode {
+            key: Self::KEY.to_owned(),
+            message: e.to_string(),
+        })
     }
 }
 

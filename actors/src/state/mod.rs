@@ -27,7 +27,7 @@ pub use pending::{
     FailedScheduledAction, FailedScheduledActions, PendingAction, PendingActions,
     PendingActionsUpdate, PendingScheduledActions,
 };
-pub use persisted::{PersistedState, UnknownKeyPolicy};
+pub use persisted::{EncodedValue, PersistedState, UnknownKeyPolicy};
 pub use profile::{InMemoryProfileStore, ProfileAccess, ProfileKey, ProfileStore, StateScope};
 pub use registry::{KeyRegistration, KeyRegistry};
 pub use snapshot::Snapshot;

@@ -7,7 +7,7 @@ use std::hash::BuildHasherDefault;
 
 use super::key::{KeyScope, MergeStrategy, StateKey, StateKeyOptions};
 use super::map::{StateMap, TypeIdHasher};
-use crate::JsonValue;
+use super::persisted::EncodedValue;
 use crate::error::StateError;
 
 /// Everything the runtime knows about one registered key.
@@ -29,11 +29,11 @@ pub struct KeyRegistration {
     /// Whether the value survives uninstalling the owning plugin.
     pub retain_on_uninstall: bool,
     type_id: TypeId,
-    encode: fn(&StateMap) -> Result<Option<JsonValue>, StateError>,
-    decode_into: fn(&mut StateMap, JsonValue) -> Result<(), StateError>,
+    encode: fn(&StateMap) -> Result<Option<EncodedValue>, StateError>,
+    decode_into: fn(&mut StateMap, &EncodedValue) -> Result<(), StateError>,
     reset: fn(&mut StateMap),
     remove: fn(&mut StateMap),
-    encode_default: fn() -> Result<JsonValue, StateError>,
+    encode_default: fn() -> Result<EncodedValue, StateError>,
 }
 
 impl KeyRegistration {
@@ -65,14 +65,14 @@ impl KeyRegistration {
         self.type_id == other.type_id
     }
 
-    pub(crate) fn encode(&self, map: &StateMap) -> Result<Option<JsonValue>, StateError> {
+    pub(crate) fn encode(&self, map: &StateMap) -> Result<Option<EncodedValue>, StateError> {
         (self.encode)(map)
     }
 
     pub(crate) fn decode_into(
         &self,
         map: &mut StateMap,
-        json: JsonValue,
+        json: &EncodedValue,
     ) -> Result<(), StateError> {
         (self.decode_into)(map, json)
     }
@@ -108,7 +108,7 @@ pub struct KeyRegistry {
     by_name: HashMap<&'static str, KeyRegistration>,
     by_type: HashMap<TypeId, &'static str, BuildHasherDefault<TypeIdHasher>>,
     /// Encodings of default values: checkpoints leave keys at their default out.
-    defaults: HashMap<&'static str, JsonValue>,
+    defaults: HashMap<&'static str, EncodedValue>,
     /// One default value per key, shared by every map reset from this registry: a
     /// key nobody wrote costs a pointer, and checkpoints skip it without encoding.
     default_values: StateMap,
@@ -151,9 +151,13 @@ impl KeyRegistry {
         map.shares_with(&self.default_values, registration.type_id)
     }
 
-    /// Whether `json` is the encoding of `key`'s default value.
-    pub(crate) fn is_default(&self, key: &str, json: &JsonValue) -> bool {
-        self.defaults.get(key) == Some(json)
+    /// Whether `json` is the encoding of `key`'s default value. The text is
+    /// compared: both come from the same encoder, and a miss only means the key
+    /// is checkpointed although it holds its default.
+    pub(crate) fn is_default(&self, key: &str, json: &EncodedValue) -> bool {
+        self.defaults
+            .get(key)
+            .is_some_and(|default| default.as_str() == json.as_str())
     }
 
     /// Whether `key` is registered here with the same type as in `registration`.

@@ -8,10 +8,9 @@ use super::command::{StateCommand, TypedEffect};
 use super::key::{KeyScope, StateKey, StateKeyOptions};
 use super::map::StateMap;
 use super::pending::{FailedScheduledActions, PendingActionsUpdate, PendingScheduledActions};
-use super::persisted::{PersistedState, UnknownKeyPolicy};
+use super::persisted::{EncodedValue, PersistedState, UnknownKeyPolicy};
 use super::registry::{KeyRegistration, KeyRegistry};
 use super::snapshot::Snapshot;
-use crate::JsonValue;
 use crate::error::StateError;
 use crate::phase::Phase;
 
@@ -85,7 +84,7 @@ pub struct StateStore {
     handlers: HandlerCatalog,
     current: Arc<StateMap>,
     revision: u64,
-    retained: BTreeMap<String, JsonValue>,
+    retained: BTreeMap<String, EncodedValue>,
     commit_hooks: Vec<Arc<dyn CommitHook>>,
 }
 
@@ -148,7 +147,7 @@ impl StateStore {
         let map = Arc::make_mut(&mut self.current);
         match self.retained.remove(registration.key) {
             Some(json) => {
-                if let Err(err) = registration.decode_into(map, json) {
+                if let Err(err) = registration.decode_into(map, &json) {
                     tracing::warn!(key = registration.key, error = %err, "dropping retained value that no longer decodes");
                     self.registry.reset(&registration, map);
                 }
@@ -370,7 +369,7 @@ impl StateStore {
         let mut retained = self.retained.clone();
         for (key, json) in &state.extensions {
             match self.registry.get(key) {
-                Some(registration) => registration.decode_into(&mut map, json.clone())?,
+                Some(registration) => registration.decode_into(&mut map, json)?,
                 None => match policy {
                     UnknownKeyPolicy::Error => {
                         return Err(StateError::UnknownKey { key: key.clone() });
@@ -739,9 +738,10 @@ mod tests {
     fn restore_is_all_or_nothing() {
         let mut store = store();
         let mut bad = PersistedState::default();
-        bad.extensions.insert("test.counter".into(), json!(9));
         bad.extensions
-            .insert("test.memory".into(), json!("not a list"));
+            .insert("test.counter".into(), json!(9).into());
+        bad.extensions
+            .insert("test.memory".into(), json!("not a list").into());
         let err = store.restore(&bad, UnknownKeyPolicy::Error).unwrap_err();
         assert!(matches!(err, StateError::KeyDecode { ref key, .. } if key == "test.memory"));
         assert_eq!(store.read::<Counter>(), Some(0), "counter untouched");
@@ -750,10 +750,12 @@ mod tests {
     #[test]
     fn unknown_persisted_keys_follow_policy() {
         let mut persisted = PersistedState::default();
-        persisted.extensions.insert("test.counter".into(), json!(2));
         persisted
             .extensions
-            .insert("gone.plugin".into(), json!({"a": 1}));
+            .insert("test.counter".into(), json!(2).into());
+        persisted
+            .extensions
+            .insert("gone.plugin".into(), json!({"a": 1}).into());
 
         let mut strict = store();
         assert_eq!(

@@ -189,9 +189,10 @@ pub fn state(revision: u64) -> PersistedState {
         revision,
         ..PersistedState::default()
     };
-    state
-        .extensions
-        .insert(format!("key.{revision}"), json!({"revision": revision}));
+    state.extensions.insert(
+        format!("key.{revision}"),
+        json!({"revision": revision}).into(),
+    );
     state
 }
 

@@ -362,7 +362,7 @@ pub(crate) fn visible_state(state: &PersistedState) -> JsonValue {
         .extensions
         .iter()
         .filter(|(key, _)| !key.starts_with("__"))
-        .map(|(key, value)| (key.clone(), value.clone()))
+        .map(|(key, value)| (key.clone(), value.to_json()))
         .collect();
     JsonValue::Object(visible)
 }
