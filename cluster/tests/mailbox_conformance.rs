@@ -380,6 +380,63 @@ mod cluster {
         assert_eq!(late.queued_threads().await.unwrap().len(), 3);
     }
 
+    /// Tells the test when the mailbox logs that its open is being retried.
+    struct RetrySeen(tokio::sync::mpsc::UnboundedSender<()>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RetrySeen {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            if *event.metadata().level() == tracing::Level::WARN
+                && event
+                    .metadata()
+                    .target()
+                    .starts_with("awaken_cluster::mailbox")
+            {
+                let _ = self.0.send(());
+            }
+        }
+    }
+
+    /// A node started while JetStream does not answer (here: its server is down)
+    /// waits for it instead of failing, and works once it is back.
+    #[tokio::test]
+    async fn a_mailbox_opened_while_jetstream_is_down_opens_when_it_is_back() {
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let (retried_tx, mut retried) = tokio::sync::mpsc::unbounded_channel();
+        // A current-thread runtime: the open and everything it spawns log here.
+        let _logs = tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(RetrySeen(retried_tx)),
+        );
+        let mut server = NatsServer::start().await.unwrap();
+        let js = jetstream::ContextBuilder::new()
+            .timeout(std::time::Duration::from_millis(500))
+            .build(server.connect().await.unwrap());
+        server.kill().await;
+
+        let mut open = std::pin::pin!(JetStreamMailbox::open(
+            &js,
+            DEFAULT_MAILBOX_BUCKET,
+            1,
+            rules_config()
+        ));
+        let opened = tokio::select! {
+            // Before any retry: the server is down, so this can only be its error.
+            opened = &mut open => opened,
+            _ = retried.recv() => {
+                server.restart().await.unwrap();
+                open.await
+            }
+        };
+        let mailbox = opened.unwrap();
+        mailbox.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        let queued = mailbox.queued_threads().await.unwrap();
+        assert_eq!(queued.len(), 1, "{queued:?}");
+    }
+
     /// A node that died after reserving a dispatch id but before writing the thread
     /// record leaves an orphan index entry: a retry on the same thread takes it over
     /// at once; another thread must wait out the grace; garbage collection removes it.

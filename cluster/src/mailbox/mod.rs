@@ -77,6 +77,10 @@ pub struct JetStreamMailbox {
 
 /// Thread records and dispatch locations a node remembers.
 const CACHE_CAPACITY: usize = 16_384;
+/// How long [`JetStreamMailbox::open`] keeps retrying a JetStream that does not answer.
+pub const OPEN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+/// The first pause between open attempts (doubling, up to 16 times this).
+const OPEN_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Thread records by key, with their revisions.
 type RecordCache = Bounded<String, (u64, ThreadMailbox)>;
@@ -106,7 +110,33 @@ fn from_cluster(error: ClusterError) -> MailboxError {
 impl JetStreamMailbox {
     /// Opens the mailbox in `bucket` (created when missing, `replicas` copies);
     /// returns once it knows every thread with work in flight.
+    ///
+    /// JetStream answers API requests only while its cluster has a leader: a node
+    /// started during an election (or right after a server restart) retries for
+    /// up to [`OPEN_DEADLINE`] before giving up with the last error.
     pub async fn open(
+        js: &jetstream::Context,
+        bucket: &str,
+        replicas: usize,
+        config: MailboxConfig,
+    ) -> Result<Self, ClusterError> {
+        let deadline = tokio::time::Instant::now() + OPEN_DEADLINE;
+        let mut delay = OPEN_RETRY_DELAY;
+        loop {
+            match Self::open_once(js, bucket, replicas, config.clone()).await {
+                Err(ClusterError::Nats(error))
+                    if tokio::time::Instant::now() + delay < deadline =>
+                {
+                    tracing::warn!(%error, bucket, "the mailbox could not open yet; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(OPEN_RETRY_DELAY * 16);
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    async fn open_once(
         js: &jetstream::Context,
         bucket: &str,
         replicas: usize,
