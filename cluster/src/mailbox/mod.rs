@@ -123,7 +123,8 @@ impl JetStreamMailbox {
         let deadline = tokio::time::Instant::now() + OPEN_DEADLINE;
         let mut delay = OPEN_RETRY_DELAY;
         loop {
-            match Self::open_once(js, bucket, replicas, config.clone()).await {
+            // Boxed: the attempt's future is large and lives in every caller's.
+            match Box::pin(Self::open_once(js, bucket, replicas, config.clone())).await {
                 Err(ClusterError::Nats(error))
                     if tokio::time::Instant::now() + delay < deadline =>
                 {
