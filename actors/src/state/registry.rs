@@ -60,6 +60,11 @@ impl KeyRegistration {
         }
     }
 
+    /// The key type's id, which addresses its value in a [`StateMap`].
+    pub(crate) fn type_id(&self) -> TypeId {
+        self.type_id
+    }
+
     /// Whether both registrations are for the same key type.
     pub fn same_key_type(&self, other: &KeyRegistration) -> bool {
         self.type_id == other.type_id
@@ -132,6 +137,11 @@ impl KeyRegistry {
             self.defaults.insert(registration.key, json);
         }
         Ok(())
+    }
+
+    /// One map holding every key's shared default value.
+    pub(crate) fn default_values(&self) -> &StateMap {
+        &self.default_values
     }
 
     /// Gives `registration`'s key its default value in `map`.

@@ -1,7 +1,7 @@
 //! `StateStore`: the live state of one thread, owned by its thread actor.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use super::batch::{MutationBatch, TouchedKey};
 use super::command::{StateCommand, TypedEffect};
@@ -106,25 +106,32 @@ impl std::fmt::Debug for StateStore {
 
 impl StateStore {
     /// An empty store with the runtime's own keys (pending and failed actions).
+    ///
+    /// Every thread starts with one, so the registry of those two keys is built
+    /// once per process and shared; registering a key copies it first.
     pub fn new() -> Self {
-        let mut store = Self {
-            registry: Arc::new(KeyRegistry::default()),
+        static RUNTIME_KEYS: LazyLock<Arc<KeyRegistry>> = LazyLock::new(|| {
+            let mut registry = KeyRegistry::default();
+            for registration in [
+                KeyRegistration::of::<PendingScheduledActions>(StateKeyOptions::default()),
+                KeyRegistration::of::<FailedScheduledActions>(StateKeyOptions::default()),
+            ] {
+                // A fresh registry cannot already hold the runtime's keys.
+                if let Err(err) = registry.insert(registration) {
+                    unreachable!("runtime keys clash in an empty registry: {err}");
+                }
+            }
+            Arc::new(registry)
+        });
+        let registry = Arc::clone(&RUNTIME_KEYS);
+        Self {
+            current: Arc::new(registry.default_values().clone()),
+            registry,
             handlers: HandlerCatalog::default(),
-            current: Arc::new(StateMap::new()),
             revision: 0,
             retained: BTreeMap::new(),
             commit_hooks: Vec::new(),
-        };
-        for registration in [
-            KeyRegistration::of::<PendingScheduledActions>(StateKeyOptions::default()),
-            KeyRegistration::of::<FailedScheduledActions>(StateKeyOptions::default()),
-        ] {
-            // A fresh registry cannot already hold the runtime's keys.
-            if let Err(err) = store.register(registration) {
-                unreachable!("runtime keys clash in an empty store: {err}");
-            }
         }
-        store
     }
 
     /// Registers `K` and installs its default value.
@@ -168,13 +175,24 @@ impl StateStore {
                 key: missing.key.to_owned(),
             });
         }
-        let added: Vec<KeyRegistration> = registry
-            .iter()
-            .filter(|r| self.registry.get(r.key).is_none())
-            .copied()
-            .collect();
+        // Every key starts at the shared default, then this store's values are
+        // carried over: the cost is this store's keys, not the registry's.
+        let mut map = registry.default_values().clone();
+        for registration in self.registry.iter() {
+            map.share_from(&self.current, registration.type_id());
+        }
+        let with_retained: Vec<KeyRegistration> = if self.retained.is_empty() {
+            Vec::new()
+        } else {
+            registry
+                .iter()
+                .filter(|r| self.registry.get(r.key).is_none() && self.retained.contains_key(r.key))
+                .copied()
+                .collect()
+        };
+        self.current = Arc::new(map);
         self.registry = registry;
-        for registration in added {
+        for registration in with_retained {
             self.install_value(registration);
         }
         Ok(())
@@ -732,6 +750,60 @@ mod tests {
             Err(StateError::KeyTypeMismatch { .. })
         ));
         assert!(diverged.is_registered("test.memory"), "nothing changed");
+    }
+
+    #[test]
+    fn an_adopted_registry_keeps_written_and_retained_values() {
+        let retained = StateKeyOptions {
+            retain_on_uninstall: true,
+            ..StateKeyOptions::default()
+        };
+        let mut store = StateStore::new();
+        store
+            .register_key::<Counter>(StateKeyOptions::default())
+            .unwrap();
+        store.register_key::<Memory>(retained).unwrap();
+        store
+            .commit({
+                let mut c = StateCommand::new();
+                c.update::<Counter>(5);
+                c.update::<Memory>("kept".into());
+                c
+            })
+            .unwrap();
+        store.uninstall_key("test.memory").unwrap();
+        let revision = store.revision();
+
+        let mut shared = KeyRegistry::default();
+        for registration in [
+            KeyRegistration::of::<PendingScheduledActions>(StateKeyOptions::default()),
+            KeyRegistration::of::<FailedScheduledActions>(StateKeyOptions::default()),
+            KeyRegistration::of::<Counter>(StateKeyOptions::default()),
+            KeyRegistration::of::<Memory>(retained),
+            KeyRegistration::of::<Scratch>(StateKeyOptions::transient()),
+        ] {
+            shared.insert(registration).unwrap();
+        }
+        store.adopt_registry(Arc::new(shared)).unwrap();
+        assert_eq!(store.read::<Counter>(), Some(5), "written value kept");
+        assert_eq!(
+            store.read::<Memory>().unwrap(),
+            vec!["kept".to_owned()],
+            "retained value back"
+        );
+        assert_eq!(
+            store.read::<Scratch>(),
+            Some(String::new()),
+            "new key at default"
+        );
+        assert_eq!(store.revision(), revision, "adopting changes no value");
+        assert!(
+            store
+                .export()
+                .unwrap()
+                .extensions
+                .contains_key("test.memory")
+        );
     }
 
     #[test]
