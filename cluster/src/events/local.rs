@@ -20,7 +20,7 @@ pub struct LocalEventHub {
     buffers: Arc<ReplayBuffers>,
     /// Events a follower may fall behind by before it refills from the buffer.
     live_capacity: usize,
-    live: Arc<DashMap<RunId, broadcast::Sender<StreamEvent>>>,
+    live: Arc<DashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
 }
 
 impl LocalEventHub {
@@ -65,10 +65,13 @@ impl EventHub for LocalEventHub {
     fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
         // Buffer first: a follower that subscribed before this line and replays
         // after it sees the event twice (deduplicated by seq), never not at all.
-        self.buffers.push(run_id, event);
+        // One copy, shared by the buffer and the live channel (whose slots then
+        // hold a pointer each, not an event).
+        let event = Arc::new(event.clone());
+        self.buffers.push_shared(run_id, Arc::clone(&event));
         if let Some(sender) = self.live.get(run_id) {
             // No receiver left is fine: the last follower is just unsubscribing.
-            let _ = sender.send(event.clone());
+            let _ = sender.send(event);
         }
     }
 }
@@ -77,8 +80,8 @@ impl EventHub for LocalEventHub {
 #[derive(Debug)]
 pub struct LiveSubscription {
     run_id: RunId,
-    receiver: Option<broadcast::Receiver<StreamEvent>>,
-    live: Arc<DashMap<RunId, broadcast::Sender<StreamEvent>>>,
+    receiver: Option<broadcast::Receiver<Arc<StreamEvent>>>,
+    live: Arc<DashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
 }
 
 /// The follower fell behind and missed live events: refill from the replay buffer.
@@ -93,7 +96,7 @@ impl LiveSubscription {
             return std::future::pending().await;
         };
         match receiver.recv().await {
-            Ok(event) => Ok(event),
+            Ok(event) => Ok(Arc::unwrap_or_clone(event)),
             Err(broadcast::error::RecvError::Lagged(_)) => Err(Lagged),
             Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }

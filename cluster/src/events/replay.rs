@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use awaken_actors::RunId;
 use awaken_actors::contract::{AgentEvent, StreamEvent};
@@ -14,7 +14,8 @@ pub const DEFAULT_REPLAY_CAPACITY: usize = 1024;
 pub const DEFAULT_RETAINED_RUNS: usize = 1024;
 
 struct RunBuffer {
-    events: VecDeque<StreamEvent>,
+    /// Shared with the live channel of a local follower: one copy per event.
+    events: VecDeque<Arc<StreamEvent>>,
     /// Set while the run's last activation has ended: the generation of that end.
     ended: Option<u64>,
 }
@@ -75,6 +76,11 @@ impl ReplayBuffers {
 
     /// Records one event of `run_id`.
     pub fn push(&self, run_id: &RunId, event: &StreamEvent) {
+        self.push_shared(run_id, Arc::new(event.clone()));
+    }
+
+    /// Records one event of `run_id` that others hold too.
+    pub fn push_shared(&self, run_id: &RunId, event: Arc<StreamEvent>) {
         let ends = matches!(event.event, AgentEvent::RunFinish { .. });
         let generation = ends.then(|| self.generation.fetch_add(1, Ordering::Relaxed));
         {
@@ -88,7 +94,7 @@ impl ReplayBuffers {
             if buffer.events.len() == self.capacity {
                 buffer.events.pop_front();
             }
-            buffer.events.push_back(event.clone());
+            buffer.events.push_back(event);
             buffer.ended = generation;
         }
         if let Some(generation) = generation {
@@ -123,7 +129,7 @@ impl ReplayBuffers {
             .events
             .iter()
             .filter(|event| after_seq.is_none_or(|after| event.seq > after))
-            .cloned()
+            .map(|event| StreamEvent::clone(event))
             .collect();
         Replay { events, complete }
     }

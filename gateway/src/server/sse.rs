@@ -41,11 +41,9 @@ pub(crate) fn run_events(
     let events = futures::stream::unfold(follow, |mut follow| async move {
         loop {
             let event = follow.next().await?;
-            match serde_json::to_string(&event) {
-                Ok(data) => {
-                    let frame = Event::default().id(event.seq.to_string()).data(data);
-                    return Some((Ok(frame), follow));
-                }
+            // Encoded straight into the frame: no intermediate string to copy.
+            match Event::default().id(event.seq.to_string()).json_data(&event) {
+                Ok(frame) => return Some((Ok(frame), follow)),
                 Err(error) => tracing::warn!(%error, seq = event.seq, "run event not encodable"),
             }
         }
