@@ -59,6 +59,23 @@ mod cluster {
             .unwrap()
     }
 
+    /// Enqueues a dispatch on `thread_id` and runs it to `Acked` (claimed by node-a).
+    async fn enqueue_and_ack(mailbox: &JetStreamMailbox, thread_id: &str, run: &str) {
+        let queued = mailbox.enqueue(dispatch(thread_id, run), T0).await.unwrap();
+        let taken = mailbox
+            .claim(&thread(thread_id), "node-a", 1, LEASE, T0)
+            .await
+            .unwrap();
+        mailbox
+            .ack(
+                &queued.dispatch_id,
+                taken[0].claim_token.as_deref().unwrap(),
+                T0,
+            )
+            .await
+            .unwrap();
+    }
+
     async fn bucket(server: &NatsServer) -> async_nats::jetstream::kv::Store {
         jetstream::new(server.connect().await.unwrap())
             .get_key_value(DEFAULT_MAILBOX_BUCKET)
@@ -293,15 +310,7 @@ mod cluster {
         let (a, server) = jetstream_fixture().await;
         let ttl = rules_config().gc_ttl_ms();
         for t in ["t1", "t2", "t3"] {
-            let queued = a.enqueue(dispatch(t, "r1"), T0).await.unwrap();
-            let taken = a.claim(&thread(t), "node-a", 1, LEASE, T0).await.unwrap();
-            a.ack(
-                &queued.dispatch_id,
-                taken[0].claim_token.as_deref().unwrap(),
-                T0,
-            )
-            .await
-            .unwrap();
+            enqueue_and_ack(&a, t, "r1").await;
         }
         a.interrupt(&thread("t2"), T0).await.unwrap();
         a.enqueue(dispatch("t3", "r2"), T0 + ttl).await.unwrap();
@@ -348,18 +357,7 @@ mod cluster {
             .await
             .unwrap();
         a.enqueue(dispatch("t2", "r2"), T0).await.unwrap();
-        let done = a.enqueue(dispatch("t3", "r3"), T0).await.unwrap();
-        let taken = a
-            .claim(&thread("t3"), "node-a", 1, LEASE, T0)
-            .await
-            .unwrap();
-        a.ack(
-            &done.dispatch_id,
-            taken[0].claim_token.as_deref().unwrap(),
-            T0,
-        )
-        .await
-        .unwrap();
+        enqueue_and_ack(&a, "t3", "r3").await;
 
         let late = node(&server).await;
         let queued = late.queued_threads().await.unwrap();
