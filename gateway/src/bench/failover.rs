@@ -12,6 +12,7 @@
 //! The time covers the victim's lease and membership expiring (the TTL), the
 //! survivor taking the shard, and the decision being applied there.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,8 +29,9 @@ use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload}
 use awaken_cluster::events::{event_subject, follow_run};
 use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use awaken_cluster::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
+use awaken_cluster::membership::NodeId;
 use awaken_cluster::routing::{RouterConfig, ThreadRouter};
-use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, ShardCount, ShardLease};
+use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, ShardCount, ShardLease, quota};
 use futures::StreamExt;
 use tokio::sync::Mutex;
 
@@ -174,7 +176,8 @@ impl Harness {
     /// One kill: returns the failover time as the run's decision latency.
     async fn round(&self, victim: usize) -> std::result::Result<RunSample, String> {
         let mut nodes = self.nodes.lock().await;
-        let thread = self.thread_owned_by(&nodes[victim].id).await?;
+        let members: Vec<&str> = nodes.iter().map(|node| node.id.as_str()).collect();
+        let thread = self.thread_owned_by(&nodes[victim].id, &members).await?;
         let run_id = RunId::generate();
         let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
             .with_agent_id(AgentId::new(demo::BENCH_HITL_AGENT).map_err(|e| e.to_string())?)
@@ -232,26 +235,66 @@ impl Harness {
         })
     }
 
-    /// A new thread whose shard `node_id` owns now (waiting for it to own one).
-    async fn thread_owned_by(&self, node_id: &str) -> std::result::Result<ThreadId, String> {
+    /// A new thread whose shard `node_id` owns, once the shards are settled: every
+    /// shard held and each of `members` holding exactly its fair share. Before that
+    /// a shard may still move to the other node, and a round that picked it would
+    /// time that hand-over instead of a failover.
+    async fn thread_owned_by(
+        &self,
+        node_id: &str,
+        members: &[&str],
+    ) -> std::result::Result<ThreadId, String> {
         let shards = ShardCount::default();
+        let members: BTreeSet<NodeId> = members
+            .iter()
+            .map(|id| NodeId::new(*id))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| e.to_string())?;
         let deadline = Instant::now() + SETUP_DEADLINE;
         while Instant::now() < deadline {
-            for _ in 0..64 {
-                let thread = ThreadId::generate();
-                let key = format!("shard.{}", shards.shard_of(&thread).0);
-                let owner = self.leases.get(key).await.map_err(|e| e.to_string())?;
-                let lease = owner.and_then(|value| codec::decode::<ShardLease>(&value).ok());
-                if lease.is_some_and(|lease| lease.node_id.as_str() == node_id) {
-                    return Ok(thread);
+            let owners = self.shard_owners(shards).await?;
+            let settled = owners.len() == shards.get() as usize
+                && members.iter().all(|member| {
+                    let held = owners.values().filter(|owner| *owner == member).count();
+                    held == quota(shards, &members, member) as usize
+                });
+            if settled {
+                // The node holds about half the shards: a few tries find one.
+                loop {
+                    let thread = ThreadId::generate();
+                    if owners
+                        .get(&shards.shard_of(&thread).0)
+                        .is_some_and(|owner| owner.as_str() == node_id)
+                    {
+                        return Ok(thread);
+                    }
                 }
             }
-            // The fresh node has not taken its share yet.
+            // Nodes are still taking or handing over their shares.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Err(format!(
-            "node {node_id} owns no shard after {SETUP_DEADLINE:?}"
+            "the shards did not settle on {members:?} within {SETUP_DEADLINE:?}"
         ))
+    }
+
+    /// The holder of every shard that has a lease now.
+    async fn shard_owners(
+        &self,
+        shards: ShardCount,
+    ) -> std::result::Result<HashMap<u32, NodeId>, String> {
+        let mut owners = HashMap::new();
+        for shard in shards.all() {
+            let value = self
+                .leases
+                .get(format!("shard.{}", shard.0))
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(lease) = value.and_then(|value| codec::decode::<ShardLease>(&value).ok()) {
+                owners.insert(shard.0, lease.node_id);
+            }
+        }
+        Ok(owners)
     }
 
     async fn approve(
