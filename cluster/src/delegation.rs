@@ -159,7 +159,7 @@ impl ChildRuns for NodeChildRuns {
         let follow = follow.skip_backlog();
         let events = futures::stream::unfold(follow, |mut follow: RunFollow| async move {
             let event = follow.next().await?;
-            Some((event.event, follow))
+            Some((event.event.clone(), follow))
         });
         Ok(events.boxed())
     }

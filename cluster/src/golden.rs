@@ -241,7 +241,10 @@ fn call_frames_keep_their_wire_form() {
     pin(
         "call_frame.events",
         &CallFrame::Events {
-            events: vec![text_delta(), run_finish()],
+            events: vec![
+                std::sync::Arc::new(text_delta()),
+                std::sync::Arc::new(run_finish()),
+            ],
         },
     );
     pin(

@@ -329,7 +329,7 @@ impl Fixture {
             .unwrap();
         let mut events = Vec::new();
         while let Some(event) = follow.next().await {
-            events.push(event.event);
+            events.push(event.event.clone());
         }
         Seen {
             thread_id,
@@ -379,7 +379,7 @@ impl Fixture {
         );
         let mut events = Vec::new();
         while let Some(event) = follow.next().await {
-            events.push(event.event);
+            events.push(event.event.clone());
         }
         Seen {
             thread_id: waiting.thread_id.clone(),
@@ -416,7 +416,7 @@ async fn assert_ends_cancelled(mut follow: awaken_cluster::events::RunFollow) {
     let finish = tokio::time::timeout(LIMIT, async {
         let mut last = None;
         while let Some(event) = follow.next().await {
-            last = Some(event.event);
+            last = Some(event.event.clone());
         }
         last
     })
@@ -681,7 +681,7 @@ async fn cancelling_the_parent_cancels_a_running_child() {
     tokio::time::timeout(LIMIT, started).await.unwrap();
     // The child runs `block` now; its run id is in the parent's activity.
     let child_run = loop {
-        let event = parent.next().await.unwrap().event;
+        let event = parent.next().await.unwrap().event.clone();
         if let AgentEvent::ActivitySnapshot { content, .. } = event {
             break RunId::new(content["run_id"].as_str().unwrap()).unwrap();
         }
@@ -801,7 +801,7 @@ async fn run_on(
         .unwrap();
     let mut events = Vec::new();
     while let Some(event) = follow.next().await {
-        events.push(event.event);
+        events.push(event.event.clone());
     }
     events
 }

@@ -108,7 +108,7 @@ async fn drain(follow: &mut awaken_cluster::events::RunFollow) -> Vec<StreamEven
         .await
         .expect("the run's events keep coming")
     {
-        events.push(event);
+        events.push(StreamEvent::clone(&event));
     }
     events
 }

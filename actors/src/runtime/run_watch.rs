@@ -80,7 +80,7 @@ fn lock(waiters: &Mutex<Waiters>) -> MutexGuard<'_, Waiters> {
 }
 
 impl EventHub for WatchingHub {
-    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
+    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
         self.inner.publish(thread_id, run_id, event);
         if let AgentEvent::RunFinish {
             termination,

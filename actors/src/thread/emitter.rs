@@ -13,8 +13,9 @@ use crate::ids::{RunId, ThreadId};
 /// Receives every event of every run on the node, in order per run: SSE replay
 /// buffers and cross-node fan-out hang off it. Must not block.
 pub trait EventHub: Send + Sync {
-    /// One event of `run_id` on `thread_id`.
-    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent);
+    /// One event of `run_id` on `thread_id`; a hub that keeps it keeps the shared
+    /// copy (a clone of the `Arc`), so buffers and followers never copy events.
+    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>);
 }
 
 /// A hub that drops everything, for runtimes nobody observes globally.
@@ -22,7 +23,7 @@ pub trait EventHub: Send + Sync {
 pub struct NullEventHub;
 
 impl EventHub for NullEventHub {
-    fn publish(&self, _thread_id: &ThreadId, _run_id: &RunId, _event: &StreamEvent) {}
+    fn publish(&self, _thread_id: &ThreadId, _run_id: &RunId, _event: &Arc<StreamEvent>) {}
 }
 
 struct Inner {
@@ -97,9 +98,15 @@ impl RunEmitter {
         let mut inner = self.inner();
         let seq = inner.next_seq;
         inner.next_seq += 1;
-        let stamped = StreamEvent::new(seq, now_rfc3339(), event);
+        let stamped = Arc::new(StreamEvent::new(seq, now_rfc3339(), event));
         self.hub.publish(&self.thread_id, &self.run_id, &stamped);
-        deliver(&mut inner, stamped.event);
+        if inner.sink.is_none() && inner.pump.is_none() {
+            return;
+        }
+        // The sink takes the event by value: it is copied only if the hub kept it.
+        let event =
+            Arc::try_unwrap(stamped).map_or_else(|shared| shared.event.clone(), |own| own.event);
+        deliver(&mut inner, event);
     }
 }
 

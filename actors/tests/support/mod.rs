@@ -282,11 +282,11 @@ pub struct HubRecorder {
 }
 
 impl EventHub for HubRecorder {
-    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
+    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
         self.events
             .lock()
             .unwrap()
-            .push((run_id.clone(), event.clone()));
+            .push((run_id.clone(), StreamEvent::clone(event)));
         self.changed.notify_waiters();
     }
 }

@@ -31,7 +31,7 @@ enum Live {
 #[derive(Debug)]
 pub struct RunFollow {
     run_id: RunId,
-    backlog: VecDeque<StreamEvent>,
+    backlog: VecDeque<Arc<StreamEvent>>,
     live: Live,
     last_seq: Option<u64>,
     ended: bool,
@@ -148,7 +148,7 @@ impl RunFollow {
             _ => None,
         };
         if let Some(index) = skip_through {
-            let skipped: Vec<StreamEvent> = self.backlog.drain(..=index).collect();
+            let skipped: Vec<Arc<StreamEvent>> = self.backlog.drain(..=index).collect();
             self.last_seq = skipped.last().map(|event| event.seq);
         }
         self
@@ -164,9 +164,9 @@ impl RunFollow {
         &self.run_id
     }
 
-    /// The next event; `None` after the activation's `RunFinish` or when the
-    /// connection closed.
-    pub async fn next(&mut self) -> Option<StreamEvent> {
+    /// The next event (the copy the node's buffer shares); `None` after the
+    /// activation's `RunFinish` or when the connection closed.
+    pub async fn next(&mut self) -> Option<Arc<StreamEvent>> {
         while !self.ended {
             let event = match self.backlog.pop_front() {
                 Some(event) => event,
@@ -188,12 +188,12 @@ impl RunFollow {
 
     /// `None` when the source closed, `Some(None)` when nothing usable arrived
     /// (an unreadable payload, or a lag that refilled the backlog).
-    async fn next_live(&mut self) -> Option<Option<StreamEvent>> {
+    async fn next_live(&mut self) -> Option<Option<Arc<StreamEvent>>> {
         match &mut self.live {
             Live::Nats(subscriber) => {
                 let message = subscriber.next().await?;
                 match codec::decode::<StreamEvent>(&message.payload) {
-                    Ok(event) => Some(Some(event)),
+                    Ok(event) => Some(Some(Arc::new(event))),
                     Err(error) => {
                         tracing::debug!(%error, "unreadable run event skipped");
                         Some(None)

@@ -62,16 +62,14 @@ impl LocalEventHub {
 }
 
 impl EventHub for LocalEventHub {
-    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
+    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
         // Buffer first: a follower that subscribed before this line and replays
         // after it sees the event twice (deduplicated by seq), never not at all.
-        // One copy, shared by the buffer and the live channel (whose slots then
-        // hold a pointer each, not an event).
-        let event = Arc::new(event.clone());
-        self.buffers.push_shared(run_id, Arc::clone(&event));
+        // The buffer, the live channel's slots and the followers share one copy.
+        self.buffers.push(run_id, Arc::clone(event));
         if let Some(sender) = self.live.get(run_id) {
             // No receiver left is fine: the last follower is just unsubscribing.
-            let _ = sender.send(event);
+            let _ = sender.send(Arc::clone(event));
         }
     }
 }
@@ -91,12 +89,12 @@ pub struct Lagged;
 impl LiveSubscription {
     /// The next live event; pending forever once the hub is gone (a follower also
     /// ends at the run's `RunFinish`, which always comes).
-    pub async fn recv(&mut self) -> Result<StreamEvent, Lagged> {
+    pub async fn recv(&mut self) -> Result<Arc<StreamEvent>, Lagged> {
         let Some(receiver) = self.receiver.as_mut() else {
             return std::future::pending().await;
         };
         match receiver.recv().await {
-            Ok(event) => Ok(Arc::unwrap_or_clone(event)),
+            Ok(event) => Ok(event),
             Err(broadcast::error::RecvError::Lagged(_)) => Err(Lagged),
             Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
@@ -119,14 +117,14 @@ mod tests {
 
     use super::*;
 
-    fn event(seq: u64) -> StreamEvent {
-        StreamEvent::new(
+    fn event(seq: u64) -> Arc<StreamEvent> {
+        Arc::new(StreamEvent::new(
             seq,
             "2026-01-01T00:00:00Z",
             AgentEvent::TextDelta {
                 delta: format!("{seq}"),
             },
-        )
+        ))
     }
 
     fn ids() -> (ThreadId, RunId) {
@@ -149,6 +147,18 @@ mod tests {
         assert_eq!(hub.followed_runs(), 1, "one follower remains");
         drop(second);
         assert_eq!(hub.followed_runs(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_buffer_and_every_follower_share_the_published_copy() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        let mut follower = hub.subscribe(&run);
+        let published = event(0);
+        hub.publish(&thread, &run, &published);
+        assert!(Arc::ptr_eq(&follower.recv().await.unwrap(), &published));
+        let replayed = hub.buffers().replay(&run, None).events;
+        assert!(Arc::ptr_eq(&replayed[0], &published));
     }
 
     #[tokio::test]
@@ -177,9 +187,9 @@ mod tests {
         assert_eq!(follow.last_seq(), Some(3));
     }
 
-    fn finish(seq: u64) -> StreamEvent {
+    fn finish(seq: u64) -> Arc<StreamEvent> {
         let (thread_id, run_id) = ids();
-        StreamEvent::new(
+        Arc::new(StreamEvent::new(
             seq,
             "2026-01-01T00:00:00Z",
             AgentEvent::RunFinish {
@@ -188,10 +198,10 @@ mod tests {
                 result: None,
                 termination: awaken_actors::contract::TerminationReason::Suspended,
             },
-        )
+        ))
     }
 
-    async fn replayed_from_last_activation(events: &[StreamEvent]) -> Vec<u64> {
+    async fn replayed_from_last_activation(events: &[Arc<StreamEvent>]) -> Vec<u64> {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
         for event in events {

@@ -120,9 +120,9 @@ impl ClusterEventHub {
 }
 
 impl EventHub for ClusterEventHub {
-    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &StreamEvent) {
-        self.buffers.push(run_id, event);
-        let payload = match codec::encode(event) {
+    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
+        self.buffers.push(run_id, Arc::clone(event));
+        let payload = match codec::encode(&**event) {
             Ok(payload) => payload,
             Err(error) => {
                 tracing::warn!(%error, run_id = %run_id, "run event not encodable");

@@ -48,7 +48,7 @@ impl std::fmt::Debug for ReplayBuffers {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Replay {
     /// The buffered events after the requested `seq`, in order.
-    pub events: Vec<StreamEvent>,
+    pub events: Vec<Arc<StreamEvent>>,
     /// Whether these are all the events after the requested `seq` (false when the
     /// run is unknown here or its oldest events were already dropped).
     pub complete: bool,
@@ -74,13 +74,8 @@ impl ReplayBuffers {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Records one event of `run_id`.
-    pub fn push(&self, run_id: &RunId, event: &StreamEvent) {
-        self.push_shared(run_id, Arc::new(event.clone()));
-    }
-
-    /// Records one event of `run_id` that others hold too.
-    pub fn push_shared(&self, run_id: &RunId, event: Arc<StreamEvent>) {
+    /// Records one event of `run_id` (a copy others may share).
+    pub fn push(&self, run_id: &RunId, event: Arc<StreamEvent>) {
         let ends = matches!(event.event, AgentEvent::RunFinish { .. });
         let generation = ends.then(|| self.generation.fetch_add(1, Ordering::Relaxed));
         {
@@ -129,7 +124,7 @@ impl ReplayBuffers {
             .events
             .iter()
             .filter(|event| after_seq.is_none_or(|after| event.seq > after))
-            .map(|event| StreamEvent::clone(event))
+            .cloned()
             .collect();
         Replay { events, complete }
     }
@@ -153,7 +148,7 @@ mod tests {
 
     use super::*;
 
-    fn event(seq: u64, finish: bool) -> StreamEvent {
+    fn event(seq: u64, finish: bool) -> Arc<StreamEvent> {
         let event = if finish {
             AgentEvent::RunFinish {
                 thread_id: awaken_actors::ThreadId::new("t").unwrap(),
@@ -166,7 +161,7 @@ mod tests {
                 delta: format!("d{seq}"),
             }
         };
-        StreamEvent::new(seq, "2026-01-01T00:00:00Z", event)
+        Arc::new(StreamEvent::new(seq, "2026-01-01T00:00:00Z", event))
     }
 
     fn run(id: &str) -> RunId {
@@ -178,7 +173,7 @@ mod tests {
         let buffers = ReplayBuffers::new(3, 8);
         let r = run("r1");
         for seq in 0..3 {
-            buffers.push(&r, &event(seq, false));
+            buffers.push(&r, event(seq, false));
         }
         let all = buffers.replay(&r, None);
         assert!(all.complete);
@@ -190,7 +185,7 @@ mod tests {
         );
         assert!(tail.complete);
 
-        buffers.push(&r, &event(3, false));
+        buffers.push(&r, event(3, false));
         let all = buffers.replay(&r, None);
         assert!(!all.complete, "seq 0 was dropped");
         assert_eq!(
@@ -213,10 +208,10 @@ mod tests {
     fn only_the_newest_ended_runs_are_retained() {
         let buffers = ReplayBuffers::new(4, 2);
         let active = run("active");
-        buffers.push(&active, &event(0, false));
+        buffers.push(&active, event(0, false));
         for name in ["a", "b", "c"] {
-            buffers.push(&run(name), &event(0, false));
-            buffers.push(&run(name), &event(1, true));
+            buffers.push(&run(name), event(0, false));
+            buffers.push(&run(name), event(1, true));
         }
         assert!(buffers.replay(&run("a"), None).events.is_empty());
         assert_eq!(buffers.replay(&run("b"), None).events.len(), 2);
@@ -229,9 +224,9 @@ mod tests {
     fn a_resumed_run_is_not_evicted_by_its_earlier_end() {
         let buffers = ReplayBuffers::new(8, 1);
         let waiting = run("waiting");
-        buffers.push(&waiting, &event(0, true));
-        buffers.push(&waiting, &event(1, false));
-        buffers.push(&run("other"), &event(0, true));
+        buffers.push(&waiting, event(0, true));
+        buffers.push(&waiting, event(1, false));
+        buffers.push(&run("other"), event(0, true));
         assert_eq!(buffers.replay(&waiting, None).events.len(), 2);
     }
 }

@@ -16,7 +16,7 @@ use crate::shards::ShardedFence;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     /// Replayed events, in `seq` order (empty for other calls).
-    pub events: Vec<StreamEvent>,
+    pub events: Vec<Arc<StreamEvent>>,
     /// The outcome.
     pub outcome: CallOutcome,
 }

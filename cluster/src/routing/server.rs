@@ -145,12 +145,12 @@ async fn answer(client: &Client, host: &ThreadHost, message: Message, heartbeat:
 
 /// Splits events into frames of at most [`EVENTS_FRAME_BYTES`] (one event per frame
 /// at least).
-fn chunks(events: Vec<StreamEvent>) -> Vec<Vec<StreamEvent>> {
+fn chunks(events: Vec<Arc<StreamEvent>>) -> Vec<Vec<Arc<StreamEvent>>> {
     let mut frames = Vec::new();
     let mut frame = Vec::new();
     let mut bytes = 0;
     for event in events {
-        let size = codec::encode(&event).map_or(0, |encoded| encoded.len());
+        let size = codec::encode(&*event).map_or(0, |encoded| encoded.len());
         if !frame.is_empty() && bytes + size > EVENTS_FRAME_BYTES {
             frames.push(std::mem::take(&mut frame));
             bytes = 0;
@@ -188,8 +188,14 @@ mod tests {
     #[test]
     fn large_replays_are_split_below_the_frame_limit() {
         let big = "x".repeat(100 * 1024);
-        let events: Vec<StreamEvent> = (0..7)
-            .map(|seq| StreamEvent::new(seq, "t", AgentEvent::TextDelta { delta: big.clone() }))
+        let events: Vec<Arc<StreamEvent>> = (0..7)
+            .map(|seq| {
+                Arc::new(StreamEvent::new(
+                    seq,
+                    "t",
+                    AgentEvent::TextDelta { delta: big.clone() },
+                ))
+            })
             .collect();
         let frames = chunks(events);
         assert_eq!(

@@ -1,6 +1,8 @@
 //! The payloads of thread calls: what a node asks a thread's owner, and the frames
 //! the owner answers with.
 
+use std::sync::Arc;
+
 use awaken_actors::contract::StreamEvent;
 use awaken_actors::thread::{ControlError, ThreadStatus};
 use awaken_actors::{RunId, ThreadId};
@@ -81,7 +83,7 @@ pub enum CallFrame {
     /// A chunk of replayed events, in `seq` order.
     Events {
         /// The events.
-        events: Vec<StreamEvent>,
+        events: Vec<Arc<StreamEvent>>,
     },
     /// The call's outcome; no frame follows.
     Done {

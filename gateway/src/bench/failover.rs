@@ -315,7 +315,7 @@ impl Harness {
     }
 }
 
-fn suspended_call(events: &[StreamEvent]) -> Option<String> {
+fn suspended_call(events: &[Arc<StreamEvent>]) -> Option<String> {
     events.iter().find_map(|event| match &event.event {
         AgentEvent::ToolCallDone {
             id,

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use awaken_actors::contract::{
     AgentEvent, ContentBlock, Message, RunRecord, RunStatus, StreamEvent, Thread, Visibility,
@@ -217,7 +218,7 @@ pub(crate) async fn replay_followed(
 /// follow.
 #[derive(Debug)]
 pub(crate) struct RunEvents {
-    first: Option<StreamEvent>,
+    first: Option<Arc<StreamEvent>>,
     follow: RunFollow,
 }
 
@@ -231,7 +232,7 @@ impl From<RunFollow> for RunEvents {
 }
 
 impl RunEvents {
-    pub(crate) async fn next(&mut self) -> Option<StreamEvent> {
+    pub(crate) async fn next(&mut self) -> Option<Arc<StreamEvent>> {
         match self.first.take() {
             Some(event) => Some(event),
             None => self.follow.next().await,

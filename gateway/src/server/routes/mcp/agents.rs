@@ -212,7 +212,7 @@ async fn run_agent(
 async fn outcome(mut events: RunEvents) -> Result<CallToolResult, ApiError> {
     let mut pending = Vec::new();
     while let Some(event) = events.next().await {
-        match event.event {
+        match Arc::unwrap_or_clone(event).event {
             AgentEvent::ToolCallDone { id, result, .. } => {
                 if let Some(ticket) = result.suspension {
                     pending.push(json!({
