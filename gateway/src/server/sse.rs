@@ -41,9 +41,14 @@ pub(crate) fn run_events(
     let events = futures::stream::unfold(follow, |mut follow| async move {
         loop {
             let event = follow.next().await?;
-            // Encoded straight into the frame: no intermediate string to copy.
-            match Event::default().id(event.seq.to_string()).json_data(&event) {
-                Ok(frame) => return Some((Ok(frame), follow)),
+            // Encoded whole, then copied into the frame: `Event::json_data` writes
+            // through a writer that scans and grows the frame on every fragment
+            // serde emits, which cost several times the encoding itself.
+            match serde_json::to_string(&*event) {
+                Ok(data) => {
+                    let frame = Event::default().id(event.seq.to_string()).data(data);
+                    return Some((Ok(frame), follow));
+                }
                 Err(error) => tracing::warn!(%error, seq = event.seq, "run event not encodable"),
             }
         }
