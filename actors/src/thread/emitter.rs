@@ -2,7 +2,8 @@
 //! of whoever is currently attached to the run.
 
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
 
@@ -138,6 +139,42 @@ fn deliver(inner: &mut Inner, event: AgentEvent) {
     inner.pump = Some(tx);
 }
 
+/// The current time in RFC 3339 with milliseconds. A run emits several events per
+/// millisecond, so each worker thread formats a given millisecond once.
 fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+    thread_local! {
+        static LAST: RefCell<(u128, String)> = const { RefCell::new((u128::MAX, String::new())) };
+    }
+    let now = SystemTime::now();
+    let Ok(since_epoch) = now.duration_since(UNIX_EPOCH) else {
+        return humantime::format_rfc3339_millis(now).to_string();
+    };
+    let millis = since_epoch.as_millis();
+    LAST.with_borrow_mut(|(last_millis, text)| {
+        if *last_millis != millis {
+            *text = humantime::format_rfc3339_millis(now).to_string();
+            *last_millis = millis;
+        }
+        text.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format(time: SystemTime) -> String {
+        humantime::format_rfc3339_millis(time).to_string()
+    }
+
+    #[test]
+    fn timestamps_are_the_current_millisecond_also_when_reused() {
+        for _ in 0..1000 {
+            let before = format(SystemTime::now());
+            let stamped = now_rfc3339();
+            let after = format(SystemTime::now());
+            // Same fixed-width format, so text order is time order.
+            assert!(before <= stamped && stamped <= after, "{before} {stamped} {after}");
+        }
+    }
 }
