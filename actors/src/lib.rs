@@ -13,6 +13,7 @@ pub mod delegation;
 pub mod error;
 pub mod event_sink;
 pub mod handoff;
+pub mod hashing;
 pub mod ids;
 mod inline;
 pub mod llm;

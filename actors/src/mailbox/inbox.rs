@@ -5,7 +5,7 @@
 //! input into the log, the input waits here, keyed by run id, where any node can
 //! read it. The mailbox worker removes it once the dispatch is acked.
 
-use std::collections::HashMap;
+use crate::hashing::FastHashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -30,11 +30,11 @@ pub trait RunInbox: Send + Sync + 'static {
 /// The single-node twin: inputs in process memory.
 #[derive(Debug, Default)]
 pub struct InMemoryRunInbox {
-    requests: Mutex<HashMap<RunId, RunRequest>>,
+    requests: Mutex<FastHashMap<RunId, RunRequest>>,
 }
 
 impl InMemoryRunInbox {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, RunRequest>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FastHashMap<RunId, RunRequest>> {
         self.requests
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -4,6 +4,7 @@
 //! is trivially atomic (exactly one winner) and contention stays far below the cost
 //! of the runs the dispatches activate.
 
+use crate::hashing::FastHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
@@ -29,11 +30,11 @@ pub struct InMemoryMailboxStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    dispatches: HashMap<DispatchId, Entry>,
+    dispatches: FastHashMap<DispatchId, Entry>,
     /// Enqueue order: sequence number → dispatch.
     order: BTreeMap<u64, DispatchId>,
-    threads: HashMap<ThreadId, ThreadMailbox>,
-    dedupe: HashMap<String, DispatchId>,
+    threads: FastHashMap<ThreadId, ThreadMailbox>,
+    dedupe: FastHashMap<String, DispatchId>,
     next_seq: u64,
 }
 

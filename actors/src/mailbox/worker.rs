@@ -17,12 +17,13 @@
 //! next owner activates the run again, which continues from its last checkpoint.
 //! A run waiting for a human holds no claim (seed 000).
 
+use crate::hashing::FastDashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use dashmap::DashSet;
 use dashmap::mapref::entry::Entry;
-use dashmap::{DashMap, DashSet};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -71,7 +72,7 @@ struct Shared {
     placement: Placement,
     live: Liveness,
     /// Threads with a claim loop running; `true` when work arrived meanwhile.
-    claiming: DashMap<ThreadId, bool>,
+    claiming: FastDashMap<ThreadId, bool>,
     /// Tokens of the claims this worker holds. A token is added before its
     /// thread's claim loop ends, so a sweep that sees a claim of this consumer in
     /// neither place knows it is an earlier process's.
@@ -104,7 +105,7 @@ impl MailboxWorker {
             consumer: consumer.into(),
             placement,
             live,
-            claiming: DashMap::new(),
+            claiming: FastDashMap::default(),
             held: DashSet::new(),
             accepting: AtomicBool::new(true),
             sweep_soon: Notify::new(),

@@ -6,7 +6,7 @@
 //! failed over), so they watch the runtime's event stream rather than a sink of
 //! their own.
 
-use std::collections::HashMap;
+use crate::hashing::FastHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -36,7 +36,7 @@ impl RunEnd {
     }
 }
 
-type Waiters = HashMap<RunId, Vec<(u64, oneshot::Sender<RunEnd>)>>;
+type Waiters = FastHashMap<RunId, Vec<(u64, oneshot::Sender<RunEnd>)>>;
 
 /// The runtime's hub: forwards every event to the configured hub and tells
 /// watchers when a run's activation ends (`RunFinish`).

@@ -1,5 +1,6 @@
 //! Key registrations: the erased operations the store needs for each key.
 
+use crate::hashing::FastHashMap;
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::fmt;
@@ -110,10 +111,10 @@ impl fmt::Debug for KeyRegistration {
 /// it; a thread copies it only if its keys diverge.
 #[derive(Debug, Clone, Default)]
 pub struct KeyRegistry {
-    by_name: HashMap<&'static str, KeyRegistration>,
+    by_name: FastHashMap<&'static str, KeyRegistration>,
     by_type: HashMap<TypeId, &'static str, BuildHasherDefault<TypeIdHasher>>,
     /// Encodings of default values: checkpoints leave keys at their default out.
-    defaults: HashMap<&'static str, EncodedValue>,
+    defaults: FastHashMap<&'static str, EncodedValue>,
     /// One default value per key, shared by every map reset from this registry: a
     /// key nobody wrote costs a pointer, and checkpoints skip it without encoding.
     default_values: StateMap,

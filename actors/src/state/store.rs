@@ -1,6 +1,7 @@
 //! `StateStore`: the live state of one thread, owned by its thread actor.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use crate::hashing::{FastHashMap, FastHashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use super::batch::{MutationBatch, TouchedKey};
@@ -41,8 +42,8 @@ pub struct CommitOutcome {
 /// Which action and effect keys have handlers; commits refuse anything else.
 #[derive(Debug, Clone, Default)]
 pub struct HandlerCatalog {
-    actions: HashMap<String, Phase>,
-    effects: HashSet<String>,
+    actions: FastHashMap<String, Phase>,
+    effects: FastHashSet<String>,
 }
 
 impl HandlerCatalog {

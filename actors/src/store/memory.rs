@@ -7,8 +7,9 @@
 //! the catalog (`RwLock`: which threads exist, in creation order), a thread's slot
 //! (`Mutex`), and the run index (`RwLock`: which thread owns each run id).
 
+use crate::hashing::FastHashMap;
+use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
@@ -30,14 +31,14 @@ use crate::state::{InMemoryProfileStore, PersistedState, ProfileStore};
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
     catalog: RwLock<Catalog>,
-    run_owners: RwLock<HashMap<RunId, ThreadId>>,
+    run_owners: RwLock<FastHashMap<RunId, ThreadId>>,
     profiles: InMemoryProfileStore,
 }
 
 /// Which threads exist, and in which order they were created.
 #[derive(Debug, Default)]
 struct Catalog {
-    threads: HashMap<ThreadId, Arc<Slot>>,
+    threads: FastHashMap<ThreadId, Arc<Slot>>,
     order: BTreeMap<u64, ThreadId>,
     next_seq: u64,
 }
@@ -58,7 +59,7 @@ struct ThreadData {
     fence: FencingToken,
     /// Boxed: most threads hold one or two runs, and a map sized for a few
     /// records inline kept ~1 KB of empty slots per thread.
-    runs: HashMap<RunId, Box<RunRecord>>,
+    runs: FastHashMap<RunId, Box<RunRecord>>,
     latest: Option<RunId>,
     deleted: bool,
 }
@@ -70,7 +71,7 @@ impl ThreadData {
             messages: Vec::new(),
             state: None,
             fence: FencingToken::ZERO,
-            runs: HashMap::new(),
+            runs: FastHashMap::default(),
             latest: None,
             deleted: false,
         }

@@ -1,8 +1,8 @@
 //! Where a run's events go: sequence numbers, the node's event hub, and the sink
 //! of whoever is currently attached to the run.
 
-use std::sync::{Arc, Mutex};
 use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
@@ -174,7 +174,10 @@ mod tests {
             let stamped = now_rfc3339();
             let after = format(SystemTime::now());
             // Same fixed-width format, so text order is time order.
-            assert!(before <= stamped && stamped <= after, "{before} {stamped} {after}");
+            assert!(
+                before <= stamped && stamped <= after,
+                "{before} {stamped} {after}"
+            );
         }
     }
 }

@@ -10,11 +10,11 @@
 //! messages are handed back and it stays. Warm cores are dropped after
 //! `ThreadConfig::idle_passivation`: the thread is then passivated.
 
+use crate::hashing::FastDashMap;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, SupervisionEvent};
 
@@ -95,9 +95,9 @@ enum Slot {
 #[derive(Default)]
 struct Slots {
     /// Threads with an actor. Lock order: an entry of `map`, then one of `warm`.
-    map: DashMap<ThreadId, Slot>,
+    map: FastDashMap<ThreadId, Slot>,
     /// Idle threads without an actor; never holds a thread that is in `map`.
-    warm: DashMap<ThreadId, Dormant>,
+    warm: FastDashMap<ThreadId, Dormant>,
     /// Woken whenever a thread's actor stops or its warm core is dropped.
     passivated: tokio::sync::Notify,
 }

@@ -1,12 +1,12 @@
 //! The single-node twin of [`ClusterEventHub`](super::ClusterEventHub): the same
 //! replay buffers, with live followers fed from in-process channels instead of NATS.
 
+use awaken_actors::hashing::FastDashMap;
 use std::sync::Arc;
 
 use awaken_actors::contract::StreamEvent;
 use awaken_actors::thread::EventHub;
 use awaken_actors::{RunId, ThreadId};
-use dashmap::DashMap;
 use tokio::sync::broadcast;
 
 use super::{EventsConfig, ReplayBuffers};
@@ -20,7 +20,7 @@ pub struct LocalEventHub {
     buffers: Arc<ReplayBuffers>,
     /// Events a follower may fall behind by before it refills from the buffer.
     live_capacity: usize,
-    live: Arc<DashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
+    live: Arc<FastDashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
 }
 
 impl LocalEventHub {
@@ -32,7 +32,7 @@ impl LocalEventHub {
                 config.retained_runs,
             )),
             live_capacity: config.live_capacity.max(1),
-            live: Arc::new(DashMap::new()),
+            live: Arc::new(FastDashMap::default()),
         }
     }
 
@@ -79,7 +79,7 @@ impl EventHub for LocalEventHub {
 pub struct LiveSubscription {
     run_id: RunId,
     receiver: Option<broadcast::Receiver<Arc<StreamEvent>>>,
-    live: Arc<DashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
+    live: Arc<FastDashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
 }
 
 /// The follower fell behind and missed live events: refill from the replay buffer.

@@ -1,12 +1,12 @@
 //! The owner's bounded memory of each run's recent events, for reconnects.
 
+use awaken_actors::hashing::FastDashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use awaken_actors::RunId;
 use awaken_actors::contract::{AgentEvent, StreamEvent};
-use dashmap::DashMap;
 
 /// Default events kept per run (the book's `replay_buffer_capacity`).
 pub const DEFAULT_REPLAY_CAPACITY: usize = 1024;
@@ -29,7 +29,7 @@ struct RunBuffer {
 pub struct ReplayBuffers {
     capacity: usize,
     retained_runs: usize,
-    runs: DashMap<RunId, RunBuffer>,
+    runs: FastDashMap<RunId, RunBuffer>,
     ended: Mutex<VecDeque<(RunId, u64)>>,
     generation: AtomicU64,
 }
@@ -61,7 +61,7 @@ impl ReplayBuffers {
         Self {
             capacity: capacity.max(1),
             retained_runs,
-            runs: DashMap::new(),
+            runs: FastDashMap::default(),
             ended: Mutex::new(VecDeque::new()),
             generation: AtomicU64::new(0),
         }
