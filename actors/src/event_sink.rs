@@ -12,6 +12,13 @@ pub trait EventSink: Send + Sync {
     /// Delivers one event. Sinks never fail the run: a sink that cannot deliver
     /// drops the event (and may log it).
     async fn emit(&self, event: AgentEvent);
+
+    /// Delivers one event if that needs no waiting (`None`), else hands it back
+    /// untouched, and [`emit`](Self::emit) gets it. Sinks that never wait
+    /// implement it, so delivering an event costs no future.
+    fn try_emit(&self, event: AgentEvent) -> Option<AgentEvent> {
+        Some(event)
+    }
 }
 
 /// Collects events in memory, for tests and one-shot programs.
@@ -54,5 +61,10 @@ impl VecEventSink {
 impl EventSink for VecEventSink {
     async fn emit(&self, event: AgentEvent) {
         self.events().push(event);
+    }
+
+    fn try_emit(&self, event: AgentEvent) -> Option<AgentEvent> {
+        self.events().push(event);
+        None
     }
 }

@@ -436,29 +436,54 @@ impl CompletionSink {
     }
 }
 
-#[async_trait]
-impl EventSink for CompletionSink {
-    async fn emit(&self, event: AgentEvent) {
-        let finished = match &event {
+impl CompletionSink {
+    /// The outcome `event` reports, if it ends the activation.
+    fn outcome(event: &AgentEvent) -> Option<(TerminationReason, String)> {
+        match event {
             AgentEvent::RunFinish {
                 termination,
                 result,
                 ..
             } => Some((termination.clone(), AgentEvent::extract_response(result))),
             _ => None,
+        }
+    }
+
+    /// Reports the activation's end, once the inner sink has its `RunFinish`.
+    fn complete(&self, outcome: Option<(TerminationReason, String)>) {
+        let Some(outcome) = outcome else {
+            return;
         };
+        let sender = self
+            .done
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(sender) = sender {
+            let _ = sender.send(outcome);
+        }
+    }
+}
+
+#[async_trait]
+impl EventSink for CompletionSink {
+    async fn emit(&self, event: AgentEvent) {
+        let outcome = Self::outcome(&event);
         if let Some(inner) = &self.inner {
             inner.emit(event).await;
         }
-        if let Some(outcome) = finished {
-            let sender = self
-                .done
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .take();
-            if let Some(sender) = sender {
-                let _ = sender.send(outcome);
-            }
+        self.complete(outcome);
+    }
+
+    fn try_emit(&self, event: AgentEvent) -> Option<AgentEvent> {
+        let outcome = Self::outcome(&event);
+        if let Some(inner) = &self.inner
+            && let Some(refused) = inner.try_emit(event)
+        {
+            // Handed back untouched: nothing was reported yet.
+            return Some(refused);
         }
+        self.complete(outcome);
+        None
     }
 }

@@ -122,6 +122,9 @@ fn deliver(inner: &mut Inner, event: AgentEvent) {
     let Some(sink) = inner.sink.clone() else {
         return;
     };
+    let Some(event) = sink.try_emit(event) else {
+        return;
+    };
     let forward = Arc::clone(&sink);
     let mut delivery = Box::pin(async move { sink.emit(event).await });
     if crate::inline::poll_once(delivery.as_mut()).is_ready() {
@@ -161,7 +164,75 @@ fn now_rfc3339() -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use async_trait::async_trait;
+    use tokio::sync::Notify;
+
     use super::*;
+
+    fn text(event: &AgentEvent) -> String {
+        match event {
+            AgentEvent::TextDelta { delta } => delta.clone(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    /// Takes every event at once except `slow`, which waits for `release`.
+    struct GatedSink {
+        release: Notify,
+        out: mpsc::UnboundedSender<String>,
+    }
+
+    #[async_trait]
+    impl EventSink for GatedSink {
+        async fn emit(&self, event: AgentEvent) {
+            if text(&event) == "slow" {
+                self.release.notified().await;
+            }
+            let _ = self.out.send(text(&event));
+        }
+
+        fn try_emit(&self, event: AgentEvent) -> Option<AgentEvent> {
+            if text(&event) == "slow" {
+                return Some(event);
+            }
+            let _ = self.out.send(text(&event));
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn events_a_sink_takes_at_once_still_wait_behind_a_slow_one() {
+        let (out, mut received) = mpsc::unbounded_channel();
+        let sink = Arc::new(GatedSink {
+            release: Notify::new(),
+            out,
+        });
+        let emitter = RunEmitter::new(
+            ThreadId::new("t").unwrap(),
+            RunId::new("r").unwrap(),
+            Arc::new(NullEventHub),
+            0,
+        );
+        emitter.attach(sink.clone());
+        for delta in ["first", "slow", "a", "b"] {
+            emitter.emit(AgentEvent::TextDelta {
+                delta: delta.into(),
+            });
+        }
+        assert_eq!(received.recv().await.unwrap(), "first");
+        assert!(
+            received.try_recv().is_err(),
+            "nothing passes the slow event"
+        );
+        sink.release.notify_one();
+        let mut rest = Vec::new();
+        for _ in 0..3 {
+            rest.push(received.recv().await.unwrap());
+        }
+        assert_eq!(rest, ["slow", "a", "b"]);
+    }
 
     fn format(time: SystemTime) -> String {
         humantime::format_rfc3339_millis(time).to_string()

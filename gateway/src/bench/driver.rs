@@ -235,4 +235,8 @@ pub(crate) struct Discard;
 #[async_trait]
 impl EventSink for Discard {
     async fn emit(&self, _event: AgentEvent) {}
+
+    fn try_emit(&self, _event: AgentEvent) -> Option<AgentEvent> {
+        None
+    }
 }
