@@ -5,12 +5,12 @@
 //! input into the log, the input waits here, keyed by run id, where any node can
 //! read it. The mailbox worker removes it once the dispatch is acked.
 
-use crate::hashing::FastHashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 
 use super::MailboxError;
+use crate::hashing::FastHashMap;
 use crate::ids::RunId;
 use crate::thread::RunRequest;
 

@@ -4,7 +4,6 @@
 //! is trivially atomic (exactly one winner) and contention stays far below the cost
 //! of the runs the dispatches activate.
 
-use crate::hashing::FastHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
@@ -17,6 +16,7 @@ use super::{
     QUEUE_WATCH_CAPACITY, QueueWatch, QueuedThread, transition,
 };
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
+use crate::hashing::FastHashMap;
 use crate::ids::{DispatchId, ThreadId};
 use crate::store::clamp_limit;
 

@@ -17,7 +17,6 @@
 //! next owner activates the run again, which continues from its last checkpoint.
 //! A run waiting for a human holds no claim (seed 000).
 
-use crate::hashing::FastDashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -29,6 +28,7 @@ use tokio::task::JoinHandle;
 
 use super::{MailboxConfig, MailboxError, MailboxStore, RunInbox};
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
+use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
 use crate::runtime::{AgentRuntime, RunEnd, RunWatch};
 use crate::thread::{Activation, ControlError};

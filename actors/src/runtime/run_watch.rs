@@ -6,13 +6,13 @@
 //! failed over), so they watch the runtime's event stream rather than a sink of
 //! their own.
 
-use crate::hashing::FastHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
 use crate::contract::{AgentEvent, RunStatus, StreamEvent, TerminationReason};
+use crate::hashing::FastHashMap;
 use crate::ids::{RunId, ThreadId};
 use crate::thread::EventHub;
 

@@ -1,6 +1,5 @@
 //! Key registrations: the erased operations the store needs for each key.
 
-use crate::hashing::FastHashMap;
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::fmt;
@@ -10,6 +9,7 @@ use super::key::{KeyScope, MergeStrategy, StateKey, StateKeyOptions};
 use super::map::{StateMap, TypeIdHasher};
 use super::persisted::EncodedValue;
 use crate::error::StateError;
+use crate::hashing::FastHashMap;
 
 /// Everything the runtime knows about one registered key.
 ///

@@ -1,6 +1,5 @@
 //! `StateStore`: the live state of one thread, owned by its thread actor.
 
-use crate::hashing::{FastHashMap, FastHashSet};
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
@@ -13,6 +12,7 @@ use super::persisted::{EncodedValue, PersistedState, UnknownKeyPolicy};
 use super::registry::{KeyRegistration, KeyRegistry};
 use super::snapshot::Snapshot;
 use crate::error::StateError;
+use crate::hashing::{FastHashMap, FastHashSet};
 use crate::phase::Phase;
 
 /// What a commit changed, for observers such as state-delta event emitters.

@@ -7,7 +7,6 @@
 //! the catalog (`RwLock`: which threads exist, in creation order), a thread's slot
 //! (`Mutex`), and the run index (`RwLock`: which thread owns each run id).
 
-use crate::hashing::FastHashMap;
 use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -23,6 +22,7 @@ use super::{
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
+use crate::hashing::FastHashMap;
 use crate::ids::{RunId, ThreadId};
 use crate::state::{InMemoryProfileStore, PersistedState, ProfileStore};
 

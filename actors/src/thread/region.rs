@@ -10,7 +10,6 @@
 //! messages are handed back and it stays. Warm cores are dropped after
 //! `ThreadConfig::idle_passivation`: the thread is then passivated.
 
-use crate::hashing::FastDashMap;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use std::time::{Duration, Instant};
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, SupervisionEvent};
 
+use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
 
 use super::actor::{ThreadActor, ThreadActorArgs, ThreadMsg};

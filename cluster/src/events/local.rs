@@ -1,10 +1,10 @@
 //! The single-node twin of [`ClusterEventHub`](super::ClusterEventHub): the same
 //! replay buffers, with live followers fed from in-process channels instead of NATS.
 
-use awaken_actors::hashing::FastDashMap;
 use std::sync::Arc;
 
 use awaken_actors::contract::StreamEvent;
+use awaken_actors::hashing::FastDashMap;
 use awaken_actors::thread::EventHub;
 use awaken_actors::{RunId, ThreadId};
 use tokio::sync::broadcast;

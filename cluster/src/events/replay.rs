@@ -1,12 +1,12 @@
 //! The owner's bounded memory of each run's recent events, for reconnects.
 
-use awaken_actors::hashing::FastDashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use awaken_actors::RunId;
 use awaken_actors::contract::{AgentEvent, StreamEvent};
+use awaken_actors::hashing::FastDashMap;
 
 /// Default events kept per run (the book's `replay_buffer_capacity`).
 pub const DEFAULT_REPLAY_CAPACITY: usize = 1024;
