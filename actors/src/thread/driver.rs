@@ -1063,12 +1063,14 @@ impl Driver<'_> {
 
     // ------------------------------------------------------------- plumbing
 
-    fn calls(&self) -> ToolCalls {
+    /// The step's call states, borrowed: cloning them copies every call's
+    /// arguments and result.
+    fn calls(&self) -> &ToolCalls {
+        static NO_CALLS: ToolCalls = ToolCalls { calls: Vec::new() };
         self.thread
             .store
             .get::<ToolCallStates>()
-            .cloned()
-            .unwrap_or_default()
+            .unwrap_or(&NO_CALLS)
     }
 
     fn put_call(&mut self, state: ToolCallState) -> Step<()> {
