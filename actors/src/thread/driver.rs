@@ -623,7 +623,7 @@ impl Driver<'_> {
         let mut frozen: Option<Snapshot> = None;
         let mut launches = Vec::new();
         loop {
-            let candidates = startable(&self.calls(), mode);
+            let candidates = startable(self.calls(), mode);
             if candidates.is_empty() {
                 break;
             }
