@@ -36,7 +36,8 @@ impl Hasher for TypeIdHasher {
     }
 }
 
-type Slot = Arc<dyn Any + Send + Sync>;
+/// One value behind its own pointer, shared by snapshots and checkpoints.
+pub(crate) type Slot = Arc<dyn Any + Send + Sync>;
 
 /// Values of registered state keys, addressed by key type.
 ///
@@ -103,6 +104,11 @@ impl StateMap {
             }
             None => false,
         }
+    }
+
+    /// The shared value for `type_id`, if present.
+    pub(crate) fn slot(&self, type_id: TypeId) -> Option<&Slot> {
+        self.slots.get(&type_id)
     }
 
     /// Whether this map's value for `type_id` is the very value `other` holds.

@@ -1,7 +1,9 @@
 //! The serialized form of a state map, as stores keep it.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::value::RawValue;
@@ -25,10 +27,35 @@ pub struct PersistedState {
 ///
 /// A checkpoint encodes every persistent key, so keeping the text (one buffer)
 /// instead of a `serde_json::Value` tree (a map and a string per field) is what
-/// makes checkpoints cheap to build and small to keep (decision 0031). It
-/// serializes as the JSON it holds, so stored documents look the same.
+/// makes checkpoints cheap to build and small to keep (decision 0031). A
+/// checkpoint may also hold the typed value itself and encode it only when a
+/// reader first needs the text (decision 0033): a store that keeps checkpoints in
+/// memory never pays for JSON it does not read. It serializes as the JSON it
+/// holds, so stored documents look the same.
 #[derive(Clone)]
-pub struct EncodedValue(Box<RawValue>);
+pub struct EncodedValue(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// The JSON text.
+    Text(Box<RawValue>),
+    /// A value shared with the state it was checkpointed from, encoded on first use.
+    Deferred(Arc<Deferred>),
+}
+
+/// A typed value whose encoding waits for the first reader of its text.
+struct Deferred {
+    /// The value, immutable while shared (a later write to the live state copies
+    /// it first).
+    value: Arc<dyn Any + Send + Sync>,
+    /// The key's encoder, instantiated for the value's type.
+    encode: DeferredEncoder,
+    /// The text once a reader asked for it, or why it could not be encoded.
+    text: OnceLock<Result<Box<RawValue>, String>>,
+}
+
+/// Encodes a deferred value; the error is the key's encoding error, as text.
+pub(crate) type DeferredEncoder = fn(&(dyn Any + Send + Sync)) -> Result<EncodedValue, String>;
 
 /// The name under which `serde_json` passes raw JSON text through serde (a detail
 /// of `serde_json`'s `raw_value` feature, pinned by this module's tests): JSON
@@ -39,22 +66,50 @@ const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 impl EncodedValue {
     /// Encodes `value` as JSON text.
     pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
-        serde_json::value::to_raw_value(value).map(Self)
+        serde_json::value::to_raw_value(value).map(|text| Self(Repr::Text(text)))
+    }
+
+    /// Holds `value` unencoded; `encode` makes its text when a reader first asks.
+    pub(crate) fn deferred(value: Arc<dyn Any + Send + Sync>, encode: DeferredEncoder) -> Self {
+        Self(Repr::Deferred(Arc::new(Deferred {
+            value,
+            encode,
+            text: OnceLock::new(),
+        })))
+    }
+
+    /// The JSON text, encoding a deferred value on first use.
+    fn raw(&self) -> Result<&RawValue, serde_json::Error> {
+        match &self.0 {
+            Repr::Text(text) => Ok(text),
+            Repr::Deferred(deferred) => deferred
+                .text
+                .get_or_init(|| match (deferred.encode)(deferred.value.as_ref())? {
+                    EncodedValue(Repr::Text(text)) => Ok(text),
+                    encoded => encoded
+                        .raw()
+                        .map(RawValue::to_owned)
+                        .map_err(|e| e.to_string()),
+                })
+                .as_deref()
+                .map_err(serde::ser::Error::custom),
+        }
     }
 
     /// Decodes the text into `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.0.get())
+        serde_json::from_str(self.raw()?.get())
     }
 
-    /// The JSON text.
-    pub fn as_str(&self) -> &str {
-        self.0.get()
+    /// The JSON text; an error when the value is deferred and cannot be encoded.
+    pub fn as_str(&self) -> Result<&str, serde_json::Error> {
+        self.raw().map(RawValue::get)
     }
 
     /// The value as a JSON tree, for readers that inspect it (APIs, tests).
     pub fn to_json(&self) -> JsonValue {
-        // The text was produced by a serializer or parsed as JSON: it is valid JSON.
+        // Text was produced by a serializer or parsed as JSON: it is valid JSON. A
+        // deferred value that cannot be encoded reads as null.
         self.decode().unwrap_or(JsonValue::Null)
     }
 }
@@ -77,7 +132,9 @@ impl From<JsonValue> for EncodedValue {
 
 impl Serialize for EncodedValue {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        self.raw()
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
     }
 }
 
@@ -92,7 +149,7 @@ struct EncodedValueVisitor;
 impl EncodedValueVisitor {
     fn from_text<E: serde::de::Error>(text: String) -> Result<EncodedValue, E> {
         RawValue::from_string(text)
-            .map(EncodedValue)
+            .map(|text| EncodedValue(Repr::Text(text)))
             .map_err(E::custom)
     }
 }
@@ -134,7 +191,15 @@ impl<'de> serde::de::Visitor<'de> for EncodedValueVisitor {
 /// the same value with other whitespace and key order.
 impl PartialEq for EncodedValue {
     fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str() || self.to_json() == other.to_json()
+        if let (Repr::Deferred(mine), Repr::Deferred(theirs)) = (&self.0, &other.0)
+            && Arc::ptr_eq(&mine.value, &theirs.value)
+        {
+            return true;
+        }
+        match (self.as_str(), other.as_str()) {
+            (Ok(mine), Ok(theirs)) if mine == theirs => true,
+            _ => self.to_json() == other.to_json(),
+        }
     }
 }
 
@@ -146,7 +211,10 @@ impl PartialEq<JsonValue> for EncodedValue {
 
 impl fmt::Debug for EncodedValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self.as_str() {
+            Ok(text) => f.write_str(text),
+            Err(error) => write!(f, "<not encodable: {error}>"),
+        }
     }
 }
 

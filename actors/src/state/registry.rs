@@ -1,9 +1,10 @@
 //! Key registrations: the erased operations the store needs for each key.
 
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasherDefault;
+use std::sync::Arc;
 
 use super::key::{KeyScope, MergeStrategy, StateKey, StateKeyOptions};
 use super::map::{StateMap, TypeIdHasher};
@@ -31,6 +32,7 @@ pub struct KeyRegistration {
     pub retain_on_uninstall: bool,
     type_id: TypeId,
     encode: fn(&StateMap) -> Result<Option<EncodedValue>, StateError>,
+    defer: fn(&StateMap) -> Option<EncodedValue>,
     decode_into: fn(&mut StateMap, &EncodedValue) -> Result<(), StateError>,
     reset: fn(&mut StateMap),
     remove: fn(&mut StateMap),
@@ -49,6 +51,10 @@ impl KeyRegistration {
             retain_on_uninstall: options.retain_on_uninstall,
             type_id: TypeId::of::<K>(),
             encode: |map| map.get::<K>().map(K::encode).transpose(),
+            defer: |map| {
+                map.slot(TypeId::of::<K>())
+                    .map(|slot| EncodedValue::deferred(Arc::clone(slot), encode_slot::<K>))
+            },
             decode_into: |map, json| {
                 map.insert::<K>(K::decode(json)?);
                 Ok(())
@@ -75,6 +81,12 @@ impl KeyRegistration {
         (self.encode)(map)
     }
 
+    /// The key's value, shared and encoded only when read (see
+    /// [`EncodedValue`]); `None` when the map holds none.
+    pub(crate) fn defer(&self, map: &StateMap) -> Option<EncodedValue> {
+        (self.defer)(map)
+    }
+
     pub(crate) fn decode_into(
         &self,
         map: &mut StateMap,
@@ -90,6 +102,14 @@ impl KeyRegistration {
     pub(crate) fn remove_from(&self, map: &mut StateMap) {
         (self.remove)(map)
     }
+}
+
+/// Encodes a slot holding `K::Value` with the key's own encoder.
+fn encode_slot<K: StateKey>(value: &(dyn Any + Send + Sync)) -> Result<EncodedValue, String> {
+    let value = value
+        .downcast_ref::<K::Value>()
+        .ok_or_else(|| format!("the state slot for `{}` holds another type", K::KEY))?;
+    K::encode(value).map_err(|error| error.to_string())
 }
 
 impl fmt::Debug for KeyRegistration {
@@ -166,9 +186,9 @@ impl KeyRegistry {
     /// compared: both come from the same encoder, and a miss only means the key
     /// is checkpointed although it holds its default.
     pub(crate) fn is_default(&self, key: &str, json: &EncodedValue) -> bool {
-        self.defaults
-            .get(key)
-            .is_some_and(|default| default.as_str() == json.as_str())
+        self.defaults.get(key).is_some_and(
+            |default| matches!((default.as_str(), json.as_str()), (Ok(a), Ok(b)) if a == b),
+        )
     }
 
     /// Whether `key` is registered here with the same type as in `registration`.

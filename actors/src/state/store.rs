@@ -378,6 +378,39 @@ impl StateStore {
         })
     }
 
+    /// The persistent keys for a checkpoint, shared instead of encoded: each value
+    /// is encoded when a reader of the checkpoint first needs its text (a store
+    /// writing JSON, a restore), so a store that keeps checkpoints in memory never
+    /// pays for encoding (decision 0033). The values are those of this moment: a
+    /// later write to this store copies a shared value before changing it.
+    ///
+    /// Unlike [`Self::export`], a key written back to its default value is
+    /// included (only keys still holding the shared default are left out):
+    /// telling would take its encoding. Restoring it gives the same state.
+    pub fn checkpoint_state(&self) -> PersistedState {
+        let mut extensions = BTreeMap::new();
+        for registration in self.registry.iter().filter(|r| r.persistent) {
+            if self
+                .registry
+                .holds_shared_default(registration, &self.current)
+            {
+                continue;
+            }
+            if let Some(value) = registration.defer(&self.current) {
+                extensions.insert(registration.key.to_owned(), value);
+            }
+        }
+        for (key, json) in &self.retained {
+            extensions
+                .entry(key.clone())
+                .or_insert_with(|| json.clone());
+        }
+        PersistedState {
+            revision: self.revision,
+            extensions,
+        }
+    }
+
     /// Loads a checkpoint. Decoding happens on a copy, so a failure changes nothing.
     pub fn restore(
         &mut self,
@@ -725,6 +758,80 @@ mod tests {
         fresh.restore(&exported, UnknownKeyPolicy::Error).unwrap();
         assert_eq!(fresh.read::<Counter>(), Some(0));
         assert_eq!(fresh.read::<Memory>().unwrap(), vec!["x".to_owned()]);
+    }
+
+    /// A key whose values JSON cannot hold (map keys must be strings).
+    struct Unencodable;
+    impl StateKey for Unencodable {
+        const KEY: &'static str = "test.unencodable";
+        type Value = BTreeMap<Vec<u8>, u8>;
+        type Update = (Vec<u8>, u8);
+        fn apply(value: &mut Self::Value, (key, n): (Vec<u8>, u8)) {
+            value.insert(key, n);
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_keeps_the_values_of_its_moment() {
+        let mut store = store();
+        let mut cmd = StateCommand::new();
+        cmd.update::<Counter>(4).update::<Memory>("m".into());
+        store.commit(cmd).unwrap();
+        let checkpoint = store.checkpoint_state();
+        assert_eq!(
+            checkpoint,
+            store.export().unwrap(),
+            "the same values as an export"
+        );
+
+        let mut later = StateCommand::new();
+        later.update::<Counter>(5).update::<Memory>("n".into());
+        store.commit(later).unwrap();
+        assert_eq!(checkpoint.extensions["test.counter"], json!(4));
+        assert_eq!(checkpoint.extensions["test.memory"], json!(["m"]));
+        assert_eq!(
+            serde_json::to_string(&checkpoint.extensions).unwrap(),
+            r#"{"test.counter":4,"test.memory":["m"]}"#
+        );
+        let mut fresh = self::store();
+        fresh.restore(&checkpoint, UnknownKeyPolicy::Error).unwrap();
+        assert_eq!(fresh.read::<Counter>(), Some(4));
+        assert_eq!(fresh.read::<Memory>().unwrap(), vec!["m".to_owned()]);
+        assert_eq!(store.read::<Counter>(), Some(9), "the live store moved on");
+    }
+
+    #[test]
+    fn a_checkpoint_leaves_out_keys_nobody_wrote() {
+        let store = store();
+        assert!(store.checkpoint_state().extensions.is_empty());
+    }
+
+    #[test]
+    fn a_value_json_cannot_hold_fails_where_its_text_is_needed() {
+        let mut store = store();
+        store
+            .register_key::<Unencodable>(StateKeyOptions::default())
+            .unwrap();
+        let mut cmd = StateCommand::new();
+        cmd.update::<Unencodable>((vec![1], 2));
+        store.commit(cmd).unwrap();
+
+        let checkpoint = store.checkpoint_state();
+        let written = serde_json::to_string(&checkpoint).unwrap_err().to_string();
+        assert!(written.contains("test.unencodable"), "{written}");
+        let mut fresh = self::store();
+        fresh
+            .register_key::<Unencodable>(StateKeyOptions::default())
+            .unwrap();
+        assert!(fresh.restore(&checkpoint, UnknownKeyPolicy::Error).is_err());
+        assert!(
+            fresh.read::<Unencodable>().unwrap().is_empty(),
+            "restore changed nothing"
+        );
+        assert!(matches!(
+            store.export(),
+            Err(StateError::KeyEncode { key, .. }) if key == "test.unencodable"
+        ));
     }
 
     #[test]

@@ -1162,7 +1162,7 @@ impl Driver<'_> {
         let mut lifecycle = self.lifecycle();
         lifecycle.next_event_seq = self.run.events.next_seq() + trailing_events;
         self.set_lifecycle(lifecycle)?;
-        let state = self.thread.store.export()?;
+        let state = self.thread.store.checkpoint_state();
         self.run.record.updated_at = now_secs();
         let checkpoint = Checkpoint {
             thread_id: self.thread.thread_id.clone(),
