@@ -10,6 +10,7 @@ mod extract;
 pub mod metrics;
 mod routes;
 mod sse;
+mod sse_frames;
 pub mod state;
 
 use std::future::Future;

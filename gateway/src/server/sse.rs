@@ -1,15 +1,14 @@
 //! Run events as Server-Sent Events: `id` is the event's `seq` (what a client
 //! sends back as `Last-Event-ID`), `data` the `StreamEvent` as JSON.
 
-use std::convert::Infallible;
-
 use awaken_cluster::events::RunFollow;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::{Stream, StreamExt};
+use axum::response::Response;
+use futures::StreamExt;
 use tokio::sync::watch;
 
 use super::error::ApiError;
+use super::sse_frames;
 
 /// The header a reconnecting `EventSource` sends.
 pub(crate) const LAST_EVENT_ID: &str = "last-event-id";
@@ -34,21 +33,12 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
 /// stream is read as the client reads, so a slow client holds at most one event
 /// here (the follow's source is bounded) and a client that goes away just drops
 /// it: the run goes on.
-pub(crate) fn run_events(
-    follow: RunFollow,
-    mut stopping: watch::Receiver<bool>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+pub(crate) fn run_events(follow: RunFollow, mut stopping: watch::Receiver<bool>) -> Response {
     let events = futures::stream::unfold(follow, |mut follow| async move {
         loop {
             let event = follow.next().await?;
-            // Encoded whole, then copied into the frame: `Event::json_data` writes
-            // through a writer that scans and grows the frame on every fragment
-            // serde emits, which cost several times the encoding itself.
-            match serde_json::to_string(&*event) {
-                Ok(data) => {
-                    let frame = Event::default().id(event.seq.to_string()).data(data);
-                    return Some((Ok(frame), follow));
-                }
+            match sse_frames::json_frame(Some(event.seq), &*event) {
+                Ok(frame) => return Some((frame, follow)),
                 Err(error) => tracing::warn!(%error, seq = event.seq, "run event not encodable"),
             }
         }
@@ -57,5 +47,5 @@ pub(crate) fn run_events(
         // An error means the server state is gone: stop as well.
         let _ = stopping.wait_for(|stopping| *stopping).await;
     };
-    Sse::new(events.take_until(stopped)).keep_alive(KeepAlive::default())
+    sse_frames::response(Box::pin(events.take_until(stopped)))
 }

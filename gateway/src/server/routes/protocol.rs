@@ -3,7 +3,6 @@
 //! decisions, and re-encoding a run's events as the protocol's SSE frames.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use awaken_actors::contract::{
@@ -16,14 +15,16 @@ use awaken_actors::thread::RunRequest;
 use awaken_actors::{AgentId, JsonValue, MessageId, RunId, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
 use awaken_cluster::events::RunFollow;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::{Stream, StreamExt};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
 use serde::Serialize;
 
 use super::input::has_content;
 use super::shared::{check_agent, check_thread, decide, queued_dispatches};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
+use crate::server::sse_frames;
 use crate::server::state::AppState;
 
 /// The thread a protocol request names, ready for a run of `agent_id`: created
@@ -269,7 +270,7 @@ struct Encoding<E> {
     events: RunEvents,
     encoder: E,
     state: AppState,
-    pending: VecDeque<Event>,
+    pending: VecDeque<Bytes>,
     done: bool,
 }
 
@@ -292,15 +293,15 @@ impl<E: Encoder> Encoding<E> {
             }
         }
         for frame in frames {
-            match serde_json::to_string(&frame) {
-                Ok(data) => self.pending.push_back(Event::default().data(data)),
+            match sse_frames::json_frame(None, &frame) {
+                Ok(frame) => self.pending.push_back(frame),
                 Err(error) => tracing::warn!(%error, "protocol frame not encodable"),
             }
         }
         if self.done
             && let Some(terminator) = self.encoder.terminator()
         {
-            self.pending.push_back(Event::default().data(terminator));
+            self.pending.push_back(sse_frames::text_frame(terminator));
         }
     }
 }
@@ -374,7 +375,7 @@ pub(crate) fn encoded_events<E: Encoder>(
     state: &AppState,
     events: RunEvents,
     encoder: E,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<E>> {
+) -> Response {
     let encoding = Encoding {
         events,
         encoder,
@@ -385,7 +386,7 @@ pub(crate) fn encoded_events<E: Encoder>(
     let frames = futures::stream::unfold(encoding, |mut encoding| async move {
         loop {
             if let Some(frame) = encoding.pending.pop_front() {
-                return Some((Ok(frame), encoding));
+                return Some((frame, encoding));
             }
             if encoding.done {
                 return None;
@@ -398,5 +399,5 @@ pub(crate) fn encoded_events<E: Encoder>(
         // An error means the server state is gone: stop as well.
         let _ = stopping.wait_for(|stopping| *stopping).await;
     };
-    Sse::new(frames.take_until(stopped)).keep_alive(KeepAlive::default())
+    sse_frames::response(Box::pin(frames.take_until(stopped)))
 }
