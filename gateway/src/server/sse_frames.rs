@@ -28,27 +28,42 @@ pub(crate) const KEEP_ALIVE_PERIOD: Duration = Duration::from_secs(15);
 /// The keep-alive frame: an empty comment, which clients ignore.
 const KEEP_ALIVE: &[u8] = b":\n\n";
 
-/// Room reserved for a frame before encoding; most run events fit.
-const FRAME_CAPACITY: usize = 256;
+/// Room reserved for a chunk before encoding; most run events fit.
+pub(crate) const FRAME_CAPACITY: usize = 256;
 
-/// One frame: `id: <id>` when given, then `value` as compact JSON on one `data:` line.
-pub(crate) fn json_frame(id: Option<u64>, value: &impl Serialize) -> serde_json::Result<Bytes> {
-    let mut frame = Vec::with_capacity(FRAME_CAPACITY);
+/// Events already waiting when a chunk is sent go into the same chunk, up to
+/// about this many bytes: one HTTP chunk per burst instead of one per event.
+pub(crate) const BURST_BYTES: usize = 32 * 1024;
+
+/// Appends one frame to `chunk`: `id: <id>` when given, then `value` as compact
+/// JSON on one `data:` line. A value that cannot be encoded leaves `chunk` as it
+/// was.
+pub(crate) fn push_json_frame(
+    chunk: &mut Vec<u8>,
+    id: Option<u64>,
+    value: &impl Serialize,
+) -> serde_json::Result<()> {
+    let start = chunk.len();
     if let Some(id) = id {
-        frame.extend_from_slice(b"id: ");
-        frame.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
-        frame.push(b'\n');
+        chunk.extend_from_slice(b"id: ");
+        chunk.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+        chunk.push(b'\n');
     }
-    frame.extend_from_slice(b"data: ");
-    serde_json::to_writer(&mut frame, value)?;
-    frame.extend_from_slice(b"\n\n");
-    Ok(Bytes::from(frame))
+    chunk.extend_from_slice(b"data: ");
+    if let Err(error) = serde_json::to_writer(&mut *chunk, value) {
+        chunk.truncate(start);
+        return Err(error);
+    }
+    chunk.extend_from_slice(b"\n\n");
+    Ok(())
 }
 
-/// One frame whose data is `text`, a single line (e.g. a protocol's `[DONE]`).
-pub(crate) fn text_frame(text: &'static str) -> Bytes {
+/// Appends one frame whose data is `text`, a single line (e.g. a protocol's `[DONE]`).
+pub(crate) fn push_text_frame(chunk: &mut Vec<u8>, text: &'static str) {
     debug_assert!(!text.contains(['\n', '\r']), "one data line");
-    Bytes::from(format!("data: {text}\n\n"))
+    chunk.extend_from_slice(b"data: ");
+    chunk.extend_from_slice(text.as_bytes());
+    chunk.extend_from_slice(b"\n\n");
 }
 
 /// A `text/event-stream` response sending `frames` as they come, with keep-alive
@@ -125,7 +140,8 @@ mod tests {
     #[test]
     fn a_frame_is_the_id_then_the_value_on_one_data_line() {
         let value = json!({"text": "two\nlines\r\nand a \r return", "n": 1});
-        let frame = json_frame(Some(42), &value).unwrap();
+        let mut frame = Vec::new();
+        push_json_frame(&mut frame, Some(42), &value).unwrap();
         let text = std::str::from_utf8(&frame).unwrap();
         assert!(text.starts_with("id: 42\ndata: {"), "{text}");
         assert!(text.ends_with("}\n\n"), "{text}");
@@ -139,9 +155,18 @@ mod tests {
             serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
         assert_eq!(back, value);
 
-        let without_id = json_frame(None, &json!([1])).unwrap();
-        assert_eq!(&without_id[..], b"data: [1]\n\n");
-        assert_eq!(&text_frame("[DONE]")[..], b"data: [DONE]\n\n");
+        let mut chunk = Vec::new();
+        push_json_frame(&mut chunk, None, &json!([1])).unwrap();
+        push_text_frame(&mut chunk, "[DONE]");
+        assert_eq!(&chunk[..], b"data: [1]\n\ndata: [DONE]\n\n");
+    }
+
+    #[test]
+    fn a_value_that_cannot_be_encoded_leaves_the_chunk_as_it_was() {
+        let mut chunk = b"data: 1\n\n".to_vec();
+        let unencodable: std::collections::BTreeMap<Vec<u8>, u8> = [(vec![1], 2)].into();
+        assert!(push_json_frame(&mut chunk, Some(7), &unencodable).is_err());
+        assert_eq!(&chunk[..], b"data: 1\n\n");
     }
 
     #[tokio::test(start_paused = true)]

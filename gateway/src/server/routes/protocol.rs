@@ -2,7 +2,6 @@
 //! by a client-chosen id, starting a followed run, resuming a waiting run with
 //! decisions, and re-encoding a run's events as the protocol's SSE frames.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use awaken_actors::contract::{
@@ -17,7 +16,7 @@ use awaken_cluster::decisions::DecisionPayload;
 use awaken_cluster::events::RunFollow;
 use axum::response::Response;
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 
 use super::input::has_content;
@@ -270,14 +269,20 @@ struct Encoding<E> {
     events: RunEvents,
     encoder: E,
     state: AppState,
-    pending: VecDeque<Bytes>,
     done: bool,
 }
 
 impl<E: Encoder> Encoding<E> {
-    async fn fill(&mut self) {
+    /// Appends the frames of the next event, or of the stream's close, to `chunk`.
+    async fn fill(&mut self, chunk: &mut Vec<u8>) {
+        let event = self.events.next().await;
+        self.encode(event, chunk).await;
+    }
+
+    /// Appends the frames `event` becomes (`None`: the events ended) to `chunk`.
+    async fn encode(&mut self, event: Option<Arc<StreamEvent>>, chunk: &mut Vec<u8>) {
         let mut frames = Vec::new();
-        match self.events.next().await {
+        match event {
             Some(event) => {
                 let snapshot = match &event.event {
                     AgentEvent::RunFinish { thread_id, .. } => {
@@ -293,16 +298,36 @@ impl<E: Encoder> Encoding<E> {
             }
         }
         for frame in frames {
-            match sse_frames::json_frame(None, &frame) {
-                Ok(frame) => self.pending.push_back(frame),
-                Err(error) => tracing::warn!(%error, "protocol frame not encodable"),
+            if let Err(error) = sse_frames::push_json_frame(chunk, None, &frame) {
+                tracing::warn!(%error, "protocol frame not encodable");
             }
         }
         if self.done
             && let Some(terminator) = self.encoder.terminator()
         {
-            self.pending.push_back(sse_frames::text_frame(terminator));
+            sse_frames::push_text_frame(chunk, terminator);
         }
+    }
+
+    /// The frames of the next event, with those of every event already waiting
+    /// behind it (up to [`sse_frames::BURST_BYTES`]) in the same chunk.
+    async fn next_burst(&mut self) -> Option<Bytes> {
+        let mut chunk = Vec::with_capacity(sse_frames::FRAME_CAPACITY);
+        while chunk.is_empty() {
+            if self.done {
+                return None;
+            }
+            self.fill(&mut chunk).await;
+        }
+        while !self.done && chunk.len() < sse_frames::BURST_BYTES {
+            // Only taking the event may be abandoned (it changes nothing while
+            // pending); once taken, it is encoded whole.
+            match self.events.next().now_or_never() {
+                Some(event) => self.encode(event, &mut chunk).await,
+                None => break,
+            }
+        }
+        Some(Bytes::from(chunk))
     }
 }
 
@@ -380,19 +405,11 @@ pub(crate) fn encoded_events<E: Encoder>(
         events,
         encoder,
         state: state.clone(),
-        pending: VecDeque::new(),
         done: false,
     };
     let frames = futures::stream::unfold(encoding, |mut encoding| async move {
-        loop {
-            if let Some(frame) = encoding.pending.pop_front() {
-                return Some((frame, encoding));
-            }
-            if encoding.done {
-                return None;
-            }
-            encoding.fill().await;
-        }
+        let chunk = encoding.next_burst().await?;
+        Some((chunk, encoding))
     });
     let mut stopping = state.stopping();
     let stopped = async move {
