@@ -397,7 +397,7 @@ fn tools_tool_calls_and_suspension() {
     let fresh = ToolCallState::new(&ToolCall::new(cid("c1"), "rm", payload()));
     let mut full = fresh.clone();
     full.transition_to(ToolCallStatus::Suspended, 10).unwrap();
-    full.ticket = Some(ticket());
+    full.ticket = Some(Box::new(ticket()));
     full.transition_to(ToolCallStatus::Resuming, 11).unwrap();
     full.decision = Some(decision());
     full.transition_to(ToolCallStatus::Running, 12).unwrap();

@@ -123,9 +123,10 @@ pub struct ToolCallState {
     /// How many times the call entered `Running`.
     #[serde(default)]
     pub attempt: u32,
-    /// The ticket while suspended.
+    /// The ticket while suspended. Boxed: a ticket is several hundred bytes and
+    /// most calls never hold one, while call states are cloned and kept per call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ticket: Option<SuspendTicket>,
+    pub ticket: Option<Box<SuspendTicket>>,
     /// The decision that resumed or cancelled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ToolCallResume>,

@@ -739,7 +739,10 @@ impl Driver<'_> {
                 let attempt = state.attempt;
                 let args = state.arguments.clone();
                 let resumed = match (state.ticket.clone(), decision) {
-                    (Some(ticket), Some(decision)) => Some(ResumedCall { ticket, decision }),
+                    (Some(ticket), Some(decision)) => Some(ResumedCall {
+                        ticket: *ticket,
+                        decision,
+                    }),
                     _ => None,
                 };
                 self.put_call(state)?;
@@ -846,7 +849,7 @@ impl Driver<'_> {
         // decision, whatever it says, is theirs, so the call replays and hands it on.
         let forwarded = state
             .ticket
-            .as_ref()
+            .as_deref()
             .is_some_and(SuspendTicket::is_forwarded);
         let action = if forwarded {
             ResumeDecisionAction::Resume
@@ -928,7 +931,7 @@ impl Driver<'_> {
         let cancelled = CancelledCall {
             run_identity: Arc::clone(&self.run.identity),
             call_id: call.call_id.clone(),
-            ticket: call.ticket.clone(),
+            ticket: call.ticket.as_deref().cloned(),
             children: self.deps.children.get(),
         };
         tokio::spawn(async move { tool.cancelled(cancelled).await });
@@ -947,7 +950,7 @@ impl Driver<'_> {
             ticket.suspension.message.clone(),
             ticket.clone(),
         );
-        state.ticket = Some(ticket);
+        state.ticket = Some(Box::new(ticket));
         state.result = None;
         self.put_call(state)?;
         self.emit(AgentEvent::ToolCallDone {
