@@ -1,6 +1,7 @@
 //! `StateStore`: the live state of one thread, owned by its thread actor.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::sync::{Arc, LazyLock};
 
 use super::batch::{MutationBatch, TouchedKey};
@@ -350,31 +351,10 @@ impl StateStore {
 
     /// Encodes every persistent key for a checkpoint.
     pub fn export(&self) -> Result<PersistedState, StateError> {
-        let mut extensions = BTreeMap::new();
-        for registration in self.registry.iter().filter(|r| r.persistent) {
-            // Keys at their default are left out: restore leaves absent keys at their
-            // default, and most keys of a thread are.
-            if self
-                .registry
-                .holds_shared_default(registration, &self.current)
-            {
-                continue;
-            }
-            if let Some(json) = registration.encode(&self.current)?
-                && !self.registry.is_default(registration.key, &json)
-            {
-                extensions.insert(registration.key.to_owned(), json);
-            }
-        }
-        // Values retained from uninstalled plugins survive checkpoints too.
-        for (key, json) in &self.retained {
-            extensions
-                .entry(key.clone())
-                .or_insert_with(|| json.clone());
-        }
-        Ok(PersistedState {
-            revision: self.revision,
-            extensions,
+        self.persisted(|registration| {
+            Ok(registration
+                .encode(&self.current)?
+                .filter(|json| !self.registry.is_default(registration.key, json)))
         })
     }
 
@@ -388,27 +368,40 @@ impl StateStore {
     /// included (only keys still holding the shared default are left out):
     /// telling would take its encoding. Restoring it gives the same state.
     pub fn checkpoint_state(&self) -> PersistedState {
+        let Ok(state) =
+            self.persisted::<Infallible>(|registration| Ok(registration.defer(&self.current)));
+        state
+    }
+
+    /// The persistent keys, each as `value_of` gives it (`None` leaves it out).
+    fn persisted<E>(
+        &self,
+        mut value_of: impl FnMut(&KeyRegistration) -> Result<Option<EncodedValue>, E>,
+    ) -> Result<PersistedState, E> {
         let mut extensions = BTreeMap::new();
         for registration in self.registry.iter().filter(|r| r.persistent) {
+            // Keys at their default are left out: restore leaves absent keys at their
+            // default, and most keys of a thread are.
             if self
                 .registry
                 .holds_shared_default(registration, &self.current)
             {
                 continue;
             }
-            if let Some(value) = registration.defer(&self.current) {
+            if let Some(value) = value_of(registration)? {
                 extensions.insert(registration.key.to_owned(), value);
             }
         }
+        // Values retained from uninstalled plugins survive checkpoints too.
         for (key, json) in &self.retained {
             extensions
                 .entry(key.clone())
                 .or_insert_with(|| json.clone());
         }
-        PersistedState {
+        Ok(PersistedState {
             revision: self.revision,
             extensions,
-        }
+        })
     }
 
     /// Loads a checkpoint. Decoding happens on a copy, so a failure changes nothing.
