@@ -13,6 +13,7 @@
 mod config;
 mod inbox;
 mod memory;
+mod state;
 mod submit;
 pub mod transition;
 mod worker;
@@ -25,6 +26,7 @@ use async_trait::async_trait;
 pub use config::MailboxConfig;
 pub use inbox::{InMemoryRunInbox, RunInbox};
 pub use memory::InMemoryMailboxStore;
+pub use state::{MailboxState, SequencedDispatch};
 pub use submit::{SubmitOptions, submit};
 pub use worker::{Liveness, MailboxWorker, Placement, now_ms};
 

@@ -90,10 +90,23 @@ pub fn prepare_enqueue(
     dispatch.updated_at = now_ms;
 }
 
-/// Claims the dispatch for `consumer`: a fresh token, a lease, one more attempt.
-pub fn claim(dispatch: &mut RunDispatch, consumer: &str, lease_ms: u64, now_ms: u64) {
+/// A fresh claim token: unique and not guessable from other claims.
+pub fn new_claim_token() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Claims the dispatch for `consumer` under `token` (fresh per claim), with a lease
+/// and one more attempt. The caller supplies the token so that every replica of a
+/// mailbox applying the same claim takes the same one.
+pub fn claim(
+    dispatch: &mut RunDispatch,
+    consumer: &str,
+    lease_ms: u64,
+    now_ms: u64,
+    token: String,
+) {
     dispatch.status = RunDispatchStatus::Claimed;
-    dispatch.claim_token = Some(uuid::Uuid::now_v7().to_string());
+    dispatch.claim_token = Some(token);
     dispatch.claimed_by = Some(consumer.to_owned());
     dispatch.lease_until = Some(now_ms.saturating_add(lease_ms));
     dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
