@@ -587,7 +587,13 @@ impl MailboxStore for JetStreamMailbox {
                 .into_iter()
                 .map(|at| {
                     let dispatch = &mut mailbox.dispatches[at].dispatch;
-                    transition::claim(dispatch, consumer, lease_ms, now_ms);
+                    transition::claim(
+                        dispatch,
+                        consumer,
+                        lease_ms,
+                        now_ms,
+                        transition::new_claim_token(),
+                    );
                     dispatch.clone()
                 })
                 .collect();
@@ -618,7 +624,13 @@ impl MailboxStore for JetStreamMailbox {
             if !transition::claimable(dispatch, now_ms) {
                 return Err(transition::wrong_state(dispatch, "claim"));
             }
-            transition::claim(dispatch, consumer, lease_ms, now_ms);
+            transition::claim(
+                dispatch,
+                consumer,
+                lease_ms,
+                now_ms,
+                transition::new_claim_token(),
+            );
             Ok(Change::Write(dispatch.clone()))
         })
         .await

@@ -1,0 +1,488 @@
+//! `LedgerMailbox`: the [`MailboxStore`] of a cluster as a replicated state
+//! machine over one JetStream stream (decision 0034).
+//!
+//! Every changing operation becomes a [`Command`](command::Command) that carries
+//! everything its outcome depends on (time, rules, claim token). A node's writer
+//! publishes its commands in batches to the ledger stream; every node applies
+//! every batch in stream order to its own [`MailboxState`], so all nodes hold the
+//! same state, and a caller's answer is what applying its command decided on its
+//! own node. The stream's order makes every command atomic with respect to all
+//! others — claims have one winner, interrupts supersede queued work at once,
+//! dedupe keys are unique across threads — with no compare-and-set and no
+//! conflicts between nodes; batching makes one stream write carry many commands.
+//! Snapshots in a KV bucket let the stream be trimmed and nodes start quickly.
+
+mod command;
+mod feed;
+mod replica;
+mod snapshot;
+mod wire;
+mod writer;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use async_trait::async_trait;
+use awaken_actors::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult};
+use awaken_actors::ids::{DispatchId, ThreadId};
+use awaken_actors::mailbox::{
+    DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxState,
+    MailboxStore, QUEUE_WATCH_CAPACITY, QueueWatch, QueuedThread, transition,
+};
+use tokio::sync::mpsc;
+
+use self::command::{Answer, Command, Rules};
+use self::feed::Feed;
+use self::replica::Replica;
+use self::snapshot::Snapshots;
+use self::wire::{MAX_COMMAND, Op};
+use self::writer::Submission;
+use crate::codec;
+use crate::error::ClusterError;
+
+/// The name the ledger's stream and snapshot bucket derive from, unless configured.
+pub const DEFAULT_LEDGER_NAME: &str = "awaken_mailbox";
+
+/// How long a caller waits for its command to come back applied.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long [`LedgerMailbox::open`] keeps retrying a JetStream that does not answer.
+pub const OPEN_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The first pause between open attempts (doubling, up to 16 times this).
+const OPEN_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// The ledger stream's name for a ledger `name`.
+pub fn stream_name(name: &str) -> String {
+    format!("LEDGER_{name}")
+}
+
+/// The subject the ledger's batches are published on.
+pub fn subject(name: &str) -> String {
+    format!("awaken.ledger.{name}")
+}
+
+/// The snapshot bucket's name for a ledger `name`.
+pub fn snapshot_bucket(name: &str) -> String {
+    format!("{name}_snapshots")
+}
+
+/// The mailbox on NATS: durable, shared by every node of the cluster.
+#[derive(Debug, Clone)]
+pub struct LedgerMailbox {
+    config: MailboxConfig,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    replica: Arc<Replica>,
+    writer: mpsc::UnboundedSender<Submission>,
+    next_op: AtomicU64,
+    stream: stream::Stream,
+    /// Keeps the replica current while any clone of the mailbox lives.
+    _feed: Feed,
+}
+
+fn unavailable(error: impl std::fmt::Display) -> MailboxError {
+    MailboxError::Unavailable(error.to_string())
+}
+
+/// The answer a command of this kind always gives; anything else is a bug that
+/// must not take the node down.
+fn unexpected(answer: &Answer) -> MailboxError {
+    MailboxError::Unavailable(format!("the ledger answered unexpectedly: {answer:?}"))
+}
+
+impl LedgerMailbox {
+    /// Opens the ledger `name` (its stream and snapshot bucket are created when
+    /// missing, with `replicas` copies); returns once the node's replica has
+    /// applied everything the stream held when it opened.
+    ///
+    /// JetStream answers API requests only while its cluster has a leader: a node
+    /// started during an election retries for up to [`OPEN_DEADLINE`].
+    pub async fn open(
+        js: &jetstream::Context,
+        name: &str,
+        replicas: usize,
+        config: MailboxConfig,
+    ) -> Result<Self, ClusterError> {
+        let deadline = tokio::time::Instant::now() + OPEN_DEADLINE;
+        let mut delay = OPEN_RETRY_DELAY;
+        loop {
+            match Box::pin(Self::open_once(js, name, replicas, config.clone())).await {
+                Err(ClusterError::Nats(error))
+                    if tokio::time::Instant::now() + delay < deadline =>
+                {
+                    tracing::warn!(%error, name, "the mailbox ledger could not open yet; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(OPEN_RETRY_DELAY * 16);
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    async fn open_once(
+        js: &jetstream::Context,
+        name: &str,
+        replicas: usize,
+        config: MailboxConfig,
+    ) -> Result<Self, ClusterError> {
+        let stream = js
+            .get_or_create_stream(stream::Config {
+                name: stream_name(name),
+                subjects: vec![subject(name)],
+                storage: stream::StorageType::File,
+                num_replicas: replicas.max(1),
+                ..Default::default()
+            })
+            .await
+            .map_err(ClusterError::nats)?;
+        let snapshots = Snapshots::open(js, &snapshot_bucket(name), replicas).await?;
+        let folded = snapshots.load().await?;
+        let first = stream.get_info().await.map_err(ClusterError::nats)?.state;
+        if first.messages > 0 && first.first_sequence > folded.applied + 1 {
+            return Err(ClusterError::Nats(format!(
+                "mailbox ledger {name}: the stream starts at {} but the newest snapshot covers only {}",
+                first.first_sequence, folded.applied
+            )));
+        }
+        let writer_id = format!("{name}.{}", uuid::Uuid::now_v7().simple());
+        let replica = Arc::new(Replica::new(writer_id, folded));
+        let feed = feed::follow(
+            &js.client(),
+            stream.clone(),
+            Arc::clone(&replica),
+            snapshots,
+        )
+        .await?;
+        let writer = writer::spawn(js.clone(), subject(name), Arc::clone(&replica));
+        let mailbox = Self {
+            config,
+            inner: Arc::new(Inner {
+                replica,
+                writer,
+                next_op: AtomicU64::new(1),
+                stream,
+                _feed: feed,
+            }),
+        };
+        mailbox
+            .sync()
+            .await
+            .map_err(|e| ClusterError::Nats(e.to_string()))?;
+        Ok(mailbox)
+    }
+
+    /// Waits until this node has applied everything the stream holds now, so a
+    /// read sees every change any node made before it.
+    async fn sync(&self) -> Result<(), MailboxError> {
+        let info = self.inner.stream.get_info().await.map_err(unavailable)?;
+        self.inner.replica.reach(info.state.last_sequence).await
+    }
+
+    /// Publishes `command` and waits for what applying it decided.
+    async fn submit(&self, command: Command) -> Result<Answer, MailboxError> {
+        let replica = &self.inner.replica;
+        if let Some(reason) = replica.broken() {
+            return Err(MailboxError::Unavailable(reason));
+        }
+        let id = self.inner.next_op.fetch_add(1, Ordering::Relaxed);
+        let op = codec::encode(&Op { id, command })
+            .map_err(|e| MailboxError::InvalidInput(e.to_string()))?;
+        if op.len() > MAX_COMMAND {
+            return Err(MailboxError::InvalidInput(format!(
+                "a mailbox command of {} bytes exceeds the limit of {MAX_COMMAND} bytes",
+                op.len()
+            )));
+        }
+        let answer = replica.expect(id);
+        if self.inner.writer.send(Submission { id, op }).is_err() {
+            replica.forget(id);
+            return Err(unavailable("the mailbox ledger's writer stopped"));
+        }
+        match tokio::time::timeout(ANSWER_DEADLINE, answer).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(unavailable("the mailbox ledger dropped the command")),
+            Err(_) => {
+                replica.forget(id);
+                Err(MailboxError::Unavailable(format!(
+                    "no answer from the mailbox ledger within {ANSWER_DEADLINE:?}"
+                )))
+            }
+        }
+    }
+
+    async fn one(&self, command: Command) -> Result<RunDispatch, MailboxError> {
+        match self.submit(command).await? {
+            Answer::Dispatch(dispatch) => Ok(dispatch),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn many(&self, command: Command) -> Result<Vec<RunDispatch>, MailboxError> {
+        match self.submit(command).await? {
+            Answer::Dispatches(dispatches) => Ok(dispatches),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn rules(&self) -> Rules {
+        Rules::of(&self.config)
+    }
+
+    /// Reads this node's replica as it is (no wait for other nodes' changes).
+    fn read<R>(&self, read: impl FnOnce(&MailboxState) -> R) -> R {
+        self.inner.replica.read(read)
+    }
+}
+
+#[async_trait]
+impl MailboxStore for LedgerMailbox {
+    async fn enqueue(
+        &self,
+        dispatch: RunDispatch,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::Enqueue {
+            dispatch: Box::new(dispatch),
+            rules: self.rules(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn claim(
+        &self,
+        thread_id: &ThreadId,
+        consumer: &str,
+        limit: usize,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<Vec<RunDispatch>, MailboxError> {
+        self.many(Command::Claim {
+            thread_id: thread_id.clone(),
+            consumer: consumer.to_owned(),
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            lease_ms,
+            now_ms,
+            token: transition::new_claim_token(),
+        })
+        .await
+    }
+
+    async fn claim_dispatch(
+        &self,
+        dispatch_id: &DispatchId,
+        consumer: &str,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::ClaimDispatch {
+            dispatch_id: dispatch_id.clone(),
+            consumer: consumer.to_owned(),
+            lease_ms,
+            now_ms,
+            token: transition::new_claim_token(),
+        })
+        .await
+    }
+
+    async fn ack(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::Ack {
+            dispatch_id: dispatch_id.clone(),
+            claim_token: claim_token.to_owned(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn nack(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::Nack {
+            dispatch_id: dispatch_id.clone(),
+            claim_token: claim_token.to_owned(),
+            error: error.to_owned(),
+            rules: self.rules(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn dead_letter(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::DeadLetter {
+            dispatch_id: dispatch_id.clone(),
+            claim_token: claim_token.to_owned(),
+            error: error.to_owned(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn cancel(
+        &self,
+        dispatch_id: &DispatchId,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::Cancel {
+            dispatch_id: dispatch_id.clone(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn extend_lease(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::ExtendLease {
+            dispatch_id: dispatch_id.clone(),
+            claim_token: claim_token.to_owned(),
+            lease_ms,
+            now_ms,
+        })
+        .await
+    }
+
+    async fn interrupt(
+        &self,
+        thread_id: &ThreadId,
+        now_ms: u64,
+    ) -> Result<MailboxInterrupt, MailboxError> {
+        match self
+            .submit(Command::Interrupt {
+                thread_id: thread_id.clone(),
+                now_ms,
+            })
+            .await?
+        {
+            Answer::Interrupt(interrupt) => Ok(interrupt),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn supersede_claimed(
+        &self,
+        dispatch_id: &DispatchId,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::SupersedeClaimed {
+            dispatch_id: dispatch_id.clone(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn record_dispatch_start(
+        &self,
+        dispatch_id: &DispatchId,
+        dispatch_instance_id: &str,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::RecordStart {
+            dispatch_id: dispatch_id.clone(),
+            dispatch_instance_id: dispatch_instance_id.to_owned(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn record_run_result(
+        &self,
+        dispatch_id: &DispatchId,
+        result: RunDispatchResult,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.one(Command::RecordResult {
+            dispatch_id: dispatch_id.clone(),
+            result,
+            now_ms,
+        })
+        .await
+    }
+
+    async fn load_dispatch(
+        &self,
+        dispatch_id: &DispatchId,
+    ) -> Result<Option<RunDispatch>, MailboxError> {
+        self.sync().await?;
+        Ok(self.read(|state| state.get(dispatch_id).cloned()))
+    }
+
+    async fn list_dispatches(&self, query: &DispatchQuery) -> Result<DispatchPage, MailboxError> {
+        self.sync().await?;
+        Ok(self.read(|state| state.list(query)))
+    }
+
+    async fn reclaim_expired_leases(&self, now_ms: u64) -> Result<Vec<RunDispatch>, MailboxError> {
+        // Most sweeps find nothing: ask the replica before writing a command.
+        self.sync().await?;
+        let any_expired = self.read(|state| {
+            state
+                .claims()
+                .iter()
+                .any(|claim| claim.lease_until <= now_ms)
+        });
+        if !any_expired {
+            return Ok(Vec::new());
+        }
+        self.many(Command::ReclaimExpired {
+            rules: self.rules(),
+            now_ms,
+        })
+        .await
+    }
+
+    async fn claims(&self) -> Result<Vec<HeldClaim>, MailboxError> {
+        Ok(self.read(MailboxState::claims))
+    }
+
+    async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError> {
+        Ok(self.read(MailboxState::queued_threads))
+    }
+
+    async fn watch_queued(&self) -> Result<QueueWatch, MailboxError> {
+        let (tx, rx) = mpsc::channel(QUEUE_WATCH_CAPACITY);
+        self.inner.replica.subscribe(tx);
+        Ok(rx)
+    }
+
+    async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {
+        let ttl_ms = self.config.gc_ttl_ms();
+        self.sync().await?;
+        let any_collectable = self.read(|state| {
+            state
+                .sequenced()
+                .any(|(_, dispatch)| transition::collectable(dispatch, ttl_ms, now_ms))
+        });
+        if !any_collectable {
+            return Ok(0);
+        }
+        match self.submit(Command::Gc { ttl_ms, now_ms }).await? {
+            Answer::Collected(count) => Ok(count),
+            other => Err(unexpected(&other)),
+        }
+    }
+}

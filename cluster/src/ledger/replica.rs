@@ -1,0 +1,222 @@
+//! `Replica`: a node's copy of the mailbox state, built by applying the ledger
+//! stream in order, and the callers waiting for their commands' answers.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use awaken_actors::hashing::FastHashMap;
+use awaken_actors::ids::ThreadId;
+use awaken_actors::mailbox::{MailboxError, MailboxState};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::command::Outcome;
+use super::wire::Batch;
+
+/// The state as of a stream sequence.
+#[derive(Debug, Default)]
+pub(crate) struct Folded {
+    /// The mailbox after every batch up to `applied`.
+    pub(crate) state: MailboxState,
+    /// The last stream sequence applied (0: none).
+    pub(crate) applied: u64,
+}
+
+/// A node's replica of the mailbox.
+#[derive(Debug)]
+pub(crate) struct Replica {
+    /// This mailbox instance's writer id: batches carrying it hold our callers' ops.
+    writer: String,
+    folded: Mutex<Folded>,
+    /// `applied`, for callers waiting until the replica reaches a sequence.
+    progress: watch::Sender<u64>,
+    /// Callers waiting for their op's answer, by op id.
+    waiters: Mutex<FastHashMap<u64, oneshot::Sender<Outcome>>>,
+    /// `watch_queued` subscribers.
+    watchers: Mutex<Vec<mpsc::Sender<ThreadId>>>,
+    /// Why the replica stopped following the stream, once it has.
+    broken: Mutex<Option<String>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Replica {
+    /// A replica of `writer`'s mailbox, starting from `folded`.
+    pub(crate) fn new(writer: String, folded: Folded) -> Self {
+        let (progress, _) = watch::channel(folded.applied);
+        Self {
+            writer,
+            folded: Mutex::new(folded),
+            progress,
+            waiters: Mutex::default(),
+            watchers: Mutex::default(),
+            broken: Mutex::default(),
+        }
+    }
+
+    /// This instance's writer id.
+    pub(crate) fn writer(&self) -> &str {
+        &self.writer
+    }
+
+    /// Reads the state.
+    pub(crate) fn read<R>(&self, read: impl FnOnce(&MailboxState) -> R) -> R {
+        read(&lock(&self.folded).state)
+    }
+
+    /// The last stream sequence applied.
+    pub(crate) fn applied(&self) -> u64 {
+        lock(&self.folded).applied
+    }
+
+    /// A copy of the state and the sequence it is at (for a snapshot).
+    pub(crate) fn copy(&self) -> (MailboxState, u64) {
+        let folded = lock(&self.folded);
+        (folded.state.clone(), folded.applied)
+    }
+
+    /// Registers a caller for op `id`'s answer.
+    pub(crate) fn expect(&self, id: u64) -> oneshot::Receiver<Outcome> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.waiters).insert(id, tx);
+        rx
+    }
+
+    /// Answers the callers of `ids` with a refusal (their batch did not reach
+    /// the stream, or may not have).
+    pub(crate) fn fail(&self, ids: &[u64], error: &MailboxError) {
+        let mut waiters = lock(&self.waiters);
+        for id in ids {
+            if let Some(waiter) = waiters.remove(id) {
+                // The caller may have given up waiting; nothing to tell then.
+                let _gone = waiter.send(Err(error.clone()));
+            }
+        }
+    }
+
+    /// Forgets op `id`'s caller (it stopped waiting).
+    pub(crate) fn forget(&self, id: u64) {
+        lock(&self.waiters).remove(&id);
+    }
+
+    /// Applies the batch at stream sequence `seq`: every node applies the same
+    /// batches in the same order, and the writer's callers get their answers.
+    /// A batch at or below the applied sequence was applied already.
+    pub(crate) fn apply(&self, seq: u64, batch: Batch) {
+        let mine = batch.writer == self.writer;
+        let mut answers = Vec::new();
+        let mut woken = Vec::new();
+        {
+            let mut folded = lock(&self.folded);
+            if seq <= folded.applied {
+                return;
+            }
+            for op in batch.ops {
+                let (outcome, mut threads) = op.command.apply(&mut folded.state);
+                woken.append(&mut threads);
+                if mine {
+                    answers.push((op.id, outcome));
+                }
+            }
+            folded.applied = seq;
+        }
+        self.progress.send_replace(seq);
+        if !answers.is_empty() {
+            let mut waiters = lock(&self.waiters);
+            for (id, outcome) in answers {
+                if let Some(waiter) = waiters.remove(&id) {
+                    let _gone = waiter.send(outcome);
+                }
+            }
+        }
+        self.notify(&woken);
+    }
+
+    /// Skips stream sequence `seq` (a message that is not a batch).
+    pub(crate) fn skip(&self, seq: u64) {
+        let mut folded = lock(&self.folded);
+        if seq > folded.applied {
+            folded.applied = seq;
+            drop(folded);
+            self.progress.send_replace(seq);
+        }
+    }
+
+    /// Replaces the state with a snapshot's, when it is ahead of the replica.
+    pub(crate) fn restore(&self, snapshot: Folded) {
+        let applied = snapshot.applied;
+        {
+            let mut folded = lock(&self.folded);
+            if snapshot.applied <= folded.applied {
+                return;
+            }
+            *folded = snapshot;
+        }
+        self.progress.send_replace(applied);
+        // Whatever queued work the snapshot holds may be news to this node.
+        let queued: Vec<ThreadId> = self.read(|state| {
+            state
+                .queued_threads()
+                .into_iter()
+                .map(|queued| queued.thread_id)
+                .collect()
+        });
+        self.notify(&queued);
+    }
+
+    /// Waits until the replica has applied stream sequence `seq`.
+    pub(crate) async fn reach(&self, seq: u64) -> Result<(), MailboxError> {
+        let mut progress = self.progress.subscribe();
+        loop {
+            if let Some(reason) = lock(&self.broken).clone() {
+                return Err(MailboxError::Unavailable(reason));
+            }
+            if *progress.borrow_and_update() >= seq {
+                return Ok(());
+            }
+            if progress.changed().await.is_err() {
+                return Err(MailboxError::Unavailable("the ledger feed stopped".into()));
+            }
+        }
+    }
+
+    /// Marks the replica as no longer following the stream: every caller waiting
+    /// and every later one is refused with `reason`.
+    pub(crate) fn break_off(&self, reason: String) {
+        tracing::error!(%reason, "the mailbox ledger stopped following its stream");
+        *lock(&self.broken) = Some(reason.clone());
+        let error = MailboxError::Unavailable(reason);
+        let waiters = std::mem::take(&mut *lock(&self.waiters));
+        for (_, waiter) in waiters {
+            let _gone = waiter.send(Err(error.clone()));
+        }
+        // Wake `reach` callers so they see the reason.
+        self.progress.send_modify(|_| {});
+    }
+
+    /// Why the replica stopped following the stream, if it has.
+    pub(crate) fn broken(&self) -> Option<String> {
+        lock(&self.broken).clone()
+    }
+
+    /// Subscribes a queue watch.
+    pub(crate) fn subscribe(&self, watcher: mpsc::Sender<ThreadId>) {
+        lock(&self.watchers).push(watcher);
+    }
+
+    /// Tells every watcher that `threads` got queued work; forgets closed watches.
+    fn notify(&self, threads: &[ThreadId]) {
+        if threads.is_empty() {
+            return;
+        }
+        let mut watchers = lock(&self.watchers);
+        for thread_id in threads {
+            watchers.retain(|watcher| {
+                !matches!(
+                    watcher.try_send(thread_id.clone()),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+            });
+        }
+    }
+}
