@@ -14,9 +14,10 @@ use async_nats::jetstream::stream::Stream;
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 
+use super::command::Command;
 use super::replica::Replica;
 use super::snapshot::{self, Snapshots, Written};
-use super::wire::Batch;
+use super::wire::{BATCH_HEADER, Batch, WRITER_HEADER};
 use crate::codec;
 use crate::error::ClusterError;
 
@@ -106,10 +107,16 @@ impl Follower {
             if seq > applied + 1 && !self.catch_up(applied, seq).await {
                 return;
             }
+            if let Some(ops) = self.own_batch(&message) {
+                self.replica.apply(seq, true, ops);
+                self.maybe_snapshot(seq);
+                continue;
+            }
             match codec::decode::<Batch>(&message.payload) {
                 Ok(batch) => {
                     let mine = batch.writer == self.replica.writer();
-                    self.replica.apply(seq, batch);
+                    let ops = batch.ops.into_iter().map(|op| (op.id, op.command));
+                    self.replica.apply(seq, mine, ops);
                     if mine {
                         self.maybe_snapshot(seq);
                     }
@@ -122,6 +129,16 @@ impl Follower {
         }
         self.replica
             .break_off("the mailbox ledger's consumer ended".to_owned());
+    }
+
+    /// The ops of a batch this instance wrote and still holds, by its headers.
+    fn own_batch(&self, message: &async_nats::jetstream::Message) -> Option<Vec<(u64, Command)>> {
+        let headers = message.headers.as_ref()?;
+        if headers.get(WRITER_HEADER)?.as_str() != self.replica.writer() {
+            return None;
+        }
+        let number = headers.get(BATCH_HEADER)?.as_str().parse().ok()?;
+        self.replica.take_own(number)
     }
 
     /// The messages after `applied` and before `seq` were purged: loads the

@@ -19,8 +19,8 @@ mod snapshot;
 mod wire;
 mod writer;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
@@ -37,7 +37,7 @@ use self::command::{Answer, Command, Rules};
 use self::feed::Feed;
 use self::replica::Replica;
 use self::snapshot::Snapshots;
-use self::wire::{MAX_COMMAND, Op};
+use self::wire::{MAX_COMMAND, OpRef};
 use self::writer::Submission;
 use crate::codec;
 use crate::error::ClusterError;
@@ -80,10 +80,55 @@ pub struct LedgerMailbox {
 struct Inner {
     replica: Arc<Replica>,
     writer: mpsc::UnboundedSender<Submission>,
-    next_op: AtomicU64,
     stream: stream::Stream,
     /// Keeps the replica current while any clone of the mailbox lives.
     _feed: Feed,
+    /// Refuses ops left unanswered past the deadline, while the mailbox lives.
+    _deadlines: AbortOnDrop,
+}
+
+/// A background task that ends with its owner.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How often the deadline sweeper looks for ops left unanswered.
+const DEADLINE_TICK: Duration = Duration::from_secs(1);
+
+/// Refuses, every [`DEADLINE_TICK`], the ops issued more than [`ANSWER_DEADLINE`]
+/// ago that are still waiting (op ids grow with time, so a bound per tick will do).
+async fn sweep_deadlines(replica: std::sync::Weak<Replica>) {
+    let mut marks: VecDeque<(tokio::time::Instant, u64)> = VecDeque::new();
+    let mut tick = tokio::time::interval(DEADLINE_TICK);
+    loop {
+        tick.tick().await;
+        let Some(replica) = replica.upgrade() else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        marks.push_back((now, replica.next_op()));
+        let mut bound = None;
+        while let Some((at, next)) = marks.front().copied() {
+            if now.duration_since(at) < ANSWER_DEADLINE {
+                break;
+            }
+            bound = Some(next);
+            marks.pop_front();
+        }
+        if let Some(bound) = bound {
+            replica.fail_before(
+                bound,
+                &MailboxError::Unavailable(format!(
+                    "no answer from the mailbox ledger within {ANSWER_DEADLINE:?}"
+                )),
+            );
+        }
+    }
 }
 
 fn unavailable(error: impl std::fmt::Display) -> MailboxError {
@@ -160,14 +205,15 @@ impl LedgerMailbox {
         )
         .await?;
         let writer = writer::spawn(js.clone(), subject(name), Arc::clone(&replica));
+        let deadlines = AbortOnDrop(tokio::spawn(sweep_deadlines(Arc::downgrade(&replica))));
         let mailbox = Self {
             config,
             inner: Arc::new(Inner {
                 replica,
                 writer,
-                next_op: AtomicU64::new(1),
                 stream,
                 _feed: feed,
+                _deadlines: deadlines,
             }),
         };
         mailbox
@@ -184,36 +230,44 @@ impl LedgerMailbox {
         self.inner.replica.reach(info.state.last_sequence).await
     }
 
-    /// Publishes `command` and waits for what applying it decided.
+    /// Publishes `command` and waits for what applying it decided. Callers are
+    /// not timed one by one: the deadline sweeper refuses the ops left waiting
+    /// past [`ANSWER_DEADLINE`].
     async fn submit(&self, command: Command) -> Result<Answer, MailboxError> {
         let replica = &self.inner.replica;
         if let Some(reason) = replica.broken() {
             return Err(MailboxError::Unavailable(reason));
         }
-        let id = self.inner.next_op.fetch_add(1, Ordering::Relaxed);
-        let op = codec::encode(&Op { id, command })
-            .map_err(|e| MailboxError::InvalidInput(e.to_string()))?;
-        if op.len() > MAX_COMMAND {
-            return Err(MailboxError::InvalidInput(format!(
-                "a mailbox command of {} bytes exceeds the limit of {MAX_COMMAND} bytes",
-                op.len()
-            )));
-        }
-        let answer = replica.expect(id);
-        if self.inner.writer.send(Submission { id, op }).is_err() {
+        let (id, answer) = replica.expect();
+        let op = match codec::encode(&OpRef {
+            id,
+            command: &command,
+        }) {
+            Ok(op) if op.len() <= MAX_COMMAND => op,
+            Ok(op) => {
+                replica.forget(id);
+                return Err(MailboxError::InvalidInput(format!(
+                    "a mailbox command of {} bytes exceeds the limit of {MAX_COMMAND} bytes",
+                    op.len()
+                )));
+            }
+            Err(error) => {
+                replica.forget(id);
+                return Err(MailboxError::InvalidInput(error.to_string()));
+            }
+        };
+        if self
+            .inner
+            .writer
+            .send(Submission { id, op, command })
+            .is_err()
+        {
             replica.forget(id);
             return Err(unavailable("the mailbox ledger's writer stopped"));
         }
-        match tokio::time::timeout(ANSWER_DEADLINE, answer).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(unavailable("the mailbox ledger dropped the command")),
-            Err(_) => {
-                replica.forget(id);
-                Err(MailboxError::Unavailable(format!(
-                    "no answer from the mailbox ledger within {ANSWER_DEADLINE:?}"
-                )))
-            }
-        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(unavailable("the mailbox ledger dropped the command")))
     }
 
     async fn one(&self, command: Command) -> Result<RunDispatch, MailboxError> {

@@ -1,6 +1,7 @@
 //! `Replica`: a node's copy of the mailbox state, built by applying the ledger
 //! stream in order, and the callers waiting for their commands' answers.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use awaken_actors::hashing::FastHashMap;
@@ -8,8 +9,7 @@ use awaken_actors::ids::ThreadId;
 use awaken_actors::mailbox::{MailboxError, MailboxState};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::command::Outcome;
-use super::wire::Batch;
+use super::command::{Command, Outcome};
 
 /// The state as of a stream sequence.
 #[derive(Debug, Default)]
@@ -28,10 +28,16 @@ pub(crate) struct Replica {
     folded: Mutex<Folded>,
     /// `applied`, for callers waiting until the replica reaches a sequence.
     progress: watch::Sender<u64>,
+    /// The next op id.
+    next_op: AtomicU64,
     /// Callers waiting for their op's answer, by op id.
     waiters: Mutex<FastHashMap<u64, oneshot::Sender<Outcome>>>,
+    /// This instance's batches in flight, by batch number, with their ops.
+    own: Mutex<FastHashMap<u64, Vec<(u64, Command)>>>,
     /// `watch_queued` subscribers.
     watchers: Mutex<Vec<mpsc::Sender<ThreadId>>>,
+    /// Whether `broken` holds a reason (read on every op without the lock).
+    is_broken: AtomicBool,
     /// Why the replica stopped following the stream, once it has.
     broken: Mutex<Option<String>>,
 }
@@ -48,7 +54,10 @@ impl Replica {
             writer,
             folded: Mutex::new(folded),
             progress,
+            next_op: AtomicU64::new(1),
             waiters: Mutex::default(),
+            own: Mutex::default(),
+            is_broken: AtomicBool::new(false),
             watchers: Mutex::default(),
             broken: Mutex::default(),
         }
@@ -75,11 +84,38 @@ impl Replica {
         (folded.state.clone(), folded.applied)
     }
 
-    /// Registers a caller for op `id`'s answer.
-    pub(crate) fn expect(&self, id: u64) -> oneshot::Receiver<Outcome> {
+    /// A fresh op id and a receiver for its answer.
+    pub(crate) fn expect(&self) -> (u64, oneshot::Receiver<Outcome>) {
+        let id = self.next_op.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.waiters).insert(id, tx);
-        rx
+        (id, rx)
+    }
+
+    /// The id the next op will get: every op issued so far has a smaller one.
+    pub(crate) fn next_op(&self) -> u64 {
+        self.next_op.load(Ordering::Relaxed)
+    }
+
+    /// Refuses every caller still waiting on an op issued before `bound`.
+    pub(crate) fn fail_before(&self, bound: u64, error: &MailboxError) {
+        let mut waiters = lock(&self.waiters);
+        let late: Vec<u64> = waiters.keys().filter(|id| **id < bound).copied().collect();
+        for id in late {
+            if let Some(waiter) = waiters.remove(&id) {
+                let _gone = waiter.send(Err(error.clone()));
+            }
+        }
+    }
+
+    /// Keeps the ops of this instance's batch `number` until it comes back.
+    pub(crate) fn hold_own(&self, number: u64, ops: Vec<(u64, Command)>) {
+        lock(&self.own).insert(number, ops);
+    }
+
+    /// The ops of this instance's batch `number`, if still held.
+    pub(crate) fn take_own(&self, number: u64) -> Option<Vec<(u64, Command)>> {
+        lock(&self.own).remove(&number)
     }
 
     /// Answers the callers of `ids` with a refusal (their batch did not reach
@@ -100,10 +136,14 @@ impl Replica {
     }
 
     /// Applies the batch at stream sequence `seq`: every node applies the same
-    /// batches in the same order, and the writer's callers get their answers.
-    /// A batch at or below the applied sequence was applied already.
-    pub(crate) fn apply(&self, seq: u64, batch: Batch) {
-        let mine = batch.writer == self.writer;
+    /// batches in the same order, and when the batch is `mine` its callers get
+    /// their answers. A batch at or below the applied sequence was applied already.
+    pub(crate) fn apply(
+        &self,
+        seq: u64,
+        mine: bool,
+        ops: impl IntoIterator<Item = (u64, Command)>,
+    ) {
         let mut answers = Vec::new();
         let mut woken = Vec::new();
         {
@@ -111,11 +151,11 @@ impl Replica {
             if seq <= folded.applied {
                 return;
             }
-            for op in batch.ops {
-                let (outcome, mut threads) = op.command.apply(&mut folded.state);
+            for (id, command) in ops {
+                let (outcome, mut threads) = command.apply(&mut folded.state);
                 woken.append(&mut threads);
                 if mine {
-                    answers.push((op.id, outcome));
+                    answers.push((id, outcome));
                 }
             }
             folded.applied = seq;
@@ -168,7 +208,7 @@ impl Replica {
     pub(crate) async fn reach(&self, seq: u64) -> Result<(), MailboxError> {
         let mut progress = self.progress.subscribe();
         loop {
-            if let Some(reason) = lock(&self.broken).clone() {
+            if let Some(reason) = self.broken() {
                 return Err(MailboxError::Unavailable(reason));
             }
             if *progress.borrow_and_update() >= seq {
@@ -185,6 +225,7 @@ impl Replica {
     pub(crate) fn break_off(&self, reason: String) {
         tracing::error!(%reason, "the mailbox ledger stopped following its stream");
         *lock(&self.broken) = Some(reason.clone());
+        self.is_broken.store(true, Ordering::Release);
         let error = MailboxError::Unavailable(reason);
         let waiters = std::mem::take(&mut *lock(&self.waiters));
         for (_, waiter) in waiters {
@@ -196,6 +237,9 @@ impl Replica {
 
     /// Why the replica stopped following the stream, if it has.
     pub(crate) fn broken(&self) -> Option<String> {
+        if !self.is_broken.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.broken).clone()
     }
 

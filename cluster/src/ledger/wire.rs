@@ -2,7 +2,7 @@
 //!
 //! | where | value |
 //! |---|---|
-//! | stream `<name>_log`, subject `<name>.log` | [`Batch`]: a writer's commands, applied in stream order |
+//! | stream `LEDGER_<name>`, subject `awaken.ledger.<name>` | [`Batch`]: a writer's commands, applied in stream order; headers `Awaken-Ledger-Writer` and `Awaken-Ledger-Batch` name the writer and number its batches |
 //! | bucket `<name>_snapshots`, key `head` | [`Head`]: the newest complete snapshot |
 //! | bucket `<name>_snapshots`, key `part.<covers>.<n>` | [`Part`]: a share of that snapshot's dispatches |
 //!
@@ -16,6 +16,12 @@ use serde::{Deserialize, Serialize};
 
 use super::command::Command;
 use crate::error::ClusterError;
+
+/// Header naming the batch's writer (a mailbox instance).
+pub(crate) const WRITER_HEADER: &str = "Awaken-Ledger-Writer";
+
+/// Header numbering the writer's batches, so it recognises its own coming back.
+pub(crate) const BATCH_HEADER: &str = "Awaken-Ledger-Batch";
 
 /// Largest batch or snapshot part, bytes: well under nats-server's default
 /// `max_payload` of 1 MiB.
@@ -34,6 +40,15 @@ pub(crate) struct Op {
     pub(crate) id: u64,
     /// The change.
     pub(crate) command: Command,
+}
+
+/// An [`Op`] to encode, borrowing its command (the writer keeps the command).
+#[derive(Debug, Serialize)]
+pub(crate) struct OpRef<'a> {
+    /// As [`Op::id`].
+    pub(crate) id: u64,
+    /// As [`Op::command`].
+    pub(crate) command: &'a Command,
 }
 
 /// Commands one writer published together; the message's stream sequence orders
