@@ -24,3 +24,227 @@ mod rules {
 
     awaken_actors::mailbox_store_conformance!(ledger_fixture());
 }
+
+mod cluster {
+    use std::time::Duration;
+
+    use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
+    use awaken_actors::ids::{RunId, ThreadId};
+    use awaken_actors::mailbox::{DispatchQuery, MailboxError, MailboxStore};
+    use awaken_cluster::ledger::{self, LedgerOptions};
+
+    use super::*;
+
+    const T0: u64 = 1_000_000;
+    const LEASE: u64 = 30_000;
+
+    fn thread(id: &str) -> ThreadId {
+        ThreadId::new(id).unwrap()
+    }
+
+    fn dispatch(thread_id: &str, run: &str) -> RunDispatch {
+        RunDispatch::new(thread(thread_id), RunId::new(run).unwrap(), 0, T0)
+    }
+
+    /// Another node: its own connection and its own replica of the ledger.
+    async fn node(server: &NatsServer, options: LedgerOptions) -> LedgerMailbox {
+        let js = jetstream::new(server.connect().await.unwrap());
+        LedgerMailbox::open_with(&js, DEFAULT_LEDGER_NAME, options, rules_config())
+            .await
+            .unwrap()
+    }
+
+    async fn everything(mailbox: &LedgerMailbox) -> Vec<RunDispatch> {
+        mailbox
+            .list_dispatches(&DispatchQuery {
+                limit: 1_000,
+                ..DispatchQuery::default()
+            })
+            .await
+            .unwrap()
+            .dispatches
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_nodes_racing_for_one_dispatch_have_one_winner() {
+        let (a, server) = ledger_fixture().await;
+        let b = node(&server, LedgerOptions::default()).await;
+        for round in 0..10 {
+            let queued = a
+                .enqueue(dispatch("t1", &format!("r{round}")), T0)
+                .await
+                .unwrap();
+            let (a_won, b_won) = tokio::join!(
+                a.claim_dispatch(&queued.dispatch_id, "node-a", LEASE, T0),
+                b.claim_dispatch(&queued.dispatch_id, "node-b", LEASE, T0),
+            );
+            let winners = [&a_won, &b_won].iter().filter(|r| r.is_ok()).count();
+            assert_eq!(winners, 1, "round {round}: {a_won:?} / {b_won:?}");
+            let loser = if a_won.is_ok() { b_won } else { a_won };
+            assert!(matches!(
+                loser,
+                Err(MailboxError::WrongState {
+                    status: RunDispatchStatus::Claimed,
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dedupe_key_is_unique_across_nodes_and_threads() {
+        let (a, server) = ledger_fixture().await;
+        let b = node(&server, LedgerOptions::default()).await;
+        let (from_a, from_b) = tokio::join!(
+            a.enqueue(dispatch("t1", "r1").with_dedupe_key("k"), T0),
+            b.enqueue(dispatch("t2", "r2").with_dedupe_key("k"), T0),
+        );
+        let stored = [&from_a, &from_b].iter().filter(|r| r.is_ok()).count();
+        assert_eq!(stored, 1, "{from_a:?} / {from_b:?}");
+        assert_eq!(everything(&a).await, everything(&b).await);
+        assert_eq!(everything(&a).await.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn what_one_node_did_another_sees_at_once() {
+        let (a, server) = ledger_fixture().await;
+        let b = node(&server, LedgerOptions::default()).await;
+        let queued = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        assert_eq!(
+            b.load_dispatch(&queued.dispatch_id).await.unwrap(),
+            Some(queued.clone())
+        );
+        let taken = b
+            .claim(&thread("t1"), "node-b", 1, LEASE, T0)
+            .await
+            .unwrap();
+        assert_eq!(taken.len(), 1);
+        assert!(
+            a.claim(&thread("t1"), "node-a", 1, LEASE, T0)
+                .await
+                .unwrap()
+                .is_empty(),
+            "b holds the claim"
+        );
+        let token = taken[0].claim_token.as_deref().unwrap();
+        let back = b
+            .nack(&queued.dispatch_id, token, "retry", T0)
+            .await
+            .unwrap();
+        let again = a
+            .claim(&thread("t1"), "node-a", 1, LEASE, back.available_at)
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1, "a sees the dispatch b gave back");
+        assert_eq!(again[0].attempt_count, 2);
+    }
+
+    #[tokio::test]
+    async fn an_enqueued_dispatch_survives_a_server_crash() {
+        let (mailbox, mut server) = ledger_fixture().await;
+        let queued = mailbox
+            .enqueue(dispatch("t1", "r1").with_dedupe_key("k1"), T0)
+            .await
+            .unwrap();
+        server.restart().await.unwrap();
+        let after = node(&server, LedgerOptions::default()).await;
+        assert_eq!(
+            after.load_dispatch(&queued.dispatch_id).await.unwrap(),
+            Some(queued.clone())
+        );
+        assert!(matches!(
+            after
+                .enqueue(dispatch("t2", "r2").with_dedupe_key("k1"), T0)
+                .await,
+            Err(MailboxError::Duplicate(_))
+        ));
+        let claimed = after
+            .claim(&thread("t1"), "node-b", 1, LEASE, T0)
+            .await
+            .unwrap();
+        assert_eq!(claimed[0].dispatch_id, queued.dispatch_id);
+    }
+
+    /// Waits (bounded) until the ledger stream no longer starts at its first
+    /// message: a snapshot was taken and the stream trimmed behind it.
+    async fn trimmed(server: &NatsServer) -> u64 {
+        let js = jetstream::new(server.connect().await.unwrap());
+        let stream = js
+            .get_stream(ledger::stream_name(DEFAULT_LEDGER_NAME))
+            .await
+            .unwrap();
+        for _ in 0..200 {
+            let first = stream.get_info().await.unwrap().state.first_sequence;
+            if first > 1 {
+                return first;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the ledger stream was never trimmed");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn snapshots_trim_the_stream_and_a_new_node_starts_from_one() {
+        let server = NatsServer::start().await.unwrap();
+        let options = LedgerOptions {
+            snapshot_interval: 4,
+            ..LedgerOptions::default()
+        };
+        let a = node(&server, options).await;
+        let mut kept = Vec::new();
+        for round in 0..40 {
+            let thread_id = format!("t{}", round % 7);
+            let queued = a
+                .enqueue(dispatch(&thread_id, &format!("r{round}")), T0)
+                .await
+                .unwrap();
+            if round % 3 == 0 {
+                let claimed = a
+                    .claim_dispatch(&queued.dispatch_id, "node-a", LEASE, T0)
+                    .await
+                    .unwrap();
+                kept.push(claimed);
+            }
+        }
+        a.interrupt(&thread("t6"), T0).await.unwrap();
+        let first = trimmed(&server).await;
+        assert!(first > 1);
+        let b = node(&server, options).await;
+        let seen_by_a = everything(&a).await;
+        assert_eq!(everything(&b).await, seen_by_a);
+        assert_eq!(seen_by_a.len(), 40);
+        // The snapshot carried the epochs too: t6's next dispatch takes epoch 1.
+        let after = b.enqueue(dispatch("t6", "late"), T0).await.unwrap();
+        assert_eq!(after.dispatch_epoch, 1);
+        assert!(kept.iter().all(|claimed| seen_by_a.contains(claimed)));
+    }
+
+    #[tokio::test]
+    async fn a_message_that_is_not_a_batch_is_skipped() {
+        let (a, server) = ledger_fixture().await;
+        let js = jetstream::new(server.connect().await.unwrap());
+        js.publish(ledger::subject(DEFAULT_LEDGER_NAME), "not a batch".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let queued = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        let b = node(&server, LedgerOptions::default()).await;
+        assert_eq!(everything(&b).await, [queued]);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_command_is_refused_and_changes_nothing() {
+        let (a, _server) = ledger_fixture().await;
+        let huge = "k".repeat(600 * 1024);
+        let refused = a
+            .enqueue(dispatch("t1", "r1").with_dedupe_key(huge), T0)
+            .await;
+        assert!(
+            matches!(&refused, Err(MailboxError::InvalidInput(why)) if why.contains("exceeds")),
+            "{refused:?}"
+        );
+        assert!(everything(&a).await.is_empty());
+        assert!(a.enqueue(dispatch("t1", "r1"), T0).await.is_ok());
+    }
+}

@@ -42,6 +42,8 @@ struct Follower {
     covers: Arc<AtomicU64>,
     /// Whether this node is writing a snapshot.
     snapshotting: Arc<AtomicBool>,
+    /// Batches between snapshots at the least.
+    min_interval: u64,
 }
 
 /// Starts applying the stream after the replica's applied sequence.
@@ -50,6 +52,7 @@ pub(crate) async fn follow(
     stream: Stream,
     replica: Arc<Replica>,
     snapshots: Snapshots,
+    min_interval: u64,
 ) -> Result<Feed, ClusterError> {
     let applied = replica.applied();
     let deliver_policy = if applied == 0 {
@@ -73,6 +76,7 @@ pub(crate) async fn follow(
     let follower = Follower {
         covers: Arc::new(AtomicU64::new(applied)),
         snapshotting: Arc::new(AtomicBool::new(false)),
+        min_interval,
         replica,
         stream,
         snapshots,
@@ -170,7 +174,7 @@ impl Follower {
     /// Starts a snapshot when enough batches were applied since the last one.
     fn maybe_snapshot(&self, seq: u64) {
         let due = self.covers.load(Ordering::Relaxed)
-            + snapshot::interval(self.replica.read(|state| state.len()));
+            + snapshot::interval(self.min_interval, self.replica.read(|state| state.len()));
         if seq < due || self.snapshotting.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -180,9 +184,10 @@ impl Follower {
             self.stream.clone(),
         );
         let (covers, snapshotting) = (Arc::clone(&self.covers), Arc::clone(&self.snapshotting));
+        let min_interval = self.min_interval;
         tokio::spawn(async move {
             let (state, at) = replica.copy();
-            let min_gap = snapshot::interval(state.len()) / 2;
+            let min_gap = snapshot::interval(min_interval, state.len()) / 2;
             match snapshots.write(&state, at, min_gap).await {
                 Ok(Written::Replaced(previous)) => {
                     covers.fetch_max(at, Ordering::Relaxed);

@@ -54,6 +54,24 @@ pub const OPEN_DEADLINE: Duration = Duration::from_secs(20);
 /// The first pause between open attempts (doubling, up to 16 times this).
 const OPEN_RETRY_DELAY: Duration = Duration::from_millis(100);
 
+/// How a ledger is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerOptions {
+    /// Copies of the stream and the snapshot bucket on a clustered server.
+    pub replicas: usize,
+    /// Batches between snapshots at the least (more when the state is large).
+    pub snapshot_interval: u64,
+}
+
+impl Default for LedgerOptions {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            snapshot_interval: 10_000,
+        }
+    }
+}
+
 /// The ledger stream's name for a ledger `name`.
 pub fn stream_name(name: &str) -> String {
     format!("LEDGER_{name}")
@@ -154,10 +172,24 @@ impl LedgerMailbox {
         replicas: usize,
         config: MailboxConfig,
     ) -> Result<Self, ClusterError> {
+        let options = LedgerOptions {
+            replicas,
+            ..LedgerOptions::default()
+        };
+        Self::open_with(js, name, options, config).await
+    }
+
+    /// [`Self::open`] with every option.
+    pub async fn open_with(
+        js: &jetstream::Context,
+        name: &str,
+        options: LedgerOptions,
+        config: MailboxConfig,
+    ) -> Result<Self, ClusterError> {
         let deadline = tokio::time::Instant::now() + OPEN_DEADLINE;
         let mut delay = OPEN_RETRY_DELAY;
         loop {
-            match Box::pin(Self::open_once(js, name, replicas, config.clone())).await {
+            match Box::pin(Self::open_once(js, name, options, config.clone())).await {
                 Err(ClusterError::Nats(error))
                     if tokio::time::Instant::now() + delay < deadline =>
                 {
@@ -173,7 +205,7 @@ impl LedgerMailbox {
     async fn open_once(
         js: &jetstream::Context,
         name: &str,
-        replicas: usize,
+        options: LedgerOptions,
         config: MailboxConfig,
     ) -> Result<Self, ClusterError> {
         let stream = js
@@ -181,12 +213,12 @@ impl LedgerMailbox {
                 name: stream_name(name),
                 subjects: vec![subject(name)],
                 storage: stream::StorageType::File,
-                num_replicas: replicas.max(1),
+                num_replicas: options.replicas.max(1),
                 ..Default::default()
             })
             .await
             .map_err(ClusterError::nats)?;
-        let snapshots = Snapshots::open(js, &snapshot_bucket(name), replicas).await?;
+        let snapshots = Snapshots::open(js, &snapshot_bucket(name), options.replicas).await?;
         let folded = snapshots.load().await?;
         let first = stream.get_info().await.map_err(ClusterError::nats)?.state;
         if first.messages > 0 && first.first_sequence > folded.applied + 1 {
@@ -202,6 +234,7 @@ impl LedgerMailbox {
             stream.clone(),
             Arc::clone(&replica),
             snapshots,
+            options.snapshot_interval.max(1),
         )
         .await?;
         let writer = writer::spawn(js.clone(), subject(name), Arc::clone(&replica));

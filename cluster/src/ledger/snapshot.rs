@@ -17,16 +17,14 @@ use crate::codec;
 use crate::error::ClusterError;
 use crate::kv::{BucketSpec, ensure_bucket};
 
-/// Batches between snapshots at the least; more when the state is large, so a
-/// snapshot's cost stays a fraction of the commands it saves replaying.
-pub(crate) const MIN_SNAPSHOT_INTERVAL: u64 = 10_000;
-
 /// How often loading a snapshot is retried when its parts vanish underneath.
 const LOAD_ATTEMPTS: u32 = 3;
 
-/// The batches after which a state of `dispatches` is worth a new snapshot.
-pub(crate) fn interval(dispatches: usize) -> u64 {
-    MIN_SNAPSHOT_INTERVAL.max(u64::try_from(dispatches / 4).unwrap_or(u64::MAX))
+/// The batches after which a state of `dispatches` is worth a new snapshot: at
+/// least `min`, more when the state is large, so a snapshot's cost stays a
+/// fraction of the replay it saves.
+pub(crate) fn interval(min: u64, dispatches: usize) -> u64 {
+    min.max(u64::try_from(dispatches / 4).unwrap_or(u64::MAX))
 }
 
 /// What [`Snapshots::write`] did.
