@@ -5,7 +5,7 @@
 //! ├─ Membership      heartbeats in `awaken_members`; the member set drives…
 //! ├─ ShardOwner      …the node's fair share of shard leases (fencing tokens)
 //! ├─ AgentRuntime    thread actors; checkpoints carry the shard's token
-//! ├─ MailboxWorker   claims the owned threads' dispatches (JetStream mailbox),
+//! ├─ MailboxWorker   claims the owned threads' dispatches (the mailbox ledger),
 //! │                  reading runs' input from the KV inbox
 //! ├─ DecisionBus     takes decisions for any thread, forwards them to the owner
 //! ├─ ShardServer     answers thread calls (cancel, interrupt, status, decisions,
@@ -42,7 +42,7 @@ use crate::delegation::{NodeChildRuns, Reach};
 use crate::error::ClusterError;
 use crate::events::{ClusterEventHub, EventsConfig, ReplayBuffers, RunFollow, follow_run};
 use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
-use crate::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
+use crate::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use crate::routing::{
     Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadHost, ThreadRouter,
@@ -115,7 +115,7 @@ impl NodeConfig {
 pub struct ClusterNode {
     node_id: NodeId,
     runtime: AgentRuntime,
-    mailbox: Arc<JetStreamMailbox>,
+    mailbox: Arc<LedgerMailbox>,
     inbox: Arc<KvRunInbox>,
     worker: Arc<MailboxWorker>,
     bus: DecisionBus,
@@ -172,9 +172,9 @@ impl ClusterNode {
             .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
 
         let mailbox = Arc::new(
-            JetStreamMailbox::open(
+            LedgerMailbox::open(
                 &js,
-                DEFAULT_MAILBOX_BUCKET,
+                DEFAULT_LEDGER_NAME,
                 config.replicas,
                 config.mailbox.clone(),
             )
@@ -291,7 +291,7 @@ impl ClusterNode {
     }
 
     /// The cluster's mailbox.
-    pub fn mailbox(&self) -> &Arc<JetStreamMailbox> {
+    pub fn mailbox(&self) -> &Arc<LedgerMailbox> {
         &self.mailbox
     }
 

@@ -22,7 +22,7 @@ use awaken_actors::store::{MessageQuery, PostgresStore, TestSchema, ThreadRunSto
 use awaken_actors::thread::RunRequest;
 use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
 use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
-use awaken_cluster::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
+use awaken_cluster::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable, ShardCount};
 use awaken_cluster::testing::NatsServer;
@@ -126,7 +126,7 @@ struct Cluster {
     _dir: tempfile::TempDir,
     journal: PathBuf,
     js: jetstream::Context,
-    mailbox: JetStreamMailbox,
+    mailbox: LedgerMailbox,
     inbox: KvRunInbox,
     leases: LeaseTable,
 }
@@ -142,10 +142,9 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let journal = dir.path().join("tools.log");
         let js = jetstream::new(nats.connect().await.unwrap());
-        let mailbox =
-            JetStreamMailbox::open(&js, DEFAULT_MAILBOX_BUCKET, 1, MailboxConfig::default())
-                .await
-                .unwrap();
+        let mailbox = LedgerMailbox::open(&js, DEFAULT_LEDGER_NAME, 1, MailboxConfig::default())
+            .await
+            .unwrap();
         let inbox = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
             .await
             .unwrap();

@@ -1,13 +1,15 @@
 //! The feed: one ordered consumer per mailbox instance that applies every batch
 //! of the ledger stream to the node's [`Replica`], and takes snapshots.
 //!
-//! Messages arrive in stream order. A jump in the stream sequence means the
+//! Messages arrive in stream order. The feed replaces its consumer itself when
+//! it fails or stalls (see [`Follower::run`]).  A jump in the stream sequence means the
 //! messages in between were purged behind a snapshot: the replica then loads the
 //! newest snapshot and goes on from there. Taking snapshots falls to the node whose
 //! batch crosses the interval, so under load the nodes that write share the work.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::stream::Stream;
@@ -33,8 +35,19 @@ impl Drop for Feed {
     }
 }
 
+/// How often the feed checks that it is not stalled.
+const STALL_TICK: Duration = Duration::from_millis(250);
+/// Ticks without progress, while the stream is known to hold more, after which
+/// the consumer is replaced.
+const STALL_TICKS: u32 = 3;
+/// The first wait before creating the consumer again, doubled up to
+/// [`MAX_RESUBSCRIBE_DELAY`].
+const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(50);
+const MAX_RESUBSCRIBE_DELAY: Duration = Duration::from_secs(1);
+
 /// What the feed needs besides the consumer.
 struct Follower {
+    client: async_nats::Client,
     replica: Arc<Replica>,
     stream: Stream,
     snapshots: Snapshots,
@@ -46,6 +59,14 @@ struct Follower {
     min_interval: u64,
 }
 
+/// Why the feed stopped reading one consumer.
+enum Interrupted {
+    /// The consumer failed or stalled: read the stream again from a new one.
+    Resubscribe,
+    /// The replica cannot go on (the messages it needs are gone).
+    BrokenOff,
+}
+
 /// Starts applying the stream after the replica's applied sequence.
 pub(crate) async fn follow(
     client: &async_nats::Client,
@@ -54,47 +75,109 @@ pub(crate) async fn follow(
     snapshots: Snapshots,
     min_interval: u64,
 ) -> Result<Feed, ClusterError> {
-    let applied = replica.applied();
-    let deliver_policy = if applied == 0 {
-        DeliverPolicy::All
-    } else {
-        DeliverPolicy::ByStartSequence {
-            start_sequence: applied + 1,
-        }
-    };
-    let consumer = stream
-        .create_consumer(push::OrderedConfig {
-            deliver_subject: client.new_inbox(),
-            description: Some("awaken mailbox ledger".to_owned()),
-            deliver_policy,
-            replay_policy: ReplayPolicy::Instant,
-            ..Default::default()
-        })
-        .await
-        .map_err(ClusterError::nats)?;
-    let messages = consumer.messages().await.map_err(ClusterError::nats)?;
     let follower = Follower {
-        covers: Arc::new(AtomicU64::new(applied)),
+        client: client.clone(),
+        covers: Arc::new(AtomicU64::new(replica.applied())),
         snapshotting: Arc::new(AtomicBool::new(false)),
         min_interval,
         replica,
         stream,
         snapshots,
     };
+    let messages = follower.subscribe().await?;
     Ok(Feed {
         task: tokio::spawn(follower.run(messages)),
     })
 }
 
 impl Follower {
-    async fn run(self, mut messages: push::Ordered) {
-        while let Some(message) = messages.next().await {
-            let message = match message {
-                Ok(message) => message,
-                // The ordered consumer re-creates itself after such errors.
-                Err(error) => {
-                    tracing::warn!(%error, "mailbox ledger feed interrupted");
+    /// An ordered consumer delivering the stream after the applied sequence.
+    async fn subscribe(&self) -> Result<push::Ordered, ClusterError> {
+        let applied = self.replica.applied();
+        let deliver_policy = if applied == 0 {
+            DeliverPolicy::All
+        } else {
+            DeliverPolicy::ByStartSequence {
+                start_sequence: applied + 1,
+            }
+        };
+        let consumer = self
+            .stream
+            .create_consumer(push::OrderedConfig {
+                deliver_subject: self.client.new_inbox(),
+                description: Some("awaken mailbox ledger".to_owned()),
+                deliver_policy,
+                replay_policy: ReplayPolicy::Instant,
+                ..Default::default()
+            })
+            .await
+            .map_err(ClusterError::nats)?;
+        consumer.messages().await.map_err(ClusterError::nats)
+    }
+
+    /// Follows the stream for as long as the feed lives.
+    ///
+    /// The ordered consumer re-creates itself after a failure, but only after
+    /// missing two 5 s heartbeats and with waits growing to 10 s: every mailbox
+    /// op would stall that long after a stream leader fails over. So the feed
+    /// watches for itself: when the consumer errs, ends, or the stream is known to
+    /// hold batches the replica has not applied while nothing arrives, it drops
+    /// the consumer and reads on from a new one.
+    async fn run(self, first: push::Ordered) {
+        let mut messages = first;
+        loop {
+            match self.consume(&mut messages).await {
+                Interrupted::BrokenOff => return,
+                Interrupted::Resubscribe => {}
+            }
+            let mut delay = RESUBSCRIBE_DELAY;
+            messages = loop {
+                match self.subscribe().await {
+                    Ok(messages) => break messages,
+                    Err(error) => {
+                        tracing::warn!(%error, "mailbox ledger feed: consumer not created yet");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(MAX_RESUBSCRIBE_DELAY);
+                    }
+                }
+            };
+        }
+    }
+
+    /// Applies what `messages` delivers until it fails or stalls.
+    async fn consume(&self, messages: &mut push::Ordered) -> Interrupted {
+        let mut tick = tokio::time::interval(STALL_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_applied = self.replica.applied();
+        let mut still = 0;
+        loop {
+            let message = tokio::select! {
+                message = messages.next() => message,
+                _ = tick.tick() => {
+                    let applied = self.replica.applied();
+                    if applied != last_applied || self.replica.known() <= applied {
+                        last_applied = applied;
+                        still = 0;
+                        continue;
+                    }
+                    still += 1;
+                    if still >= STALL_TICKS {
+                        tracing::warn!(applied, known = self.replica.known(),
+                            "mailbox ledger feed stalled; resubscribing");
+                        return Interrupted::Resubscribe;
+                    }
                     continue;
+                }
+            };
+            let message = match message {
+                Some(Ok(message)) => message,
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "mailbox ledger feed interrupted; resubscribing");
+                    return Interrupted::Resubscribe;
+                }
+                None => {
+                    tracing::warn!("mailbox ledger consumer ended; resubscribing");
+                    return Interrupted::Resubscribe;
                 }
             };
             let seq = match message.info() {
@@ -109,7 +192,7 @@ impl Follower {
                 continue;
             }
             if seq > applied + 1 && !self.catch_up(applied, seq).await {
-                return;
+                return Interrupted::BrokenOff;
             }
             if let Some(ops) = self.own_batch(&message) {
                 self.replica.apply(seq, true, ops);
@@ -131,8 +214,6 @@ impl Follower {
                 }
             }
         }
-        self.replica
-            .break_off("the mailbox ledger's consumer ended".to_owned());
     }
 
     /// The ops of a batch this instance wrote and still holds, by its headers.

@@ -260,7 +260,15 @@ impl LedgerMailbox {
     /// read sees every change any node made before it.
     async fn sync(&self) -> Result<(), MailboxError> {
         let info = self.inner.stream.get_info().await.map_err(unavailable)?;
-        self.inner.replica.reach(info.state.last_sequence).await
+        let last = info.state.last_sequence;
+        self.inner.replica.note_known(last);
+        tokio::time::timeout(ANSWER_DEADLINE, self.inner.replica.reach(last))
+            .await
+            .map_err(|_| {
+                unavailable(format!(
+                    "the node's mailbox replica did not reach stream sequence {last} within {ANSWER_DEADLINE:?}"
+                ))
+            })?
     }
 
     /// Publishes `command` and waits for what applying it decided. Callers are

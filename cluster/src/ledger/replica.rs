@@ -28,6 +28,9 @@ pub(crate) struct Replica {
     folded: Mutex<Folded>,
     /// `applied`, for callers waiting until the replica reaches a sequence.
     progress: watch::Sender<u64>,
+    /// The highest stream sequence known to exist (from publish acks and stream
+    /// info): while `applied` is below it and does not move, the feed is stalled.
+    known: AtomicU64,
     /// The next op id.
     next_op: AtomicU64,
     /// Callers waiting for their op's answer, by op id.
@@ -54,6 +57,7 @@ impl Replica {
             writer,
             folded: Mutex::new(folded),
             progress,
+            known: AtomicU64::new(0),
             next_op: AtomicU64::new(1),
             waiters: Mutex::default(),
             own: Mutex::default(),
@@ -76,6 +80,16 @@ impl Replica {
     /// The last stream sequence applied.
     pub(crate) fn applied(&self) -> u64 {
         lock(&self.folded).applied
+    }
+
+    /// Records that the stream holds sequence `seq`.
+    pub(crate) fn note_known(&self, seq: u64) {
+        self.known.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// The highest stream sequence known to exist.
+    pub(crate) fn known(&self) -> u64 {
+        self.known.load(Ordering::Relaxed)
     }
 
     /// A copy of the state and the sequence it is at (for a snapshot).

@@ -115,8 +115,9 @@ impl Writer {
             Ok(ack) => ack,
             Err(error) => return refuse(&error),
         };
-        if let Err(error) = ack.await {
-            refuse(&error);
+        match ack.await {
+            Ok(ack) => self.replica.note_known(ack.sequence),
+            Err(error) => refuse(&error),
         }
     }
 }

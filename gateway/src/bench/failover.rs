@@ -28,7 +28,7 @@ use awaken_cluster::codec;
 use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
 use awaken_cluster::events::{event_subject, follow_run};
 use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
-use awaken_cluster::mailbox::{DEFAULT_MAILBOX_BUCKET, JetStreamMailbox};
+use awaken_cluster::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::routing::{RouterConfig, ThreadRouter};
 use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, ShardCount, ShardLease, quota};
@@ -78,7 +78,7 @@ pub async fn run(
             .get_key_value(DEFAULT_SHARDS_BUCKET)
             .await
             .map_err(bench_error)?,
-        mailbox: JetStreamMailbox::open(&js, DEFAULT_MAILBOX_BUCKET, 1, MailboxConfig::default())
+        mailbox: LedgerMailbox::open(&js, DEFAULT_LEDGER_NAME, 1, MailboxConfig::default())
             .await
             .map_err(bench_error)?,
         inbox: KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
@@ -165,7 +165,7 @@ struct Harness {
     setup: NodeSetup,
     client: async_nats::Client,
     leases: kv::Store,
-    mailbox: JetStreamMailbox,
+    mailbox: LedgerMailbox,
     inbox: KvRunInbox,
     bus: DecisionBus,
     router: ThreadRouter,
