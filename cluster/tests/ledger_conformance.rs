@@ -32,6 +32,7 @@ mod cluster {
     use awaken_actors::ids::{RunId, ThreadId};
     use awaken_actors::mailbox::{DispatchQuery, MailboxError, MailboxStore};
     use awaken_cluster::ledger::{self, LedgerOptions};
+    use futures::TryStreamExt;
 
     use super::*;
 
@@ -167,7 +168,8 @@ mod cluster {
 
     /// Waits (bounded) until the ledger stream no longer starts at its first
     /// message: a snapshot was taken and the stream trimmed behind it.
-    async fn trimmed(server: &NatsServer) -> u64 {
+    /// Waits until the stream no longer holds sequence `past`; its first sequence.
+    async fn trimmed(server: &NatsServer, past: u64) -> u64 {
         let js = jetstream::new(server.connect().await.unwrap());
         let stream = js
             .get_stream(ledger::stream_name(DEFAULT_LEDGER_NAME))
@@ -175,7 +177,7 @@ mod cluster {
             .unwrap();
         for _ in 0..200 {
             let first = stream.get_info().await.unwrap().state.first_sequence;
-            if first > 1 {
+            if first > past {
                 return first;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -207,7 +209,7 @@ mod cluster {
             }
         }
         a.interrupt(&thread("t6"), T0).await.unwrap();
-        let first = trimmed(&server).await;
+        let first = trimmed(&server, 1).await;
         assert!(first > 1);
         let b = node(&server, options).await;
         let seen_by_a = everything(&a).await;
@@ -217,6 +219,43 @@ mod cluster {
         let after = b.enqueue(dispatch("t6", "late"), T0).await.unwrap();
         assert_eq!(after.dispatch_epoch, 1);
         assert!(kept.iter().all(|claimed| seen_by_a.contains(claimed)));
+    }
+
+    /// A node whose consumer vanished while the stream was trimmed past it finds
+    /// a gap when it reads on, and goes on from the snapshot.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_that_fell_behind_a_trim_goes_on_from_the_snapshot() {
+        let server = NatsServer::start().await.unwrap();
+        let options = LedgerOptions {
+            snapshot_interval: 4,
+            ..LedgerOptions::default()
+        };
+        let behind = node(&server, options).await;
+        behind.enqueue(dispatch("t0", "early"), T0).await.unwrap();
+        let js = jetstream::new(server.connect().await.unwrap());
+        let stream = js
+            .get_stream(ledger::stream_name(DEFAULT_LEDGER_NAME))
+            .await
+            .unwrap();
+        let consumers: Vec<String> = stream.consumer_names().try_collect().await.unwrap();
+        assert_eq!(consumers.len(), 1, "only the lagging node follows yet");
+        stream.delete_consumer(&consumers[0]).await.unwrap();
+        let last_seen = stream.clone().get_info().await.unwrap().state.last_sequence;
+
+        let a = node(&server, options).await;
+        for round in 0..40 {
+            let thread_id = format!("t{}", round % 5);
+            a.enqueue(dispatch(&thread_id, &format!("r{round}")), T0)
+                .await
+                .unwrap();
+        }
+        assert!(trimmed(&server, last_seen + 1).await > last_seen + 1);
+
+        let seen_by_a = everything(&a).await;
+        assert_eq!(seen_by_a.len(), 41);
+        assert_eq!(everything(&behind).await, seen_by_a);
+        let after = behind.enqueue(dispatch("t0", "late"), T0).await.unwrap();
+        assert_eq!(everything(&a).await.last(), Some(&after));
     }
 
     #[tokio::test]
