@@ -258,6 +258,148 @@ mod cluster {
         assert_eq!(everything(&a).await.last(), Some(&after));
     }
 
+    /// The next thread a queue watch reports.
+    async fn next_queued(watch: &mut awaken_actors::mailbox::QueueWatch) -> ThreadId {
+        tokio::time::timeout(Duration::from_secs(30), watch.recv())
+            .await
+            .expect("the watch reports queued work")
+            .expect("the watch is open")
+    }
+
+    /// The threads a node's sweep would wake, sorted.
+    async fn queued_ids(mailbox: &LedgerMailbox) -> Vec<ThreadId> {
+        let mut queued: Vec<ThreadId> = mailbox
+            .queued_threads()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|q| q.thread_id)
+            .collect();
+        queued.sort();
+        queued
+    }
+
+    /// Sweeps read the node's replica: another node's enqueues, claims and acks
+    /// reach it in stream order, so once its watch reports a later enqueue, the
+    /// earlier changes are in.
+    #[tokio::test]
+    async fn another_nodes_work_reaches_the_sweeps() {
+        let (a, server) = ledger_fixture().await;
+        let b = node(&server, LedgerOptions::default()).await;
+        let mut watch = b.watch_queued().await.unwrap();
+
+        let first = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        assert_eq!(next_queued(&mut watch).await, thread("t1"));
+        assert_eq!(queued_ids(&b).await, [thread("t1")]);
+
+        let claimed = a
+            .claim(&thread("t1"), "node-a", 1, LEASE, T0)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        a.enqueue(dispatch("t2", "r2"), T0).await.unwrap();
+        assert_eq!(next_queued(&mut watch).await, thread("t2"));
+        assert_eq!(queued_ids(&b).await, [thread("t2")], "t1 is claimed now");
+
+        assert!(
+            b.reclaim_expired_leases(T0 + LEASE - 1)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let reclaimed = b.reclaim_expired_leases(T0 + LEASE).await.unwrap();
+        assert_eq!(reclaimed.len(), 1);
+        assert_eq!(reclaimed[0].dispatch_id, first.dispatch_id);
+        assert_eq!(reclaimed[0].status, RunDispatchStatus::Queued);
+        assert!(
+            b.reclaim_expired_leases(T0 + LEASE)
+                .await
+                .unwrap()
+                .is_empty(),
+            "reclaimed once"
+        );
+        assert_eq!(queued_ids(&b).await, [thread("t1"), thread("t2")]);
+
+        // Acked work leaves every node's sweeps.
+        let later = T0 + LEASE + 60_000;
+        let taken = b
+            .claim(&thread("t1"), "node-b", 1, LEASE, later)
+            .await
+            .unwrap();
+        b.ack(
+            &taken[0].dispatch_id,
+            taken[0].claim_token.as_deref().unwrap(),
+            later,
+        )
+        .await
+        .unwrap();
+        a.enqueue(dispatch("t3", "r3"), T0).await.unwrap();
+        // The reclaim queued t1 again, which the watch reported too.
+        while next_queued(&mut watch).await != thread("t3") {}
+        assert_eq!(queued_ids(&b).await, [thread("t2"), thread("t3")]);
+        assert_eq!(queued_ids(&a).await, [thread("t2"), thread("t3")]);
+        assert!(
+            b.reclaim_expired_leases(u64::MAX).await.unwrap().is_empty(),
+            "nothing claimed anywhere"
+        );
+    }
+
+    /// Tells the test when the ledger logs that its open is being retried.
+    struct RetrySeen(tokio::sync::mpsc::UnboundedSender<()>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RetrySeen {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            if *event.metadata().level() == tracing::Level::WARN
+                && event
+                    .metadata()
+                    .target()
+                    .starts_with("awaken_cluster::ledger")
+            {
+                let _ = self.0.send(());
+            }
+        }
+    }
+
+    /// A node started while JetStream does not answer (here: its server is down)
+    /// waits for it instead of failing, and works once it is back.
+    #[tokio::test]
+    async fn a_ledger_opened_while_jetstream_is_down_opens_when_it_is_back() {
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let (retried_tx, mut retried) = tokio::sync::mpsc::unbounded_channel();
+        // A current-thread runtime: the open and everything it spawns log here.
+        let _logs = tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(RetrySeen(retried_tx)),
+        );
+        let mut server = NatsServer::start().await.unwrap();
+        let js = jetstream::ContextBuilder::new()
+            .timeout(Duration::from_millis(500))
+            .build(server.connect().await.unwrap());
+        server.kill().await;
+
+        let mut open = std::pin::pin!(LedgerMailbox::open(
+            &js,
+            DEFAULT_LEDGER_NAME,
+            1,
+            rules_config()
+        ));
+        let opened = tokio::select! {
+            // Before any retry: the server is down, so this can only be its error.
+            opened = &mut open => opened,
+            _ = retried.recv() => {
+                server.restart().await.unwrap();
+                open.await
+            }
+        };
+        let mailbox = opened.unwrap();
+        mailbox.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
+        assert_eq!(queued_ids(&mailbox).await, [thread("t1")]);
+    }
+
     #[tokio::test]
     async fn a_message_that_is_not_a_batch_is_skipped() {
         let (a, server) = ledger_fixture().await;
