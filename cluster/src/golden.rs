@@ -1,7 +1,7 @@
 //! Golden round-trip tests of the wire contract (`docs/cluster.md`).
 //!
 //! Every payload the cluster puts on NATS (thread calls and their frames, run events,
-//! member records, shard leases, mailbox records, decisions, rejections, the run
+//! member records, shard leases, the mailbox ledger's batches and snapshots, decisions, rejections, the run
 //! inbox) is pinned by a sample in `cluster/golden/<name>.json`: the sample's
 //! MessagePack encoding, transcoded to JSON, must equal the file, and the file,
 //! transcoded back to MessagePack, must decode to the sample. A changed field name,
@@ -19,8 +19,9 @@ use std::fmt::Debug;
 use std::path::PathBuf;
 
 use awaken_actors::contract::{
-    AgentEvent, ContentBlock, Message, ResumeDecisionAction, Role, RunDispatch, RunDispatchStatus,
-    RunOrigin, RunStatus, StreamEvent, TerminationReason, ToolCallResume, Visibility,
+    AgentEvent, ContentBlock, Message, ResumeDecisionAction, Role, RunDispatch, RunDispatchResult,
+    RunDispatchStatus, RunOrigin, RunStatus, StreamEvent, TerminationReason, ToolCallResume,
+    Visibility,
 };
 use awaken_actors::ids::{AgentId, DecisionId, DispatchId, MessageId, RunId, ThreadId, ToolCallId};
 use awaken_actors::thread::{ControlError, RunRequest, RunSummary, ThreadStatus};
@@ -30,7 +31,8 @@ use serde_json::{Value, json};
 
 use crate::codec;
 use crate::decisions::{Decision, DecisionPayload, Delivery, Rejection};
-use crate::mailbox::records::{DedupeEntry, IndexEntry, Sequenced, ThreadMailbox};
+use crate::ledger::command::{Command, Rules};
+use crate::ledger::wire::{Batch, Epoch, Head, Op, Part, Stored, splice_batch, splice_part};
 use crate::membership::{MemberRecord, NodeId};
 use crate::routing::{CallFrame, CallOutcome, ThreadCall};
 use crate::shards::ShardLease;
@@ -357,8 +359,8 @@ fn members_and_shard_leases_keep_their_wire_form() {
     );
 }
 
-#[test]
-fn mailbox_records_keep_their_wire_form() {
+/// A dispatch with every optional field set.
+fn full_dispatch() -> RunDispatch {
     let mut dispatch = RunDispatch::new(thread(), run(), 5, AT_MS).with_dedupe_key("msg-1");
     dispatch.dispatch_id = dispatch_id();
     dispatch.dispatch_epoch = 2;
@@ -373,28 +375,153 @@ fn mailbox_records_keep_their_wire_form() {
     dispatch.run_response = Some("Hello".into());
     dispatch.completed_at = Some(AT_MS + 2_000);
     dispatch.updated_at = AT_MS + 2_000;
+    dispatch
+}
+
+/// One op of every command kind, as a batch carries them.
+fn every_command() -> Vec<Op> {
+    let rules = Rules {
+        default_max_attempts: 3,
+        retry_delay_ms: 250,
+        max_retry_delay_ms: 30_000,
+    };
+    let consumer = || "node-a".to_owned();
+    let token = || "claim-1".to_owned();
+    let mut queued = RunDispatch::new(thread(), run(), 5, AT_MS).with_dedupe_key("msg-1");
+    queued.dispatch_id = dispatch_id();
+    let commands = vec![
+        Command::Enqueue {
+            dispatch: Box::new(queued),
+            rules,
+            now_ms: AT_MS,
+        },
+        Command::Claim {
+            thread_id: thread(),
+            consumer: consumer(),
+            limit: 4,
+            lease_ms: 30_000,
+            now_ms: AT_MS,
+            token: token(),
+        },
+        Command::ClaimDispatch {
+            dispatch_id: dispatch_id(),
+            consumer: consumer(),
+            lease_ms: 30_000,
+            now_ms: AT_MS,
+            token: token(),
+        },
+        Command::Ack {
+            dispatch_id: dispatch_id(),
+            claim_token: token(),
+            now_ms: AT_MS,
+        },
+        Command::Nack {
+            dispatch_id: dispatch_id(),
+            claim_token: token(),
+            error: "model unavailable".into(),
+            rules,
+            now_ms: AT_MS,
+        },
+        Command::DeadLetter {
+            dispatch_id: dispatch_id(),
+            claim_token: token(),
+            error: "gave up".into(),
+            now_ms: AT_MS,
+        },
+        Command::Cancel {
+            dispatch_id: dispatch_id(),
+            now_ms: AT_MS,
+        },
+        Command::ExtendLease {
+            dispatch_id: dispatch_id(),
+            claim_token: token(),
+            lease_ms: 30_000,
+            now_ms: AT_MS,
+        },
+        Command::Interrupt {
+            thread_id: thread(),
+            now_ms: AT_MS,
+        },
+        Command::SupersedeClaimed {
+            dispatch_id: dispatch_id(),
+            now_ms: AT_MS,
+        },
+        Command::RecordStart {
+            dispatch_id: dispatch_id(),
+            dispatch_instance_id: "instance-1".into(),
+            now_ms: AT_MS,
+        },
+        Command::RecordResult {
+            dispatch_id: dispatch_id(),
+            result: RunDispatchResult {
+                run_id: run(),
+                dispatch_instance_id: "instance-1".into(),
+                status: RunStatus::Done,
+                termination: Some(TerminationReason::NaturalEnd),
+                response: Some("Hello".into()),
+                error: None,
+            },
+            now_ms: AT_MS,
+        },
+        Command::ReclaimExpired {
+            rules,
+            now_ms: AT_MS,
+        },
+        Command::Gc {
+            ttl_ms: 86_400_000,
+            now_ms: AT_MS,
+        },
+    ];
+    commands
+        .into_iter()
+        .zip(1..)
+        .map(|(command, id)| Op { id, command })
+        .collect()
+}
+
+#[test]
+fn the_mailbox_ledger_keeps_its_wire_form() {
+    let batch = Batch {
+        writer: "awaken_mailbox.0190f0a1b2c37d4e8f90a1b2c3d4e5f6".into(),
+        ops: every_command(),
+    };
+    pin("ledger.batch", &batch);
+    // What the writer publishes is spliced from ops encoded one by one: the same.
+    let ops: Vec<_> = batch
+        .ops
+        .iter()
+        .map(|op| codec::encode(op).unwrap())
+        .collect();
+    let spliced = splice_batch(&batch.writer, &ops).unwrap();
+    assert_eq!(msgpack_to_json(&spliced), read_golden("ledger.batch"));
+
     pin(
-        "mailbox.thread",
-        &ThreadMailbox {
+        "ledger.snapshot_head",
+        &Head {
+            covers: 40_000,
+            parts: 2,
+            next_seq: 12_345,
+        },
+    );
+    let part = Part {
+        dispatches: vec![Stored {
+            seq: 7,
+            dispatch: full_dispatch(),
+        }],
+        epochs: vec![Epoch {
+            thread_id: thread(),
             epoch: 2,
-            dispatches: vec![Sequenced { seq: 7, dispatch }],
-        },
-    );
-    pin(
-        "mailbox.index",
-        &IndexEntry {
-            dispatch_id: dispatch_id(),
-            thread_id: thread(),
-            created_at_ms: AT_MS,
-        },
-    );
-    pin(
-        "mailbox.dedupe",
-        &DedupeEntry {
-            dispatch_id: dispatch_id(),
-            thread_id: thread(),
-            created_at_ms: AT_MS,
-        },
+        }],
+    };
+    pin("ledger.snapshot_part", &part);
+    let spliced = splice_part(
+        &[codec::encode(&part.dispatches[0]).unwrap()],
+        &[codec::encode(&part.epochs[0]).unwrap()],
+    )
+    .unwrap();
+    assert_eq!(
+        msgpack_to_json(&spliced),
+        read_golden("ledger.snapshot_part")
     );
 }
 

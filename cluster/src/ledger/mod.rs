@@ -12,11 +12,11 @@
 //! conflicts between nodes; batching makes one stream write carry many commands.
 //! Snapshots in a KV bucket let the stream be trimmed and nodes start quickly.
 
-mod command;
+pub(crate) mod command;
 mod feed;
 mod replica;
 mod snapshot;
-mod wire;
+pub(crate) mod wire;
 mod writer;
 
 use std::collections::VecDeque;

@@ -53,7 +53,7 @@ pub(crate) struct OpRef<'a> {
 
 /// Commands one writer published together; the message's stream sequence orders
 /// them among all others.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Batch {
     /// The writing mailbox instance; its ops' answers go to its callers.
     pub(crate) writer: String,

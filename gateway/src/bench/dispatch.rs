@@ -1,15 +1,12 @@
-//! `awaken bench cluster --scenario dispatch`: the JetStream mailbox's enqueue →
+//! `awaken bench cluster --scenario dispatch`: the mailbox ledger's enqueue →
 //! claim → ack cycle on one node, beside raw JetStream publishes on the same server.
 //!
 //! Both halves run through the same driver with the same number in flight: the raw
 //! half publishes one small message per run to a scratch stream and waits for its
 //! acknowledgement; the dispatch half enqueues a dispatch on a fresh thread, claims
-//! it and acks it, first on the ledger mailbox (the cluster's), then on the
-//! record mailbox it replaces (one compare-and-set record per thread). The
-//! report's `runs_per_s` is the ledger's dispatch cycles per second;
-//! `raw_publish_per_s` and `ratio_to_raw` put it beside the raw figure, and the
-//! `kv_records_*` fields give the record mailbox's. Scratch streams and buckets
-//! are deleted afterwards.
+//! it and acks it on a scratch ledger. The report's `runs_per_s` is dispatch
+//! cycles per second; `raw_publish_per_s` and `ratio_to_raw` put it beside the
+//! raw figure. Scratch streams and buckets are deleted afterwards.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -18,7 +15,6 @@ use async_nats::jetstream::{self, stream};
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::ids::{RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxStore};
-use awaken_cluster::JetStreamMailbox;
 use awaken_cluster::ledger::{self, LedgerMailbox};
 
 use super::BenchOptions;
@@ -81,7 +77,7 @@ pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> 
     let ledger = LedgerMailbox::open(&js, &ledger_name, 1, MailboxConfig::default())
         .await
         .map_err(bench_error)?;
-    let ledger_cycles = cycles(Arc::new(ledger), options).await?;
+    let cycles = run_cycles(Arc::new(ledger), options).await?;
     js.delete_stream(ledger::stream_name(&ledger_name))
         .await
         .map_err(bench_error)?;
@@ -89,39 +85,22 @@ pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> 
         .await
         .map_err(bench_error)?;
 
-    let bucket = format!("{scratch}_mailbox");
-    let records = JetStreamMailbox::open(&js, &bucket, 1, MailboxConfig::default())
-        .await
-        .map_err(bench_error)?;
-    let record_cycles = cycles(Arc::new(records), options).await?;
-    js.delete_stream(format!("KV_{bucket}"))
-        .await
-        .map_err(bench_error)?;
-
     let raw_report = raw.report("raw-publish", options.concurrency);
-    let report = ledger_cycles.report(NAME, options.concurrency);
-    let records_report = record_cycles.report(NAME, options.concurrency);
-    let ratio = |cycles_per_s: f64| {
-        if raw_report.runs_per_s > 0.0 {
-            (cycles_per_s / raw_report.runs_per_s * 1000.0).round() / 1000.0
-        } else {
-            0.0
-        }
+    let report = cycles.report(NAME, options.concurrency);
+    let ratio = if raw_report.runs_per_s > 0.0 {
+        (report.runs_per_s / raw_report.runs_per_s * 1000.0).round() / 1000.0
+    } else {
+        0.0
     };
-    let ledger_ratio = ratio(report.runs_per_s);
     Ok(report
         .with("raw_publish_per_s", raw_report.runs_per_s)
         .with("raw_p50_us", raw_report.p50_us)
-        .with("ratio_to_raw", ledger_ratio)
-        .with("raw_errors", raw_report.errors)
-        .with("kv_records_cycles_per_s", records_report.runs_per_s)
-        .with("kv_records_p50_us", records_report.p50_us)
-        .with("kv_records_ratio_to_raw", ratio(records_report.runs_per_s))
-        .with("kv_records_errors", records_report.errors))
+        .with("ratio_to_raw", ratio)
+        .with("raw_errors", raw_report.errors))
 }
 
 /// Runs dispatch cycles on `mailbox` through the shared driver.
-async fn cycles(mailbox: Arc<dyn MailboxStore>, options: &BenchOptions) -> Result<Driven> {
+async fn run_cycles(mailbox: Arc<dyn MailboxStore>, options: &BenchOptions) -> Result<Driven> {
     drive(
         NAME,
         options.runs,
