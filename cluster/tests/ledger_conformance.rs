@@ -39,6 +39,12 @@ mod cluster {
     const T0: u64 = 1_000_000;
     const LEASE: u64 = 30_000;
 
+    /// Snapshots every few batches, so a short test trims the stream.
+    const SNAPSHOT_OFTEN: LedgerOptions = LedgerOptions {
+        replicas: 1,
+        snapshot_interval: 4,
+    };
+
     fn thread(id: &str) -> ThreadId {
         ThreadId::new(id).unwrap()
     }
@@ -188,10 +194,7 @@ mod cluster {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn snapshots_trim_the_stream_and_a_new_node_starts_from_one() {
         let server = NatsServer::start().await.unwrap();
-        let options = LedgerOptions {
-            snapshot_interval: 4,
-            ..LedgerOptions::default()
-        };
+        let options = SNAPSHOT_OFTEN;
         let a = node(&server, options).await;
         let mut kept = Vec::new();
         for round in 0..40 {
@@ -226,10 +229,7 @@ mod cluster {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_node_that_fell_behind_a_trim_goes_on_from_the_snapshot() {
         let server = NatsServer::start().await.unwrap();
-        let options = LedgerOptions {
-            snapshot_interval: 4,
-            ..LedgerOptions::default()
-        };
+        let options = SNAPSHOT_OFTEN;
         let behind = node(&server, options).await;
         behind.enqueue(dispatch("t0", "early"), T0).await.unwrap();
         let js = jetstream::new(server.connect().await.unwrap());
