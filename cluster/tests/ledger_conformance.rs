@@ -224,6 +224,42 @@ mod cluster {
         assert!(kept.iter().all(|claimed| seen_by_a.contains(claimed)));
     }
 
+    /// Parts no head points to (a writer's that lost a race for the head) go with
+    /// the next trim that passes them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_trim_removes_parts_no_head_points_to() {
+        use futures::StreamExt;
+
+        let server = NatsServer::start().await.unwrap();
+        let options = SNAPSHOT_OFTEN;
+        let a = node(&server, options).await;
+        let js = jetstream::new(server.connect().await.unwrap());
+        let snapshots = js
+            .get_key_value(ledger::snapshot_bucket(DEFAULT_LEDGER_NAME))
+            .await
+            .unwrap();
+        let stray = "part.1.0";
+        snapshots.put(stray, "left behind".into()).await.unwrap();
+        let mut removed = snapshots.watch(stray).await.unwrap();
+        for round in 0..40 {
+            a.enqueue(
+                dispatch(&format!("t{}", round % 5), &format!("r{round}")),
+                T0,
+            )
+            .await
+            .unwrap();
+        }
+        let event = tokio::time::timeout(Duration::from_secs(10), removed.next())
+            .await
+            .expect("the stray part was never removed")
+            .unwrap()
+            .unwrap();
+        assert_ne!(event.operation, async_nats::jetstream::kv::Operation::Put);
+        // The head's own parts stay: a new node starts from them.
+        let b = node(&server, options).await;
+        assert_eq!(everything(&b).await, everything(&a).await);
+    }
+
     /// A node whose consumer vanished while the stream was trimmed past it finds
     /// a gap when it reads on, and goes on from the snapshot.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -273,8 +273,7 @@ impl Follower {
                 Ok(Written::Replaced(previous)) => {
                     covers.fetch_max(at, Ordering::Relaxed);
                     if let Some(previous) = previous
-                        && let Err(error) =
-                            trim(&stream, &snapshots, previous.covers, previous.parts).await
+                        && let Err(error) = trim(&stream, &snapshots, previous.covers).await
                     {
                         tracing::warn!(%error, "could not trim the mailbox ledger");
                     }
@@ -289,17 +288,13 @@ impl Follower {
     }
 }
 
-/// Removes the stream's messages up to `covers` and that snapshot's parts.
-async fn trim(
-    stream: &Stream,
-    snapshots: &Snapshots,
-    covers: u64,
-    parts: u32,
-) -> Result<(), ClusterError> {
+/// Removes the stream's messages up to `covers` and the parts of the snapshots up
+/// to it.
+async fn trim(stream: &Stream, snapshots: &Snapshots, covers: u64) -> Result<(), ClusterError> {
     stream
         .purge()
         .sequence(covers + 1)
         .await
         .map_err(ClusterError::nats)?;
-    snapshots.remove_parts(covers, parts).await
+    snapshots.remove_parts_up_to(covers).await
 }

@@ -10,9 +10,12 @@
 use async_nats::jetstream::{self, kv};
 use awaken_actors::mailbox::{MailboxState, SequencedDispatch};
 use bytes::Bytes;
+use futures::TryStreamExt;
 
 use super::replica::Folded;
-use super::wire::{Epoch, HEAD_KEY, Head, MAX_COMMAND, Part, Stored, part_key, splice_part};
+use super::wire::{
+    Epoch, HEAD_KEY, Head, MAX_COMMAND, Part, Stored, part_covers, part_key, splice_part,
+};
 use crate::codec;
 use crate::error::ClusterError;
 use crate::kv::{BucketSpec, ensure_bucket};
@@ -161,6 +164,27 @@ impl Snapshots {
         Ok(Written::Skipped {
             newest: newest.map_or(0, |head| head.covers),
         })
+    }
+
+    /// Removes the parts of every snapshot up to `covers`: the replaced one's, and
+    /// any a writer left behind (on 2.9.10 clusters two writers racing for the head
+    /// can both see their compare-and-set succeed, and the overwritten one's parts
+    /// are nobody's).
+    pub(crate) async fn remove_parts_up_to(&self, covers: u64) -> Result<(), ClusterError> {
+        let keys: Vec<String> = self
+            .bucket
+            .keys()
+            .await
+            .map_err(ClusterError::nats)?
+            .try_collect()
+            .await
+            .map_err(ClusterError::nats)?;
+        for key in keys {
+            if part_covers(&key).is_some_and(|at| at <= covers) {
+                self.bucket.purge(&key).await.map_err(ClusterError::nats)?;
+            }
+        }
+        Ok(())
     }
 
     /// Removes the parts of the snapshot at `covers`.

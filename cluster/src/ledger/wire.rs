@@ -101,6 +101,13 @@ pub(crate) fn part_key(covers: u64, index: u32) -> String {
     format!("part.{covers}.{index}")
 }
 
+/// The `covers` of a part's key; `None` for any other key.
+pub(crate) fn part_covers(key: &str) -> Option<u64> {
+    let (covers, index) = key.strip_prefix("part.")?.split_once('.')?;
+    index.parse::<u32>().ok()?;
+    covers.parse().ok()
+}
+
 /// The key of the snapshot head.
 pub(crate) const HEAD_KEY: &str = "head";
 
@@ -152,6 +159,21 @@ mod tests {
 
     fn dispatch() -> RunDispatch {
         RunDispatch::new(ThreadId::new("t").unwrap(), RunId::new("r").unwrap(), 3, 7)
+    }
+
+    #[test]
+    fn part_keys_name_their_snapshot() {
+        assert_eq!(part_covers(&part_key(1234, 7)), Some(1234));
+        for other in [
+            HEAD_KEY,
+            "part.",
+            "part.12",
+            "part.x.0",
+            "part.12.y",
+            "parts.1.0",
+        ] {
+            assert_eq!(part_covers(other), None, "{other}");
+        }
     }
 
     #[test]
