@@ -1,14 +1,21 @@
 //! `awaken` child processes for benchmarks: started until they print their first
 //! line on stdout, stopped with SIGTERM (SIGKILL after a grace period).
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::error::{GatewayError, Result};
+
+/// The last lines of a child's stderr kept to explain why it did not start.
+const STDERR_TAIL_LINES: usize = 20;
+
+/// How long a child that closed its stdout gets to finish writing its stderr.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 /// A child process; killed when dropped.
 #[derive(Debug)]
@@ -18,7 +25,8 @@ pub(crate) struct AwakenChild {
 
 impl AwakenChild {
     /// Starts `exe args` and waits up to `deadline` for its first stdout line,
-    /// returned beside it (empty when the process ended without one).
+    /// returned beside it. A child that ends without one is an error that quotes
+    /// the end of its stderr (the node's own account of what went wrong).
     pub(crate) async fn start(
         exe: &Path,
         args: &[&str],
@@ -28,13 +36,12 @@ impl AwakenChild {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| GatewayError::Bench("the child's stdout is not piped".into()))?;
+        let not_piped = || GatewayError::Bench("the child's output is not piped".into());
+        let stdout = child.stdout.take().ok_or_else(not_piped)?;
+        let stderr = tokio::spawn(keep_tail(child.stderr.take().ok_or_else(not_piped)?));
         let mut lines = BufReader::new(stdout).lines();
         let first = tokio::time::timeout(deadline, lines.next_line())
             .await
@@ -43,8 +50,20 @@ impl AwakenChild {
                     "`awaken {}` printed nothing in time",
                     args.join(" ")
                 ))
-            })??
-            .unwrap_or_default();
+            })??;
+        let Some(first) = first else {
+            let _ = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+            let tail = tokio::time::timeout(EXIT_GRACE, stderr)
+                .await
+                .ok()
+                .and_then(std::result::Result::ok)
+                .unwrap_or_default();
+            return Err(GatewayError::Bench(format!(
+                "`awaken {}` ended before it was ready; its stderr ends with:\n{}",
+                args.join(" "),
+                Vec::from(tail).join("\n")
+            )));
+        };
         Ok((Self { child }, first))
     }
 
@@ -72,5 +91,55 @@ impl AwakenChild {
         {
             let _ = self.child.kill().await;
         }
+    }
+}
+
+/// Reads `stderr` to its end (so the child never blocks on a full pipe), keeping
+/// the last lines.
+async fn keep_tail(stderr: impl AsyncRead + Unpin) -> VecDeque<String> {
+    let mut tail = VecDeque::with_capacity(STDERR_TAIL_LINES);
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+    tail
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn a_child_that_ends_unready_is_explained_by_its_stderr() {
+        let script =
+            "for i in $(seq 1 30); do echo noise $i >&2; done; echo 'error: no schema' >&2; exit 3";
+        let error = AwakenChild::start(Path::new("sh"), &["-c", script], DEADLINE)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("ended before it was ready"), "{error}");
+        assert!(error.ends_with("error: no schema"), "{error}");
+        assert!(
+            error.contains("noise 30") && !error.contains("noise 11\n"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_stdout_line_is_handed_back() {
+        let script = "echo starting >&2; echo '{\"event\":\"ready\"}'; exec sleep 30";
+        let (child, first) = AwakenChild::start(Path::new("sh"), &["-c", script], DEADLINE)
+            .await
+            .unwrap();
+        assert_eq!(first, r#"{"event":"ready"}"#);
+        assert!(child.pid().is_some());
+        child.stop(DEADLINE).await;
     }
 }
