@@ -5,7 +5,7 @@
 //! values at once. A scan stops after the entries that existed when it started, so
 //! it ends even while writers keep writing.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::kv;
@@ -24,6 +24,9 @@ pub(crate) struct Latest {
     pub(crate) key: String,
     /// Its revision (the stream sequence of the value).
     pub(crate) revision: u64,
+    /// When the server stored it (by the server's clock): with a bucket's
+    /// `max_age`, when it expires.
+    pub(crate) written_at: SystemTime,
     /// The value.
     pub(crate) value: Bytes,
 }
@@ -115,6 +118,7 @@ impl Feed {
             Err(error) => return Some(Err(ClusterError::nats(error))),
         };
         let (revision, pending) = (info.stream_sequence, info.pending);
+        let written_at = SystemTime::from(info.published);
         self.remaining = self.remaining.saturating_sub(1).min(pending);
         let key = message
             .subject
@@ -132,6 +136,7 @@ impl Feed {
             Change::Put(Latest {
                 key,
                 revision,
+                written_at,
                 value: message.payload.clone(),
             })
         }))

@@ -10,6 +10,7 @@ pub mod decisions;
 mod delegation;
 pub mod error;
 pub mod events;
+mod expiry;
 #[cfg(test)]
 mod golden;
 pub mod inbox;

@@ -2,23 +2,27 @@
 //! view of who is there.
 //!
 //! A node's entry is its heartbeat: the bucket's `max_age` is the TTL, so an entry
-//! not refreshed for a TTL is expired by the server — no node clock is trusted. A
-//! graceful leave deletes the entry (watchers see it at once); a crashed node's entry
-//! expires, which watchers do not see, so the view is also rebuilt from the key list
-//! every quarter TTL. Joins and leaves therefore show within the TTL (a crash within
-//! 1¼ TTL of the node's last heartbeat).
+//! not refreshed for a TTL is expired by the server — no node clock decides who is
+//! alive. A graceful leave deletes the entry (watchers see it at once); a crashed
+//! node's entry expires, which watchers do not see, so a member's entry is read
+//! again when its last heartbeat is due to expire (clocks only time that look; the
+//! server's answer decides), and the view is rebuilt from the key list every
+//! quarter TTL in case a watch misses something. A crash therefore shows about a
+//! TTL after the node's last heartbeat.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::codec;
 use crate::error::ClusterError;
+use crate::expiry::{Recheck, time_left};
 use crate::kv::{BucketSpec, ensure_bucket};
 use crate::kv_scan::SCAN_IDLE_TIMEOUT;
 
@@ -137,7 +141,7 @@ impl Membership {
             payload,
             config.ttl / 3,
         ));
-        let watcher = tokio::spawn(keep_view(bucket.clone(), sender, config.ttl / 4));
+        let watcher = tokio::spawn(keep_view(bucket.clone(), sender, config.ttl));
         Ok(Self {
             node_id,
             bucket,
@@ -193,18 +197,27 @@ async fn heartbeat(bucket: kv::Store, node_id: NodeId, payload: bytes::Bytes, ev
     }
 }
 
-/// Applies watch events as they come and rebuilds the set from the key list every
-/// `rescan` (expired entries leave no event).
-async fn keep_view(bucket: kv::Store, view: watch::Sender<BTreeSet<NodeId>>, rescan: Duration) {
-    let mut events = match bucket.watch_all().await {
+/// Applies watch events as they come, reads a member's entry when it is due to
+/// expire (expired entries leave no event) and rebuilds the set from the key list
+/// every `ttl / 4`.
+async fn keep_view(bucket: kv::Store, view: watch::Sender<BTreeSet<NodeId>>, ttl: Duration) {
+    // With history: the members present now come with their write times too.
+    let mut events = match bucket.watch_with_history(">").await {
         Ok(events) => Some(events),
         Err(error) => {
             tracing::warn!(%error, "membership watch failed; relying on rescans");
             None
         }
     };
-    let mut ticks = tokio::time::interval(rescan.max(Duration::from_millis(10)));
+    let mut ticks = tokio::time::interval((ttl / 4).max(Duration::from_millis(10)));
+    let mut expiries = Expiries::default();
     loop {
+        let due = async {
+            match expiries.next() {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             event = async {
                 match events.as_mut() {
@@ -214,25 +227,131 @@ async fn keep_view(bucket: kv::Store, view: watch::Sender<BTreeSet<NodeId>>, res
             } => match event {
                 Some(Ok(entry)) => {
                     let Ok(node) = NodeId::new(entry.key.clone()) else { continue };
-                    view.send_if_modified(|members| match entry.operation {
-                        kv::Operation::Put => members.insert(node),
-                        kv::Operation::Delete | kv::Operation::Purge => members.remove(&node),
-                    });
+                    match entry.operation {
+                        kv::Operation::Put => {
+                            // Already past by this node's clock: look it up at once.
+                            let at = expiry_of(&entry, ttl).unwrap_or_else(Instant::now);
+                            expiries.heard(node.clone(), at);
+                            view.send_if_modified(|members| members.insert(node));
+                        }
+                        kv::Operation::Delete | kv::Operation::Purge => {
+                            expiries.forget(&node);
+                            view.send_if_modified(|members| members.remove(&node));
+                        }
+                    }
                 }
                 Some(Err(error)) => tracing::warn!(%error, "membership watch error"),
                 None => events = None,
             },
-            _ = ticks.tick() => match scan(&bucket).await {
-                Ok(members) => {
-                    view.send_if_modified(|current| {
-                        let changed = *current != members;
-                        *current = members;
-                        changed
-                    });
-                }
-                Err(error) => tracing::warn!(%error, "membership rescan failed"),
-            },
+            _ = ticks.tick() => rescan(&bucket, &view, &mut expiries).await,
+            () = due => look_up_due(&bucket, &view, &mut expiries, ttl).await,
         }
+    }
+}
+
+/// Reads the entry of every member due to expire by now: gone, it leaves the view;
+/// still there, it is looked up again later. One read per member, which the server
+/// answers from what it holds: a scan started as the entry expires could wait for it.
+async fn look_up_due(
+    bucket: &kv::Store,
+    view: &watch::Sender<BTreeSet<NodeId>>,
+    expiries: &mut Expiries,
+    ttl: Duration,
+) {
+    let now = Instant::now();
+    for node in expiries.due(now) {
+        match bucket.entry(node.as_str()).await {
+            Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
+                match expiry_of(&entry, ttl) {
+                    Some(at) => expiries.heard(node, at),
+                    None => expiries.still_there(&node, now, ttl / 4),
+                }
+            }
+            Ok(_) => {
+                expiries.forget(&node);
+                view.send_if_modified(|members| members.remove(&node));
+            }
+            Err(error) => {
+                tracing::warn!(%error, %node, "membership lookup failed");
+                expiries.still_there(&node, now, ttl / 4);
+            }
+        }
+    }
+}
+
+/// Rebuilds the view from the key list.
+async fn rescan(
+    bucket: &kv::Store,
+    view: &watch::Sender<BTreeSet<NodeId>>,
+    expiries: &mut Expiries,
+) {
+    match scan(bucket).await {
+        Ok(members) => {
+            expiries.keep_only(&members);
+            view.send_if_modified(|current| {
+                let changed = *current != members;
+                *current = members;
+                changed
+            });
+        }
+        Err(error) => tracing::warn!(%error, "membership rescan failed"),
+    }
+}
+
+/// When `entry` expires, on this node's monotonic clock: its write time (by the
+/// server's clock) plus the TTL, never further than a TTL from now. `None` when
+/// that time has passed: the entry outlived its expiry, and taking "now" for it
+/// would have it looked up again and again without a pause.
+fn expiry_of(entry: &kv::Entry, ttl: Duration) -> Option<Instant> {
+    let left = time_left(SystemTime::from(entry.created) + ttl, SystemTime::now())?;
+    Some(Instant::now() + left.min(ttl))
+}
+
+/// When each member's entry is due to expire, so that a crashed node is looked for
+/// when its heartbeat runs out rather than at the next periodic rescan.
+#[derive(Debug, Default)]
+struct Expiries {
+    /// Per member: when to look, and the pause before looking again if it is
+    /// still there then.
+    due: BTreeMap<NodeId, (Instant, Recheck)>,
+}
+
+impl Expiries {
+    /// A heartbeat of `node` that expires at `at`.
+    fn heard(&mut self, node: NodeId, at: Instant) {
+        self.due.insert(node, (at, Recheck::default()));
+    }
+
+    /// `node` left.
+    fn forget(&mut self, node: &NodeId) {
+        self.due.remove(node);
+    }
+
+    /// A scan listed `members`: the others are gone.
+    fn keep_only(&mut self, members: &BTreeSet<NodeId>) {
+        self.due.retain(|node, _| members.contains(node));
+    }
+
+    /// The members due to expire by `now`.
+    fn due(&self, now: Instant) -> Vec<NodeId> {
+        self.due
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
+    /// `node` was still there at `now`, past its expiry: look again after its
+    /// pause, which doubles up to `max_pause`.
+    fn still_there(&mut self, node: &NodeId, now: Instant, max_pause: Duration) {
+        if let Some((at, recheck)) = self.due.get_mut(node) {
+            *at = now + recheck.next(max_pause);
+        }
+    }
+
+    /// The next time a member is due to expire.
+    fn next(&self) -> Option<Instant> {
+        self.due.values().map(|(at, _)| *at).min()
     }
 }
 
@@ -249,4 +368,73 @@ async fn scan(bucket: &kv::Store) -> Result<BTreeSet<NodeId>, ClusterError> {
         .filter_map(Result::ok)
         .filter_map(|key| NodeId::new(key).ok())
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn node(id: &str) -> NodeId {
+        NodeId::new(id).unwrap()
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_next_look_is_the_earliest_expiry() {
+        let now = Instant::now();
+        let mut expiries = Expiries::default();
+        assert_eq!(expiries.next(), None);
+        expiries.heard(node("a"), now + 900 * MS);
+        expiries.heard(node("b"), now + 400 * MS);
+        assert_eq!(expiries.next(), Some(now + 400 * MS));
+        // A new heartbeat moves the member's expiry on.
+        expiries.heard(node("b"), now + 1_200 * MS);
+        assert_eq!(expiries.next(), Some(now + 900 * MS));
+        expiries.forget(&node("a"));
+        assert_eq!(expiries.next(), Some(now + 1_200 * MS));
+    }
+
+    #[test]
+    fn members_due_are_those_past_their_expiry() {
+        let now = Instant::now();
+        let mut expiries = Expiries::default();
+        expiries.heard(node("a"), now + 100 * MS);
+        expiries.heard(node("b"), now + 500 * MS);
+        assert_eq!(expiries.due(now), Vec::<NodeId>::new());
+        assert_eq!(expiries.due(now + 100 * MS), [node("a")]);
+        assert_eq!(expiries.due(now + 500 * MS), [node("a"), node("b")]);
+    }
+
+    #[test]
+    fn a_member_the_scan_no_longer_lists_is_not_looked_for() {
+        let now = Instant::now();
+        let mut expiries = Expiries::default();
+        expiries.heard(node("a"), now + 100 * MS);
+        expiries.heard(node("b"), now + 500 * MS);
+        expiries.keep_only(&BTreeSet::from([node("b")]));
+        assert_eq!(expiries.next(), Some(now + 500 * MS));
+    }
+
+    #[test]
+    fn a_member_still_there_past_its_expiry_is_looked_for_again_less_and_less_often() {
+        let now = Instant::now();
+        let mut expiries = Expiries::default();
+        expiries.heard(node("a"), now);
+        let mut looks = Vec::new();
+        let mut at = now;
+        for _ in 0..5 {
+            expiries.still_there(&node("a"), at, 250 * MS);
+            let next = expiries.next().unwrap();
+            looks.push(next - at);
+            at = next;
+        }
+        assert_eq!(looks, [50 * MS, 100 * MS, 200 * MS, 250 * MS, 250 * MS]);
+        // A new heartbeat starts the pauses over.
+        expiries.heard(node("a"), at + 1_000 * MS);
+        expiries.still_there(&node("a"), at + 1_000 * MS, 250 * MS);
+        assert_eq!(expiries.next(), Some(at + 1_050 * MS));
+    }
 }

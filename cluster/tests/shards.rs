@@ -315,3 +315,58 @@ async fn a_lost_shard_leaves_no_thread_behind_in_the_runtime() {
     assert!(!runtime.is_thread_warm(&thread));
     owner.drain(Duration::from_secs(5)).await.unwrap();
 }
+
+/// A departed node's shards are taken as its leases expire, not at the survivor's
+/// next renewal tick (up to a third of a TTL later): a failover takes one TTL.
+#[tokio::test]
+async fn a_departed_nodes_shards_are_taken_as_its_leases_expire() {
+    let server = NatsServer::start().await.unwrap();
+    let ttl = Duration::from_secs(6);
+    let tick = ttl / 3;
+    let js = jetstream::new(server.connect().await.unwrap());
+    let count = ShardCount::new(4).unwrap();
+    let leases = LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, ttl, 1)
+        .await
+        .unwrap();
+    for shard in count.all() {
+        assert!(
+            leases
+                .acquire(shard, &node("gone"), 0)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    let expiry = leases
+        .holders()
+        .await
+        .unwrap()
+        .values()
+        .map(|holder| holder.expires_at)
+        .max()
+        .unwrap();
+    // Starting half a tick later puts the expiry halfway between two of the
+    // owner's ticks, where waiting for a tick would cost half a tick.
+    tokio::time::sleep(tick / 2).await;
+    let members = watch::Sender::new(BTreeSet::from([node("a")]));
+    let mut owner = ShardOwner::new(
+        node("a"),
+        ShardOwnerConfig {
+            count,
+            lease_ttl: ttl,
+        },
+        LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, ttl, 1)
+            .await
+            .unwrap(),
+    );
+    owner.start(members.subscribe(), Arc::new(Recorder::default()));
+    until(&mut owner.ownership(), 2 * ttl, |o| o.len() == 4).await;
+    let late = std::time::SystemTime::now()
+        .duration_since(expiry)
+        .unwrap_or_default();
+    assert!(
+        late < tick / 4,
+        "the shards were taken {late:?} after the leases expired"
+    );
+    owner.drain(Duration::from_secs(5)).await.unwrap();
+}

@@ -54,6 +54,8 @@ pub struct DecisionBusConfig {
     /// died) is redelivered after this long.
     pub ack_wait: Duration,
     /// How long a decision that could not be applied yet waits before redelivery.
+    /// Mid-failover every attempt is one request nobody answers, and the pause is
+    /// added to the failover, so it is short.
     pub retry_delay: Duration,
     /// Decisions nobody could apply for this long are dropped by the stream.
     pub max_age: Duration,
@@ -67,7 +69,7 @@ impl Default for DecisionBusConfig {
         Self {
             replicas: 1,
             ack_wait: Duration::from_secs(30),
-            retry_delay: Duration::from_millis(500),
+            retry_delay: Duration::from_millis(100),
             max_age: Duration::from_secs(7 * 24 * 3600),
             max_in_flight: 1024,
         }

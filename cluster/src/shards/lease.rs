@@ -6,7 +6,7 @@
 //! a store that has seen it refuses the older owner's checkpoints.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{self, kv};
 use awaken_actors::store::FencingToken;
@@ -54,6 +54,9 @@ pub struct Holder {
     pub node_id: NodeId,
     /// Its fencing token.
     pub token: FencingToken,
+    /// When the server expires the lease unless it is renewed first (the last
+    /// write's time by the server's clock, plus the TTL).
+    pub expires_at: SystemTime,
 }
 
 /// The shard lease bucket.
@@ -61,6 +64,7 @@ pub struct Holder {
 pub struct LeaseTable {
     client: async_nats::Client,
     bucket: kv::Store,
+    ttl: Duration,
 }
 
 fn key(shard: ShardId) -> String {
@@ -86,6 +90,7 @@ impl LeaseTable {
         Ok(Self {
             client: js.client(),
             bucket: ensure_bucket(js, &spec).await?,
+            ttl,
         })
     }
 
@@ -172,6 +177,7 @@ impl LeaseTable {
                 Holder {
                     node_id: lease.node_id,
                     token: FencingToken(token),
+                    expires_at: entry.written_at + self.ttl,
                 },
             );
         }

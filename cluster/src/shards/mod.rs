@@ -3,6 +3,7 @@
 //! fencing token of the owner's checkpoints.
 
 mod assignment;
+mod keeper;
 mod lease;
 mod owner;
 mod runtime;

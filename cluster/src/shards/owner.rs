@@ -1,14 +1,9 @@
-//! `ShardOwner`: the task that keeps this node's fair share of shard leases.
-//!
-//! Every `lease_ttl / 3` (and whenever membership changes) it renews the leases it
-//! holds, reads who holds what, gives up shards beyond its quota (draining them
-//! first) and takes free shards up to its quota, in its rendezvous order. A lease
-//! it could not renew within a TTL is lost: its threads are dropped at once, and
-//! their stale writes are refused by the fence anyway.
+//! `ShardOwner`: the handle on the task that keeps this node's fair share of shard
+//! leases (the loop itself is in `keeper`), and the fence it feeds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use awaken_actors::ids::ThreadId;
@@ -17,8 +12,9 @@ use awaken_actors::thread::FenceSource;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::lease::{HeldLease, LeaseTable};
-use super::{ShardCount, ShardId, preference, quota};
+use super::keeper::{Departed, Keeper};
+use super::lease::LeaseTable;
+use super::{ShardCount, ShardId};
 use crate::error::ClusterError;
 use crate::membership::NodeId;
 
@@ -90,23 +86,6 @@ impl std::fmt::Debug for ShardOwner {
     }
 }
 
-/// The state of the ownership loop.
-struct Keeper {
-    node_id: NodeId,
-    config: ShardOwnerConfig,
-    table: LeaseTable,
-    members: watch::Receiver<BTreeSet<NodeId>>,
-    events: Arc<dyn ShardEvent>,
-    held: BTreeMap<ShardId, (HeldLease, Instant)>,
-    ownership: watch::Sender<Ownership>,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl ShardOwner {
     /// An owner for `node_id` that owns nothing until [`ShardOwner::start`]; its
     /// [`ShardOwner::fence`] can be handed to the runtime first.
@@ -152,6 +131,7 @@ impl ShardOwner {
             events,
             held: BTreeMap::new(),
             ownership,
+            departed: Departed::default(),
         };
         self.state = OwnerState::Running(tokio::spawn(keeper.run(self.stop.subscribe())));
     }
@@ -185,116 +165,6 @@ impl ShardOwner {
                 "drain did not finish within {deadline:?}; the remaining leases expire"
             ))),
         }
-    }
-}
-
-impl Keeper {
-    async fn run(mut self, mut stop: watch::Receiver<bool>) -> Self {
-        let mut tick = tokio::time::interval(self.config.lease_ttl / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // When membership ends, the last view stays and only the timer drives rounds.
-        let mut members_open = true;
-        loop {
-            let members_changed = async {
-                if members_open {
-                    self.members.changed().await.is_ok()
-                } else {
-                    std::future::pending().await
-                }
-            };
-            tokio::select! {
-                _ = stop.changed() => return self,
-                _ = tick.tick() => {}
-                open = members_changed => members_open = open,
-            }
-            if let Err(error) = self.round().await {
-                tracing::warn!(%error, "shard ownership round failed; retrying");
-            }
-        }
-    }
-
-    /// One round: renew, then move towards the quota.
-    async fn round(&mut self) -> Result<(), ClusterError> {
-        self.renew().await;
-        let holders = self.table.holders().await?;
-        let members = self.members.borrow().clone();
-        let quota = quota(self.config.count, &members, &self.node_id) as usize;
-        if self.held.len() > quota {
-            let held: Vec<ShardId> = self.held.keys().copied().collect();
-            let mut least_wanted = preference(&self.node_id, held);
-            least_wanted.reverse();
-            for shard in least_wanted.into_iter().take(self.held.len() - quota) {
-                self.release(shard).await?;
-            }
-        }
-        if self.held.len() < quota {
-            let free = self
-                .config
-                .count
-                .all()
-                .filter(|shard| !holders.contains_key(shard) && !self.held.contains_key(shard));
-            for shard in preference(&self.node_id, free) {
-                if self.held.len() >= quota {
-                    break;
-                }
-                if let Some(lease) = self.table.acquire(shard, &self.node_id, now_ms()).await? {
-                    let token = lease.token;
-                    self.held.insert(shard, (lease, Instant::now()));
-                    self.publish();
-                    self.events.acquired(shard, token).await;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Renews every held lease; drops those lost or not renewed within a TTL.
-    async fn renew(&mut self) {
-        let mut lost = Vec::new();
-        for (shard, (lease, renewed_at)) in &mut self.held {
-            match self.table.renew(lease, &self.node_id).await {
-                Ok(true) => *renewed_at = Instant::now(),
-                Ok(false) => lost.push(*shard),
-                Err(error) => {
-                    tracing::warn!(%error, %shard, "lease renewal failed");
-                    if renewed_at.elapsed() >= self.config.lease_ttl {
-                        lost.push(*shard);
-                    }
-                }
-            }
-        }
-        for shard in lost {
-            tracing::warn!(%shard, "shard lease lost");
-            self.held.remove(&shard);
-            self.publish();
-            self.events.lost(shard).await;
-        }
-    }
-
-    async fn release(&mut self, shard: ShardId) -> Result<(), ClusterError> {
-        self.events.draining(shard).await;
-        if let Some((lease, _)) = self.held.remove(&shard) {
-            self.publish();
-            self.table.release(lease).await?;
-        }
-        Ok(())
-    }
-
-    async fn release_all(&mut self) -> Result<(), ClusterError> {
-        let shards: Vec<ShardId> = self.held.keys().copied().collect();
-        for shard in shards {
-            self.release(shard).await?;
-        }
-        Ok(())
-    }
-
-    fn publish(&self) {
-        let ownership = self
-            .held
-            .iter()
-            .map(|(shard, (lease, _))| (*shard, lease.token))
-            .collect();
-        self.ownership.send_replace(ownership);
     }
 }
 

@@ -1,0 +1,355 @@
+//! The ownership loop behind [`ShardOwner`](super::ShardOwner).
+//!
+//! Three kinds of round move the node towards its quota:
+//!
+//! - every `lease_ttl / 3` it renews its leases, reads who holds what and balances;
+//! - on every membership change it reads who holds what and balances;
+//! - short of its quota while a departed node's leases still run, it tries to
+//!   create those leases the moment they expire, without reading the table again
+//!   (a scan racing the expiry could wait for an entry the server just dropped).
+//!
+//! Balancing gives up shards beyond the quota (draining them first) and takes free
+//! shards up to it, in the node's rendezvous order. A lease it could not renew
+//! within a TTL is lost: its threads are dropped at once, and their stale writes
+//! are refused by the fence anyway.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use super::lease::{HeldLease, Holder, LeaseTable};
+use super::owner::{Ownership, ShardEvent, ShardOwnerConfig};
+use super::{ShardId, preference, quota};
+use crate::error::ClusterError;
+use crate::expiry::{EXPIRY_RECHECK, Recheck, time_left};
+use crate::membership::NodeId;
+
+/// Lease creates in flight at once while taking shards.
+const ACQUIRE_BATCH: usize = 64;
+
+/// Why a round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// The renewal tick.
+    Tick,
+    /// The member set changed.
+    Members,
+    /// A departed node's lease is due to expire.
+    Expiry,
+}
+
+/// The state of the ownership loop.
+pub(super) struct Keeper {
+    pub(super) node_id: NodeId,
+    pub(super) config: ShardOwnerConfig,
+    pub(super) table: LeaseTable,
+    pub(super) members: watch::Receiver<BTreeSet<NodeId>>,
+    pub(super) events: Arc<dyn ShardEvent>,
+    pub(super) held: BTreeMap<ShardId, (HeldLease, Instant)>,
+    pub(super) ownership: watch::Sender<Ownership>,
+    /// Shards held by nodes that left, as last read, with their leases' expiry.
+    pub(super) departed: Departed,
+}
+
+pub(super) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Keeper {
+    pub(super) async fn run(mut self, mut stop: watch::Receiver<bool>) -> Self {
+        let mut tick = tokio::time::interval(self.config.lease_ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // When membership ends, the last view stays and only the timer drives rounds.
+        let mut members_open = true;
+        let mut look_again: Option<tokio::time::Instant> = None;
+        let mut recheck = Recheck::default();
+        loop {
+            let members_changed = async {
+                if members_open {
+                    self.members.changed().await.is_ok()
+                } else {
+                    std::future::pending().await
+                }
+            };
+            let expiry = async {
+                match look_again {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let round = tokio::select! {
+                _ = stop.changed() => return self,
+                _ = tick.tick() => Round::Tick,
+                open = members_changed => {
+                    members_open = open;
+                    Round::Members
+                }
+                () = expiry => Round::Expiry,
+            };
+            if let Err(error) = self.round(round).await {
+                tracing::warn!(%error, "shard ownership round failed; retrying");
+            }
+            look_again = self.next_look(&mut recheck);
+        }
+    }
+
+    /// When to try a departed node's shards next, while this node is short of its
+    /// quota and one is held.
+    fn next_look(&self, recheck: &mut Recheck) -> Option<tokio::time::Instant> {
+        let quota = quota(self.config.count, &self.members.borrow(), &self.node_id) as usize;
+        if self.held.len() >= quota {
+            return None;
+        }
+        // A lease still held past its expiry waits for the pause, doubling up to
+        // the renewal tick; one still running is tried when it expires.
+        let wait = match time_left(self.departed.next()?, SystemTime::now()) {
+            Some(left) => {
+                *recheck = Recheck::default();
+                left.max(EXPIRY_RECHECK)
+            }
+            None => recheck.next(self.config.lease_ttl / 3),
+        };
+        Some(tokio::time::Instant::now() + wait)
+    }
+
+    async fn round(&mut self, round: Round) -> Result<(), ClusterError> {
+        let members = self.members.borrow().clone();
+        let quota = quota(self.config.count, &members, &self.node_id) as usize;
+        if round == Round::Expiry {
+            let due = self.departed.due(SystemTime::now());
+            let wanted = preference(&self.node_id, due);
+            let taken = self.acquire_up_to(quota, wanted).await;
+            self.departed.remove(self.held.keys());
+            return taken;
+        }
+        if round == Round::Tick {
+            self.renew().await;
+        }
+        let holders = self.table.holders().await?;
+        self.departed = Departed::among(&holders, &members, &self.node_id);
+        if self.held.len() > quota {
+            let held: Vec<ShardId> = self.held.keys().copied().collect();
+            let mut least_wanted = preference(&self.node_id, held);
+            least_wanted.reverse();
+            for shard in least_wanted.into_iter().take(self.held.len() - quota) {
+                self.release(shard).await?;
+            }
+        }
+        if self.held.len() < quota {
+            let free = self
+                .config
+                .count
+                .all()
+                .filter(|shard| !holders.contains_key(shard) && !self.held.contains_key(shard));
+            self.acquire_up_to(quota, preference(&self.node_id, free))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Takes shards from `wanted`, in order, until this node holds `quota`. The
+    /// creates of a batch go out together: a node taking over a departed node's
+    /// share would otherwise free its threads one round trip at a time.
+    async fn acquire_up_to(
+        &mut self,
+        quota: usize,
+        wanted: Vec<ShardId>,
+    ) -> Result<(), ClusterError> {
+        let mut wanted = wanted.into_iter();
+        while self.held.len() < quota {
+            let batch: Vec<ShardId> = wanted
+                .by_ref()
+                .take((quota - self.held.len()).min(ACQUIRE_BATCH))
+                .collect();
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let at_ms = now_ms();
+            let outcomes = futures::future::join_all(
+                batch
+                    .iter()
+                    .map(|shard| self.table.acquire(*shard, &self.node_id, at_ms)),
+            )
+            .await;
+            let mut acquired = Vec::new();
+            let mut failed = None;
+            for outcome in outcomes {
+                match outcome {
+                    Ok(Some(lease)) => {
+                        acquired.push((lease.shard, lease.token));
+                        self.held.insert(lease.shard, (lease, Instant::now()));
+                    }
+                    Ok(None) => {}
+                    // The leases taken beside a failed create are kept.
+                    Err(error) => failed = Some(error),
+                }
+            }
+            if !acquired.is_empty() {
+                self.publish();
+            }
+            for (shard, token) in acquired {
+                self.events.acquired(shard, token).await;
+            }
+            if let Some(error) = failed {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews every held lease; drops those lost or not renewed within a TTL.
+    async fn renew(&mut self) {
+        let mut lost = Vec::new();
+        for (shard, (lease, renewed_at)) in &mut self.held {
+            match self.table.renew(lease, &self.node_id).await {
+                Ok(true) => *renewed_at = Instant::now(),
+                Ok(false) => lost.push(*shard),
+                Err(error) => {
+                    tracing::warn!(%error, %shard, "lease renewal failed");
+                    if renewed_at.elapsed() >= self.config.lease_ttl {
+                        lost.push(*shard);
+                    }
+                }
+            }
+        }
+        for shard in lost {
+            tracing::warn!(%shard, "shard lease lost");
+            self.held.remove(&shard);
+            self.publish();
+            self.events.lost(shard).await;
+        }
+    }
+
+    async fn release(&mut self, shard: ShardId) -> Result<(), ClusterError> {
+        self.events.draining(shard).await;
+        if let Some((lease, _)) = self.held.remove(&shard) {
+            self.publish();
+            self.table.release(lease).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn release_all(&mut self) -> Result<(), ClusterError> {
+        let shards: Vec<ShardId> = self.held.keys().copied().collect();
+        for shard in shards {
+            self.release(shard).await?;
+        }
+        Ok(())
+    }
+
+    fn publish(&self) {
+        let ownership = self
+            .held
+            .iter()
+            .map(|(shard, (lease, _))| (*shard, lease.token))
+            .collect();
+        self.ownership.send_replace(ownership);
+    }
+}
+
+/// The shards held by nodes that left the cluster, with when their leases expire:
+/// free from then on, and waiting for the next renewal tick would add up to a
+/// third of a TTL to every failover.
+#[derive(Debug, Default)]
+pub(super) struct Departed(BTreeMap<ShardId, SystemTime>);
+
+impl Departed {
+    /// The shards in `holders` held by neither a member nor `node_id`.
+    fn among(
+        holders: &BTreeMap<ShardId, Holder>,
+        members: &BTreeSet<NodeId>,
+        node_id: &NodeId,
+    ) -> Self {
+        Self(
+            holders
+                .iter()
+                .filter(|(_, holder)| {
+                    holder.node_id != *node_id && !members.contains(&holder.node_id)
+                })
+                .map(|(shard, holder)| (*shard, holder.expires_at))
+                .collect(),
+        )
+    }
+
+    /// When the first of them expires.
+    fn next(&self) -> Option<SystemTime> {
+        self.0.values().min().copied()
+    }
+
+    /// Those expired by `now`.
+    fn due(&self, now: SystemTime) -> Vec<ShardId> {
+        self.0
+            .iter()
+            .filter(|(_, expires_at)| **expires_at <= now)
+            .map(|(shard, _)| *shard)
+            .collect()
+    }
+
+    /// Forgets `shards` (taken).
+    fn remove<'a>(&mut self, shards: impl Iterator<Item = &'a ShardId>) {
+        for shard in shards {
+            self.0.remove(shard);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use awaken_actors::store::FencingToken;
+
+    use super::*;
+
+    fn node(id: &str) -> NodeId {
+        NodeId::new(id).unwrap()
+    }
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    fn held_by(id: &str, expires_at_ms: u64) -> Holder {
+        Holder {
+            node_id: node(id),
+            token: FencingToken(1),
+            expires_at: at(expires_at_ms),
+        }
+    }
+
+    #[test]
+    fn only_leases_of_departed_nodes_are_waited_for() {
+        let holders = BTreeMap::from([
+            (ShardId(0), held_by("gone", 900)),
+            (ShardId(1), held_by("gone", 700)),
+            (ShardId(2), held_by("also-gone", 800)),
+            (ShardId(3), held_by("alive", 100)),
+            (ShardId(4), held_by("me", 50)),
+        ]);
+        // This node counts as its own even when the view misses it.
+        let members = BTreeSet::from([node("alive")]);
+        let departed = Departed::among(&holders, &members, &node("me"));
+        assert_eq!(departed.next(), Some(at(700)));
+        assert_eq!(departed.due(at(799)), [ShardId(1)]);
+        assert_eq!(departed.due(at(900)), [ShardId(0), ShardId(1), ShardId(2)]);
+    }
+
+    #[test]
+    fn taken_shards_are_no_longer_waited_for() {
+        let holders = BTreeMap::from([
+            (ShardId(0), held_by("gone", 900)),
+            (ShardId(1), held_by("gone", 700)),
+        ]);
+        let mut departed = Departed::among(&holders, &BTreeSet::new(), &node("me"));
+        departed.remove([ShardId(1)].iter());
+        assert_eq!(departed.next(), Some(at(900)));
+        departed.remove([ShardId(0)].iter());
+        assert_eq!(departed.next(), None);
+    }
+}
