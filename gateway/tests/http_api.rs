@@ -569,6 +569,11 @@ async fn requests_beyond_the_concurrency_limit_get_503() {
         assert_eq!(response.status(), StatusCode::OK);
         tokio::task::yield_now().await;
     };
+    assert_eq!(
+        refused.headers()["connection"],
+        "close",
+        "a refusal for load closes its connection and says so"
+    );
     expect_error(refused, StatusCode::SERVICE_UNAVAILABLE, "busy").await;
     let (status, _) = json(server.get("/health/live").await).await;
     assert_eq!(status, StatusCode::OK, "probes are never refused");

@@ -4,6 +4,7 @@
 //! [`RunControl`]: awaken_cluster::RunControl
 
 pub mod auth;
+mod body;
 pub mod config;
 pub mod error;
 mod extract;

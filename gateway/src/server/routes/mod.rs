@@ -18,13 +18,15 @@ mod threads;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
+use axum::http::header::CONNECTION;
 use axum::http::{Method, Uri};
+use axum::response::IntoResponse;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
 use super::error::ApiError;
 use super::state::AppState;
-use super::{auth, metrics};
+use super::{auth, body, metrics};
 use table::Routes;
 
 pub(crate) use a2a::PushNotifications;
@@ -32,6 +34,8 @@ pub(crate) use mcp::{McpService, service as mcp_service};
 
 /// Every route, with the body limit (413) and the in-flight request limit (503)
 /// of `state.config`. Health probes are outside the limit: a busy node is alive.
+/// Bodies are read before routing (inside the in-flight limit: a body still
+/// arriving is a request in flight), so no answer closes a kept-alive connection.
 pub fn router(state: AppState) -> Router {
     // One semaphore for all routes (a plain concurrency limit is per route).
     let limits = ServiceBuilder::new()
@@ -49,7 +53,8 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
-        ))
+        ));
+    let api = body::read_first(api, &state)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(limits);
     let observed =
@@ -59,14 +64,14 @@ pub fn router(state: AppState) -> Router {
                 state.clone(),
                 auth::require_key,
             ));
+    let cards = a2a::card_routes().into_router();
     Router::new()
-        .merge(health::routes().into_router())
+        .merge(body::read_first(health::routes().into_router(), &state))
         .merge(
-            a2a::card_routes()
-                .into_router()
+            body::read_first(cards, &state)
                 .layer(DefaultBodyLimit::max(state.config.max_body_bytes)),
         )
-        .merge(observed)
+        .merge(body::read_first(observed, &state))
         .merge(api)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -97,8 +102,14 @@ pub fn served_routes() -> Vec<(Method, &'static str)> {
     all.served().to_vec()
 }
 
-fn overloaded(error: &BoxError) -> ApiError {
-    ApiError::Unavailable(format!("server busy: {error}"))
+/// A request refused for load is answered without reading its body, so the
+/// answer says the connection closes: hyper closes it anyway, and a client must
+/// not reuse it.
+fn overloaded(error: &BoxError) -> impl IntoResponse + use<> {
+    (
+        [(CONNECTION, "close")],
+        ApiError::Unavailable(format!("server busy: {error}")),
+    )
 }
 
 async fn no_route(uri: Uri) -> ApiError {

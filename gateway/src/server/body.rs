@@ -1,0 +1,107 @@
+//! Request bodies are read before any route answers.
+//!
+//! A handler that answers without reading the body (a cancel, an unknown route,
+//! a missing API key) leaves hyper to drain it: hyper tries once and, if the body
+//! has not fully arrived, closes the connection after a response that promised
+//! keep-alive. A client that sent the body as a second TCP segment then loses its
+//! next request on that pooled connection ("server disconnected without sending a
+//! response"). Reading the body first makes every answer leave the connection
+//! reusable; the routes' own body limit still decides what is too large, so a
+//! body over the limit is handed on unread past it. It runs inside the in-flight
+//! limit: a request whose body is still arriving is in flight.
+
+use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+
+use super::error::ApiError;
+use super::state::AppState;
+
+/// `router`, with each request's body read (up to the body limit) before the
+/// router answers.
+pub(crate) fn read_first(router: Router<AppState>, state: &AppState) -> Router<AppState> {
+    router.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        read_body,
+    ))
+}
+
+async fn read_body(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if request.body().is_end_stream() {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    match read_up_to(body, state.config.max_body_bytes).await {
+        Ok(body) => next.run(Request::from_parts(parts, body)).await,
+        Err(error) => ApiError::BadRequest(format!("the request body could not be read: {error}"))
+            .into_response(),
+    }
+}
+
+/// The body, read whole if it is at most `limit` bytes; otherwise what was read
+/// followed by the rest, for the route's limit to refuse.
+async fn read_up_to(body: Body, limit: usize) -> Result<Body, axum::Error> {
+    let mut stream = body.into_data_stream();
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut read = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        read = read.saturating_add(chunk.len());
+        chunks.push(chunk);
+        if read > limit {
+            let prefix = futures::stream::iter(chunks.into_iter().map(Ok::<_, axum::Error>));
+            return Ok(Body::from_stream(prefix.chain(stream)));
+        }
+    }
+    Ok(match chunks.len() {
+        0 => Body::empty(),
+        1 => Body::from(chunks.remove(0)),
+        _ => Body::from(chunks.concat()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn bytes_of(body: Body, limit: usize) -> Result<Bytes, axum::Error> {
+        axum::body::to_bytes(body, limit).await
+    }
+
+    fn chunked(parts: &[&'static str]) -> Body {
+        let chunks = parts
+            .iter()
+            .map(|part| Ok::<_, std::io::Error>(Bytes::from_static(part.as_bytes())))
+            .collect::<Vec<_>>();
+        Body::from_stream(futures::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_limit_is_read_whole() {
+        let body = read_up_to(chunked(&["{\"a\":", "1}"]), 16).await.unwrap();
+        assert_eq!(
+            body.size_hint().exact(),
+            Some(7),
+            "read into one known size"
+        );
+        assert_eq!(bytes_of(body, 16).await.unwrap(), "{\"a\":1}");
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_handed_on_whole_for_the_route_to_refuse() {
+        let body = read_up_to(chunked(&["12345", "67890", "abc"]), 8)
+            .await
+            .unwrap();
+        assert_eq!(bytes_of(body, 64).await.unwrap(), "1234567890abc");
+        let body = read_up_to(chunked(&["12345", "67890", "abc"]), 8)
+            .await
+            .unwrap();
+        assert!(
+            bytes_of(body, 8).await.is_err(),
+            "the route's limit still applies"
+        );
+    }
+}
