@@ -41,8 +41,9 @@ pub struct PhaseContext {
     pub run_identity: Arc<RunIdentity>,
     /// 1-based step number; 0 before the first step.
     pub step: u32,
-    /// The thread's messages as of the phase start.
-    pub messages: Arc<[Message]>,
+    /// The thread's messages as of the phase start (shared with the thread, not
+    /// copied).
+    pub messages: Arc<Vec<Message>>,
     /// The tool call, in the tool phases.
     pub tool_call: Option<Arc<ToolCallView>>,
     /// The model's response, from AfterInference on within a step.
@@ -62,7 +63,7 @@ impl PhaseContext {
             agent_spec,
             run_identity,
             step: 0,
-            messages: Arc::from(Vec::new()),
+            messages: Arc::default(),
             tool_call: None,
             inference: None,
             profile: None,
@@ -99,7 +100,7 @@ impl PhaseContext {
     }
 
     /// Sets the message log.
-    pub fn with_messages(mut self, messages: Arc<[Message]>) -> Self {
+    pub fn with_messages(mut self, messages: Arc<Vec<Message>>) -> Self {
         self.messages = messages;
         self
     }

@@ -940,9 +940,6 @@ impl ThreadActorState {
         }
         let mut thread = thread;
         thread.last_agent = Some(agent_id);
-        if self.ctl.is_none() {
-            thread.release_views();
-        }
         self.core = Some(thread);
         // A finished run's core is dead weight on an idle thread.
         if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {

@@ -19,8 +19,10 @@ use super::emitter::RunEmitter;
 /// A thread's durable data as the actor holds it.
 pub(crate) struct ThreadCore {
     pub(crate) thread_id: ThreadId,
-    /// The whole message log.
-    pub(crate) messages: Vec<Message>,
+    /// The whole message log, shared with the phase contexts that read it: a
+    /// context takes a reference, not a copy, and an append copies the log only if
+    /// a context still holds it (none does between phases).
+    pub(crate) messages: Arc<Vec<Message>>,
     /// How many of `messages` the store already has.
     pub(crate) persisted_messages: u64,
     /// Typed state; keys come from the current agent's plugins.
@@ -29,8 +31,6 @@ pub(crate) struct ThreadCore {
     pub(crate) pending_state: Option<PersistedState>,
     /// The agent of the latest run, the default for the next one.
     pub(crate) last_agent: Option<AgentId>,
-    /// Shared view of `messages` for phase contexts; rebuilt after appends.
-    messages_view: Option<Arc<[Message]>>,
 }
 
 impl ThreadCore {
@@ -42,12 +42,11 @@ impl ThreadCore {
         let persisted_messages = messages.len() as u64;
         Self {
             thread_id: thread.id,
-            messages,
+            messages: Arc::new(messages),
             persisted_messages,
             store: StateStore::new(),
             pending_state: state,
             last_agent: None,
-            messages_view: None,
         }
     }
 
@@ -62,20 +61,12 @@ impl ThreadCore {
     }
 
     pub(crate) fn push_message(&mut self, message: Message) {
-        self.messages.push(message);
-        self.messages_view = None;
+        Arc::make_mut(&mut self.messages).push(message);
     }
 
-    pub(crate) fn messages_view(&mut self) -> Arc<[Message]> {
-        Arc::clone(
-            self.messages_view
-                .get_or_insert_with(|| Arc::from(self.messages.as_slice())),
-        )
-    }
-
-    /// Drops caches only a running run uses.
-    pub(crate) fn release_views(&mut self) {
-        self.messages_view = None;
+    /// The log as a phase context reads it.
+    pub(crate) fn messages_view(&self) -> Arc<Vec<Message>> {
+        Arc::clone(&self.messages)
     }
 
     pub(crate) fn unpersisted_messages(&self) -> Vec<Message> {

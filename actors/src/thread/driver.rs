@@ -362,7 +362,7 @@ impl Driver<'_> {
     fn history_view(&self) -> Vec<Message> {
         match self.thread.store.get::<CompactionState>() {
             Some(compactions) => compacted_view(&self.thread.messages, compactions),
-            None => self.thread.messages.clone(),
+            None => self.thread.messages.to_vec(),
         }
     }
 
