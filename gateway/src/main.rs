@@ -13,8 +13,9 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Async worker threads: the target machine has two cores.
-const WORKERS: usize = 2;
+/// Overrides the number of async worker threads (default: one per core the
+/// process may use, which inside a container is its CPU limit).
+const WORKERS_VAR: &str = "AWAKEN_WORKER_THREADS";
 
 fn main() -> ExitCode {
     // Logs go to stderr (stdout carries the commands' output); `RUST_LOG` filters,
@@ -41,9 +42,24 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKERS)
+        .worker_threads(worker_threads()?)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     Ok(runtime.block_on(cli::dispatch(cli))?)
+}
+
+fn worker_threads() -> Result<usize, GatewayError> {
+    let Some(value) = std::env::var_os(WORKERS_VAR) else {
+        return Ok(std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get));
+    };
+    value
+        .to_str()
+        .and_then(|text| text.trim().parse::<usize>().ok())
+        .filter(|&workers| (1..=1024).contains(&workers))
+        .ok_or_else(|| {
+            GatewayError::Config(format!(
+                "{WORKERS_VAR} must be a whole number from 1 to 1024, got {value:?}"
+            ))
+        })
 }

@@ -226,3 +226,28 @@ fn bench_local_prints_one_json_line() {
     assert_eq!(json["runs"], 5);
     assert!(output.stderr.is_empty(), "--quiet prints no progress");
 }
+
+#[test]
+fn the_worker_thread_count_comes_from_the_environment_and_is_checked() {
+    let run = |workers: &str| {
+        Command::new(env!("CARGO_BIN_EXE_awaken"))
+            .args(["bench", "local", "--runs", "3", "--quiet"])
+            .env("AWAKEN_WORKER_THREADS", workers)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let one = run("1");
+    assert_eq!(one.status.code(), Some(0), "{one:?}");
+    assert_eq!(stdout_lines(&one).len(), 1);
+    for bad in ["0", "two", "-1", "100000"] {
+        let output = run(bad);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {output:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            stderr.contains("AWAKEN_WORKER_THREADS must be a whole number"),
+            "{bad}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{bad}: nothing ran");
+    }
+}
