@@ -103,8 +103,8 @@ pub fn served_routes() -> Vec<(Method, &'static str)> {
 }
 
 /// A request refused for load is answered without reading its body, so the
-/// answer says the connection closes: hyper closes it anyway, and a client must
-/// not reuse it.
+/// answer says the connection closes: hyper closes it whenever that body had not
+/// fully arrived, and a client must not be left to find out on its next request.
 fn overloaded(error: &BoxError) -> impl IntoResponse + use<> {
     (
         [(CONNECTION, "close")],
