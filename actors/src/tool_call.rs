@@ -1,16 +1,20 @@
 //! `ToolCallActor`: one execution attempt of one tool call.
 //!
 //! The thread actor decides *whether* a call runs (intercepts, decisions, execution
-//! mode); the tool call actor runs it. The tool executes on a task of its own, so the
-//! actor stays responsive to cancellation, and a panicking tool fails only its call:
-//! the panic is caught and reported as the call's outcome.
+//! mode) and polls its [`execution`] once; an execution that has to wait moves to a
+//! tool call actor (one finished at once needs none, decision 0037). The tool then
+//! executes on a task of its own, so the actor stays responsive to cancellation, and
+//! a panicking tool fails only its call: the panic is caught and reported as the
+//! call's outcome.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::pin::Pin;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use crate::cancellation::CancellationToken;
 use crate::ids::{RunId, ToolCallId};
 use crate::thread::{Launch, ThreadMsg, ToolOutcome};
 
@@ -31,18 +35,49 @@ pub struct ToolOutcomeBox(pub(crate) Box<ToolOutcome>);
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ToolCallActor;
 
-/// What a [`ToolCallActor`] starts with.
+/// A tool call execution under way: the tool's future, its panics caught and the
+/// call's cancellation observed, so it always ends in a [`ToolOutcome`].
+pub(crate) type Execution = Pin<Box<dyn Future<Output = ToolOutcome> + Send>>;
+
+/// Starts one attempt of a call: the execution and the token that cancels it.
+pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
+    let Launch {
+        tool,
+        args: arguments,
+        ctx,
+        ..
+    } = launch;
+    let cancellation = ctx.cancellation.clone();
+    let execution = async move {
+        let execution = AssertUnwindSafe(tool.execute(arguments, &ctx)).catch_unwind();
+        tokio::select! {
+            outcome = execution => match outcome {
+                Ok(Ok(output)) => ToolOutcome::Output(Box::new(output)),
+                Ok(Err(error)) => ToolOutcome::Error(error),
+                Err(panic) => ToolOutcome::Panicked(panic_message(panic.as_ref())),
+            },
+            () = ctx.cancellation.cancelled() => ToolOutcome::Cancelled,
+        }
+    };
+    (Box::pin(execution), cancellation)
+}
+
+/// What a [`ToolCallActor`] starts with: an execution its thread found unfinished.
 pub struct ToolCallArgs {
     pub(crate) thread: ActorRef<ThreadMsg>,
     pub(crate) run_id: RunId,
-    pub(crate) launch: Launch,
+    pub(crate) call_id: ToolCallId,
+    pub(crate) attempt: u32,
+    pub(crate) cancellation: CancellationToken,
+    pub(crate) execution: Execution,
 }
 
 impl std::fmt::Debug for ToolCallArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolCallArgs")
             .field("run_id", &self.run_id)
-            .field("call_id", &self.launch.call_id)
+            .field("call_id", &self.call_id)
+            .field("attempt", &self.attempt)
             .finish_non_exhaustive()
     }
 }
@@ -53,7 +88,7 @@ pub struct ToolCallState {
     run_id: RunId,
     call_id: ToolCallId,
     attempt: u32,
-    cancellation: crate::cancellation::CancellationToken,
+    cancellation: CancellationToken,
     reported: bool,
 }
 
@@ -94,41 +129,20 @@ impl Actor for ToolCallActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let Launch {
-            call_id,
-            attempt,
-            tool,
-            args: arguments,
-            ctx,
-        } = args.launch;
-        let cancellation = ctx.cancellation.clone();
-        let tool: Arc<dyn crate::tool::Tool> = tool;
-        let execution = async move {
-            let execution = AssertUnwindSafe(tool.execute(arguments, &ctx)).catch_unwind();
-            tokio::select! {
-                outcome = execution => match outcome {
-                    Ok(Ok(output)) => ToolOutcome::Output(Box::new(output)),
-                    Ok(Err(error)) => ToolOutcome::Error(error),
-                    Err(panic) => ToolOutcome::Panicked(panic_message(panic.as_ref())),
-                },
-                () = ctx.cancellation.cancelled() => ToolOutcome::Cancelled,
-            }
-        };
-        // A tool that finishes at once needs no task; a slow one runs on its own so
-        // this actor stays responsive to `Cancel`.
+        // The execution runs on a task of its own, so this actor stays responsive
+        // to `Cancel` while the tool works.
         let reporter = myself.clone();
-        let finished = |outcome| ToolCallMsg::Finished(ToolOutcomeBox(Box::new(outcome)));
-        if let Some(outcome) = crate::inline::ready_or_spawn(execution, move |outcome| {
-            let _ = reporter.send_message(finished(outcome));
-        }) {
-            let _ = myself.send_message(finished(outcome));
-        }
+        let execution = args.execution;
+        tokio::spawn(async move {
+            let outcome = execution.await;
+            let _ = reporter.send_message(ToolCallMsg::Finished(ToolOutcomeBox(Box::new(outcome))));
+        });
         Ok(ToolCallState {
             thread: args.thread,
             run_id: args.run_id,
-            call_id,
-            attempt,
-            cancellation,
+            call_id: args.call_id,
+            attempt: args.attempt,
+            cancellation: args.cancellation,
             reported: false,
         })
     }

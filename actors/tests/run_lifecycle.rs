@@ -233,6 +233,41 @@ async fn a_panicking_tool_fails_only_its_call() {
     assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolCallDone { outcome: ToolCallOutcome::Failed, result, .. } if result.error_code.as_deref() == Some("tool_panicked"))));
 }
 
+#[tokio::test]
+async fn a_tool_panicking_after_a_wait_fails_only_its_call() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("late_boom", json!({}))]),
+        Turn::Text("recovered"),
+    ]);
+    let rt = plain_runtime(
+        llm.clone(),
+        ToolExecutionMode::Sequential,
+        vec![("late_boom", Arc::new(LateBoom))],
+    );
+    let (result, events) = run_once(&rt, "t-late-boom", "go").await;
+    assert_eq!(result.termination, TerminationReason::NaturalEnd);
+    assert_eq!(result.response, "recovered");
+    let done = events.iter().find_map(|e| match e {
+        AgentEvent::ToolCallDone {
+            outcome, result, ..
+        } => Some((
+            outcome.clone(),
+            result.error_code.clone(),
+            result.message.clone(),
+        )),
+        _ => None,
+    });
+    let (outcome, code, message) = done.expect("the call finished");
+    assert_eq!(outcome, ToolCallOutcome::Failed);
+    assert_eq!(code.as_deref(), Some("tool_panicked"));
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("tool exploded later")),
+        "the panic message is reported: {message:?}"
+    );
+}
+
 /// A thread-scoped counter of runs, bumped at every RunStart.
 struct RunsSeen;
 impl StateKey for RunsSeen {

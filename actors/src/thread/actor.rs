@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -988,6 +989,9 @@ impl ThreadActorState {
         crate::inline::ready_or_spawn(inference, |()| {});
     }
 
+    /// Starts one tool call attempt. An execution that is finished the first time it
+    /// is polled reports at once (decision 0037); one that has to wait continues in
+    /// a child `ToolCallActor`.
     async fn launch(&mut self, run_id: &RunId, mut launch: Launch, myself: &ActorRef<ThreadMsg>) {
         let call_id = launch.call_id.clone();
         let attempt = launch.attempt;
@@ -995,10 +999,24 @@ impl ThreadActorState {
             thread: myself.clone(),
             run_id: run_id.clone(),
         }));
+        let (mut execution, cancellation) = crate::tool_call::execution(launch);
+        if let Poll::Ready(outcome) = crate::inline::poll_once(execution.as_mut()) {
+            // Through the mailbox, behind any activity the tool reported meanwhile.
+            let _ = myself.send_message(ThreadMsg::ToolFinished {
+                run_id: run_id.clone(),
+                call_id,
+                attempt,
+                outcome: ToolOutcomeBox(Box::new(outcome)),
+            });
+            return;
+        }
         let args = ToolCallArgs {
             thread: myself.clone(),
             run_id: run_id.clone(),
-            launch,
+            call_id: call_id.clone(),
+            attempt,
+            cancellation,
+            execution,
         };
         match Box::pin(Actor::spawn_linked(
             None,

@@ -177,6 +177,24 @@ impl Tool for Boom {
     }
 }
 
+/// Panics after its first wait, so the panic happens in the call's own actor.
+pub struct LateBoom;
+
+#[async_trait]
+impl Tool for LateBoom {
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor::new("late_boom", "late_boom", "panics after yielding once")
+    }
+    async fn execute(
+        &self,
+        _args: JsonValue,
+        _ctx: &ToolCallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        tokio::task::yield_now().await;
+        panic!("tool exploded later");
+    }
+}
+
 /// Suspends calls to the named tools before execution (a minimal permission plugin).
 pub struct Approval {
     pub tools: BTreeSet<&'static str>,
