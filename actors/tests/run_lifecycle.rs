@@ -847,3 +847,93 @@ async fn an_agent_listing_a_registered_stop_plugin_uses_it_instead() {
     let (result, _) = run_once(&rt, "t-max-plugin", "loop").await;
     assert_eq!(stop_code(&result.termination), "max_rounds");
 }
+
+/// Streams "a", "b", "c" and the text "abc"; with `pause`, waits once after "b", so
+/// the rest arrives while the inference runs on a task of its own.
+struct Streaming {
+    pause: bool,
+}
+
+#[async_trait]
+impl awaken_actors::llm::LlmExecutor for Streaming {
+    async fn execute(
+        &self,
+        _request: awaken_actors::llm::InferenceRequest,
+    ) -> Result<awaken_actors::llm::StreamResult, awaken_actors::InferenceExecutionError> {
+        Err(awaken_actors::InferenceExecutionError::provider(
+            "only streams",
+        ))
+    }
+
+    fn execute_stream(
+        self: Arc<Self>,
+        _request: awaken_actors::llm::InferenceRequest,
+    ) -> awaken_actors::llm::InferenceStream {
+        use awaken_actors::contract::ContentBlock;
+        use awaken_actors::llm::{InferenceChunk, InferenceDelta, StopReason, StreamResult};
+        use futures::StreamExt;
+        let delta = |text: &str| {
+            Ok(InferenceChunk::Delta(InferenceDelta::Text {
+                delta: text.to_owned(),
+            }))
+        };
+        let done = Ok(InferenceChunk::Done(StreamResult {
+            content: vec![ContentBlock::text("abc")],
+            stop_reason: Some(StopReason::EndTurn),
+            ..StreamResult::default()
+        }));
+        let head = futures::stream::iter([delta("a"), delta("b")]);
+        let pause = self.pause;
+        let wait = futures::stream::once(async move {
+            if pause {
+                tokio::task::yield_now().await;
+            }
+            delta("c")
+        });
+        head.chain(wait)
+            .chain(futures::stream::iter([done]))
+            .boxed()
+    }
+
+    fn name(&self) -> &str {
+        "streaming"
+    }
+}
+
+#[tokio::test]
+async fn streamed_deltas_keep_their_order_whether_or_not_the_model_waits() {
+    for pause in [false, true] {
+        let rt = runtime_with(
+            Arc::new(Streaming { pause }),
+            agent_spec(ToolExecutionMode::Sequential),
+            vec![],
+            vec![],
+            None,
+            ThreadConfig::default(),
+        );
+        let thread = if pause { "t-stream-wait" } else { "t-stream" };
+        let (result, events) = run_once(&rt, thread, "spell").await;
+        assert_eq!(result.response, "abc", "pause {pause}");
+        assert_well_formed(&events);
+        let deltas: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::TextDelta { delta } => Some(delta.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, ["a", "b", "c"], "pause {pause}");
+        let last_delta = events
+            .iter()
+            .rposition(|e| matches!(e, AgentEvent::TextDelta { .. }))
+            .unwrap();
+        let complete = events
+            .iter()
+            .position(|e| matches!(e, AgentEvent::InferenceComplete { .. }))
+            .unwrap();
+        assert!(
+            last_delta < complete,
+            "pause {pause}: deltas before InferenceComplete"
+        );
+    }
+}

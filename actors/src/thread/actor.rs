@@ -7,7 +7,7 @@
 //! are answered while a run is busy.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Instant;
 
@@ -901,12 +901,7 @@ impl ThreadActorState {
         let run_id = run.identity.run_id.clone();
         let agent_id = run.record.agent_id.clone();
         match next {
-            Next::Infer(request) => {
-                self.spawn_inference(&run, request, myself);
-                if let Some(ctl) = &mut self.ctl {
-                    ctl.step_inferring = true;
-                }
-            }
+            Next::Infer(request) => self.spawn_inference(&run, request, myself),
             Next::Compact(job) => {
                 let run_id = run_id.clone();
                 let myself = myself.clone();
@@ -948,8 +943,12 @@ impl ThreadActorState {
         }
     }
 
+    /// Runs the step's inference outside the handler. A model that answers at once
+    /// (scripted, cached) finishes during the first poll: its deltas and result are
+    /// taken here, without a message per piece; a model that has to wait continues
+    /// on a task that reports each piece by message.
     fn spawn_inference(
-        &self,
+        &mut self,
         run: &RunCore,
         request: InferenceRequest,
         myself: &ActorRef<ThreadMsg>,
@@ -957,8 +956,12 @@ impl ThreadActorState {
         let executor = Arc::clone(&run.agent.executor);
         let cancellation = run.cancellation.clone();
         let run_id = run.identity.run_id.clone();
-        let myself = myself.clone();
-        // A model that answers at once (scripted, cached) needs no task.
+        // Deltas of the first poll, kept in order until this handler takes them; the
+        // task sends later ones as messages, which the actor handles after this one.
+        let early = Arc::new(Mutex::new(Some(Vec::new())));
+        let pieces = Arc::clone(&early);
+        let reporter = myself.clone();
+        let delta_run = run_id.clone();
         let inference = async move {
             let started = Instant::now();
             let mut stream = executor.execute_stream(request);
@@ -971,22 +974,52 @@ impl ThreadActorState {
                         Some(Err(error)) => break Err(error),
                         Some(Ok(InferenceChunk::Done(result))) => break Ok(result),
                         Some(Ok(InferenceChunk::Delta(delta))) => {
-                            let _ = myself.send_message(ThreadMsg::InferenceDelta {
-                                run_id: run_id.clone(),
-                                delta,
-                            });
+                            let mut early = pieces.lock().unwrap_or_else(PoisonError::into_inner);
+                            match early.as_mut() {
+                                Some(buffer) => buffer.push(delta),
+                                None => {
+                                    let _ = reporter.send_message(ThreadMsg::InferenceDelta {
+                                        run_id: delta_run.clone(),
+                                        delta,
+                                    });
+                                }
+                            }
                         }
                     },
                 }
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            let _ = myself.send_message(ThreadMsg::InferenceDone {
-                run_id,
+            (result, duration_ms)
+        };
+        let reporter = myself.clone();
+        let done_run = run_id.clone();
+        let finished = crate::inline::ready_or_spawn(inference, move |(result, duration_ms)| {
+            let _ = reporter.send_message(ThreadMsg::InferenceDone {
+                run_id: done_run,
                 result,
                 duration_ms,
             });
-        };
-        crate::inline::ready_or_spawn(inference, |()| {});
+        });
+        let early = early
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .unwrap_or_default();
+        for delta in early {
+            self.on_delta(&run_id, delta);
+        }
+        match finished {
+            Some((result, duration_ms)) => self.queue.push_back(Input::Inference {
+                run_id,
+                result,
+                duration_ms,
+            }),
+            None => {
+                if let Some(ctl) = self.ctl.as_mut().filter(|c| c.run_id == run_id) {
+                    ctl.step_inferring = true;
+                }
+            }
+        }
     }
 
     /// Starts one tool call attempt. An execution that is finished the first time it
