@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::actions::{
     BehaviorRequestKey, ContextMessagesKey, ContextMessagesUpdate, InferenceOverrideKey,
-    InferenceOverrideUpdate, ToolFilterKey, ToolFilterUpdate, ToolInterceptKey,
+    InferenceOverrideUpdate, ToolFilter, ToolFilterKey, ToolFilterUpdate, ToolInterceptKey,
     ToolInterceptPayload, ToolInterceptUpdate,
 };
 use crate::context::{
@@ -373,8 +373,13 @@ impl Driver<'_> {
         if !spec.system_prompt.is_empty() {
             messages.push(Message::system(spec.system_prompt.clone()));
         }
+        let mut consume = StateCommand::new();
         if let Some(context) = snapshot.get::<ContextMessagesKey>() {
-            for injected in context.for_step(step) {
+            let injected = context.for_step(step);
+            if !injected.is_empty() {
+                consume.update::<ContextMessagesKey>(ContextMessagesUpdate::Injected { step });
+            }
+            for injected in injected {
                 let mut message = match injected.role {
                     crate::contract::Role::User => Message::user(injected.content.clone()),
                     _ => Message::system(injected.content.clone()),
@@ -405,13 +410,23 @@ impl Driver<'_> {
             .env
             .apply_request_transforms(&mut request, &snapshot);
 
-        // The step's context, override and filter are consumed by this request.
-        let mut consume = StateCommand::new();
-        consume
-            .update::<ContextMessagesKey>(ContextMessagesUpdate::Injected { step })
-            .update::<InferenceOverrideKey>(InferenceOverrideUpdate::Clear)
-            .update::<ToolFilterKey>(ToolFilterUpdate::Clear);
-        self.thread.store.commit(consume)?;
+        // The step's context, override and filter are consumed by this request; a
+        // step that had none of them commits nothing.
+        if snapshot
+            .get::<InferenceOverrideKey>()
+            .is_some_and(|o| !o.is_empty())
+        {
+            consume.update::<InferenceOverrideKey>(InferenceOverrideUpdate::Clear);
+        }
+        if snapshot
+            .get::<ToolFilterKey>()
+            .is_some_and(|f| *f != ToolFilter::default())
+        {
+            consume.update::<ToolFilterKey>(ToolFilterUpdate::Clear);
+        }
+        if !consume.is_empty() {
+            self.thread.store.commit(consume)?;
+        }
         Ok(request)
     }
 
@@ -745,6 +760,8 @@ impl Driver<'_> {
                     }),
                     _ => None,
                 };
+                // The agent's tools are keyed by their descriptor's id.
+                let tool_id = state.tool_name.clone();
                 self.put_call(state)?;
                 let snapshot = match mode {
                     ToolExecutionMode::Sequential => self.thread.store.snapshot(),
@@ -754,7 +771,7 @@ impl Driver<'_> {
                 };
                 let mut ctx = ToolCallContext::new(
                     call_id.clone(),
-                    tool.descriptor().id,
+                    tool_id,
                     Arc::clone(&self.run.identity),
                     Arc::clone(&self.run.agent.spec),
                     snapshot,
