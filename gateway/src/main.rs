@@ -8,7 +8,8 @@ use awaken_gateway::GatewayError;
 use awaken_gateway::cli::{self, Cli};
 use clap::Parser;
 
-// mimalloc: glibc malloc dominated the run loop's profile under concurrency.
+// mimalloc: glibc malloc dominated the run loop's profile under concurrency; the
+// 2.x line, not the crate's default 3.x (decision 0038).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
