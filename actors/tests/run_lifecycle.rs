@@ -250,11 +250,7 @@ async fn a_tool_panicking_after_a_wait_fails_only_its_call() {
     let done = events.iter().find_map(|e| match e {
         AgentEvent::ToolCallDone {
             outcome, result, ..
-        } => Some((
-            outcome.clone(),
-            result.error_code.clone(),
-            result.message.clone(),
-        )),
+        } => Some((*outcome, result.error_code.clone(), result.message.clone())),
         _ => None,
     });
     let (outcome, code, message) = done.expect("the call finished");
