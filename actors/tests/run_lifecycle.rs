@@ -218,50 +218,41 @@ async fn permission_ask_with_always_allow_is_remembered_on_the_thread() {
 
 #[tokio::test]
 async fn a_panicking_tool_fails_only_its_call() {
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("boom", json!({}))]),
-        Turn::Text("recovered"),
-    ]);
-    let rt = plain_runtime(
-        llm.clone(),
-        ToolExecutionMode::Sequential,
-        vec![("boom", Arc::new(Boom))],
-    );
-    let (result, events) = run_once(&rt, "t-boom", "go").await;
-    assert_eq!(result.termination, TerminationReason::NaturalEnd);
-    assert_eq!(result.response, "recovered");
-    assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolCallDone { outcome: ToolCallOutcome::Failed, result, .. } if result.error_code.as_deref() == Some("tool_panicked"))));
-}
-
-#[tokio::test]
-async fn a_tool_panicking_after_a_wait_fails_only_its_call() {
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("late_boom", json!({}))]),
-        Turn::Text("recovered"),
-    ]);
-    let rt = plain_runtime(
-        llm.clone(),
-        ToolExecutionMode::Sequential,
-        vec![("late_boom", Arc::new(LateBoom))],
-    );
-    let (result, events) = run_once(&rt, "t-late-boom", "go").await;
-    assert_eq!(result.termination, TerminationReason::NaturalEnd);
-    assert_eq!(result.response, "recovered");
-    let done = events.iter().find_map(|e| match e {
-        AgentEvent::ToolCallDone {
-            outcome, result, ..
-        } => Some((*outcome, result.error_code.clone(), result.message.clone())),
-        _ => None,
-    });
-    let (outcome, code, message) = done.expect("the call finished");
-    assert_eq!(outcome, ToolCallOutcome::Failed);
-    assert_eq!(code.as_deref(), Some("tool_panicked"));
-    assert!(
-        message
-            .as_deref()
-            .is_some_and(|m| m.contains("tool exploded later")),
-        "the panic message is reported: {message:?}"
-    );
+    // At once (caught where the thread polls the call) and after a wait (caught in
+    // the call's own actor).
+    for late in [false, true] {
+        let llm = ScriptedLlm::new(vec![
+            Turn::Calls(vec![("boom", json!({}))]),
+            Turn::Text("recovered"),
+        ]);
+        let rt = plain_runtime(
+            llm.clone(),
+            ToolExecutionMode::Sequential,
+            vec![("boom", Arc::new(Boom { late }))],
+        );
+        let (result, events) = run_once(&rt, "t-boom", "go").await;
+        assert_eq!(
+            result.termination,
+            TerminationReason::NaturalEnd,
+            "late {late}"
+        );
+        assert_eq!(result.response, "recovered", "late {late}");
+        let done = events.iter().find_map(|e| match e {
+            AgentEvent::ToolCallDone {
+                outcome, result, ..
+            } => Some((*outcome, result.error_code.clone(), result.message.clone())),
+            _ => None,
+        });
+        let (outcome, code, message) = done.expect("the call finished");
+        assert_eq!(outcome, ToolCallOutcome::Failed, "late {late}");
+        assert_eq!(code.as_deref(), Some("tool_panicked"), "late {late}");
+        assert!(
+            message
+                .as_deref()
+                .is_some_and(|m| m.contains("tool exploded")),
+            "late {late}: the panic message is reported: {message:?}"
+        );
+    }
 }
 
 /// A thread-scoped counter of runs, bumped at every RunStart.

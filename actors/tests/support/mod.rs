@@ -160,8 +160,10 @@ impl Tool for Gate {
     }
 }
 
-/// Panics when executed.
-pub struct Boom;
+/// Panics: at once, or (`late`) after its first wait, so in the call's own actor.
+pub struct Boom {
+    pub late: bool,
+}
 
 #[async_trait]
 impl Tool for Boom {
@@ -173,25 +175,10 @@ impl Tool for Boom {
         _args: JsonValue,
         _ctx: &ToolCallContext,
     ) -> Result<ToolOutput, ToolError> {
+        if self.late {
+            tokio::task::yield_now().await;
+        }
         panic!("tool exploded");
-    }
-}
-
-/// Panics after its first wait, so the panic happens in the call's own actor.
-pub struct LateBoom;
-
-#[async_trait]
-impl Tool for LateBoom {
-    fn descriptor(&self) -> ToolDescriptor {
-        ToolDescriptor::new("late_boom", "late_boom", "panics after yielding once")
-    }
-    async fn execute(
-        &self,
-        _args: JsonValue,
-        _ctx: &ToolCallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        tokio::task::yield_now().await;
-        panic!("tool exploded later");
     }
 }
 
