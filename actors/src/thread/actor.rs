@@ -901,7 +901,7 @@ impl ThreadActorState {
         let run_id = run.identity.run_id.clone();
         let agent_id = run.record.agent_id.clone();
         match next {
-            Next::Infer(request) => self.spawn_inference(&run, request, myself),
+            Next::Infer(request) => self.start_inference(&run, request, myself),
             Next::Compact(job) => {
                 let run_id = run_id.clone();
                 let myself = myself.clone();
@@ -947,7 +947,7 @@ impl ThreadActorState {
     /// (scripted, cached) finishes during the first poll: its deltas and result are
     /// taken here, without a message per piece; a model that has to wait continues
     /// on a task that reports each piece by message.
-    fn spawn_inference(
+    fn start_inference(
         &mut self,
         run: &RunCore,
         request: InferenceRequest,
