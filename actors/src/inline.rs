@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 /// Polls `future` once. If it is complete, returns its output; otherwise spawns it
@@ -38,6 +39,40 @@ pub(crate) fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Poll<F::Outp
     future.poll(&mut cx)
 }
 
+/// What work reports while it is polled in place, kept in order for the poller.
+///
+/// Once the poller has taken them, later reports are handed back to be sent as
+/// messages; a poller that is an actor handles those after its current handler,
+/// so the order holds across the switch.
+pub(crate) struct EarlyReports<T>(Mutex<Option<Vec<T>>>);
+
+impl<T> EarlyReports<T> {
+    /// Reports kept from now until [`EarlyReports::take`].
+    pub(crate) fn new() -> Self {
+        Self(Mutex::new(Some(Vec::new())))
+    }
+
+    /// Keeps `report` while the in-place poll lasts; afterwards hands it back.
+    pub(crate) fn keep(&self, report: T) -> Option<T> {
+        match self.lock().as_mut() {
+            Some(kept) => {
+                kept.push(report);
+                None
+            }
+            None => Some(report),
+        }
+    }
+
+    /// Ends the in-place poll and returns what was reported during it.
+    pub(crate) fn take(&self) -> Vec<T> {
+        self.lock().take().unwrap_or_default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<T>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -52,6 +87,16 @@ mod tests {
         let out = ready_or_spawn(async { 7 }, move |_| flag.store(true, Ordering::SeqCst));
         assert_eq!(out, Some(7));
         assert!(!called.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn early_reports_are_kept_until_taken_then_handed_back() {
+        let reports = EarlyReports::new();
+        assert_eq!(reports.keep(1), None);
+        assert_eq!(reports.keep(2), None);
+        assert_eq!(reports.take(), vec![1, 2]);
+        assert_eq!(reports.keep(3), Some(3));
+        assert!(reports.take().is_empty());
     }
 
     #[tokio::test]

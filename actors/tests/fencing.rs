@@ -84,6 +84,8 @@ async fn a_new_owner_fences_out_the_old_one() {
 
     assert!(refused(&old, "t-moved").await, "a stale core cannot write");
     assert_eq!(message_count(&store, &thread).await, 4, "nothing changed");
+    old.thread_stopped(&thread).await;
+    assert_eq!(old.supervised_threads(), 0, "a fenced actor forgets itself");
 
     old.evict_threads(|t| t == &thread).await;
     assert!(!old.is_thread_warm(&thread) && !old.is_thread_live(&thread));

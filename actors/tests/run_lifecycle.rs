@@ -459,6 +459,12 @@ async fn a_crashed_thread_actor_restarts_from_its_checkpoint() {
         .unwrap()
         .unwrap();
     assert_eq!(snapshot.messages.last().unwrap().text(), "survived");
+    rt.thread_stopped(&thread).await;
+    assert_eq!(
+        rt.supervised_threads(),
+        0,
+        "neither the failed actor nor its replacement is left registered"
+    );
 }
 
 /// Skips inference on the first step.
@@ -506,7 +512,11 @@ async fn a_plugin_can_end_the_run_before_inference() {
 }
 
 /// Reports progress twice, then succeeds.
-struct Progressing;
+/// Reports progress; with `wait`, waits once after its first report, so that report
+/// is made during the thread's in-place poll and the others from the call's actor.
+struct Progressing {
+    wait: bool,
+}
 #[async_trait]
 impl awaken_actors::tool::Tool for Progressing {
     fn descriptor(&self) -> awaken_actors::contract::ToolDescriptor {
@@ -520,6 +530,9 @@ impl awaken_actors::tool::Tool for Progressing {
         use awaken_actors::contract::ProgressStatus;
         ctx.report_progress(ProgressStatus::Running, Some("half"), Some(0.5))
             .await;
+        if self.wait {
+            tokio::task::yield_now().await;
+        }
         ctx.report_activity("log", "indexed 10 files").await;
         ctx.report_progress(ProgressStatus::Done, Some("all"), Some(1.0))
             .await;
@@ -528,66 +541,69 @@ impl awaken_actors::tool::Tool for Progressing {
 }
 
 #[tokio::test]
-async fn tool_progress_streams_in_order() {
-    let llm = ScriptedLlm::new(vec![
-        Turn::Calls(vec![("index", json!({}))]),
-        Turn::Text("indexed"),
-    ]);
-    let rt = plain_runtime(
-        llm,
-        ToolExecutionMode::Sequential,
-        vec![("index", Arc::new(Progressing))],
-    );
-    let sink = Arc::new(Collector::default());
-    rt.run(
-        RunRequest::new(tid("t-progress"), user("index")),
-        sink.clone(),
-    )
-    .await
-    .unwrap();
-    let events = sink.take();
-    assert_well_formed(&events);
-    let start = events
-        .iter()
-        .position(|e| matches!(e, AgentEvent::ToolCallStart { .. }))
+async fn tool_progress_streams_in_order_whether_or_not_the_tool_waits() {
+    for wait in [false, true] {
+        let llm = ScriptedLlm::new(vec![
+            Turn::Calls(vec![("index", json!({}))]),
+            Turn::Text("indexed"),
+        ]);
+        let rt = plain_runtime(
+            llm,
+            ToolExecutionMode::Sequential,
+            vec![("index", Arc::new(Progressing { wait }))],
+        );
+        let sink = Arc::new(Collector::default());
+        rt.run(
+            RunRequest::new(tid("t-progress"), user("index")),
+            sink.clone(),
+        )
+        .await
         .unwrap();
-    let done = events
-        .iter()
-        .position(|e| matches!(e, AgentEvent::ToolCallDone { .. }))
-        .unwrap();
-    let activity: Vec<(usize, String)> = events
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| match e {
-            AgentEvent::ActivitySnapshot {
-                activity_type,
-                content,
-                ..
-            } => Some((
-                i,
-                format!(
-                    "{activity_type}:{}",
-                    content
-                        .get("status")
-                        .and_then(|s| s.as_str())
-                        .unwrap_or("text")
-                ),
-            )),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        activity.iter().map(|(_, a)| a.as_str()).collect::<Vec<_>>(),
-        [
-            "tool-call-progress:running",
-            "log:text",
-            "tool-call-progress:done"
-        ]
-    );
-    assert!(
-        activity.iter().all(|(i, _)| *i > start && *i < done),
-        "progress between start and done"
-    );
+        let events = sink.take();
+        assert_well_formed(&events);
+        let start = events
+            .iter()
+            .position(|e| matches!(e, AgentEvent::ToolCallStart { .. }))
+            .unwrap();
+        let done = events
+            .iter()
+            .position(|e| matches!(e, AgentEvent::ToolCallDone { .. }))
+            .unwrap();
+        let activity: Vec<(usize, String)> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e {
+                AgentEvent::ActivitySnapshot {
+                    activity_type,
+                    content,
+                    ..
+                } => Some((
+                    i,
+                    format!(
+                        "{activity_type}:{}",
+                        content
+                            .get("status")
+                            .and_then(|s| s.as_str())
+                            .unwrap_or("text")
+                    ),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            activity.iter().map(|(_, a)| a.as_str()).collect::<Vec<_>>(),
+            [
+                "tool-call-progress:running",
+                "log:text",
+                "tool-call-progress:done"
+            ],
+            "wait: {wait}"
+        );
+        assert!(
+            activity.iter().all(|(i, _)| *i > start && *i < done),
+            "progress between start and done (wait: {wait})"
+        );
+    }
 }
 
 #[tokio::test]

@@ -289,5 +289,5 @@ async fn a_query_wakes_a_thread_only_for_as_long_as_it_takes() {
     let never_ran = tid("t-never-ran");
     rt.thread_status(&never_ran).await.unwrap();
     rt.thread_stopped(&never_ran).await;
-    assert_eq!(rt.live_threads(), 0);
+    assert_eq!((rt.live_threads(), rt.supervised_threads()), (0, 0));
 }

@@ -339,6 +339,13 @@ impl AgentRuntime {
         self.region.get().map_or(0, ThreadRegion::warm_threads)
     }
 
+    /// Number of thread actors on this node the supervisor would restart on failure.
+    pub fn supervised_threads(&self) -> usize {
+        self.region
+            .get()
+            .map_or(0, ThreadRegion::supervised_threads)
+    }
+
     /// Whether the thread currently has an actor on this node.
     pub fn is_thread_live(&self, thread_id: &ThreadId) -> bool {
         self.region.get().is_some_and(|r| r.is_live(thread_id))

@@ -7,7 +7,7 @@
 //! are answered while a run is busy.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use std::panic::AssertUnwindSafe;
 
 use futures::{FutureExt, StreamExt};
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use crate::context::Compaction;
 use crate::contract::{
@@ -24,6 +24,7 @@ use crate::contract::{
 use crate::error::InferenceExecutionError;
 use crate::event_sink::EventSink;
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
+use crate::inline::EarlyReports;
 use crate::llm::{InferenceChunk, InferenceDelta, InferenceRequest, StreamResult};
 use crate::runtime::ResolvedAgent;
 use crate::tool_call::{ToolCallActor, ToolCallArgs, ToolCallMsg, ToolOutcomeBox};
@@ -34,7 +35,7 @@ use super::deps::ThreadDeps;
 use super::driver::{Driver, Launch, Next, ToolOutcome, now_ms};
 use super::emitter::RunEmitter;
 use super::keys::{RunLifecycleKey, ToolCallStates};
-use super::region::{Kept, Passivation};
+use super::region::{Kept, RegionView};
 use super::request::RunRequest;
 
 /// Messages a thread actor handles. The public ones come through the runtime's
@@ -196,6 +197,29 @@ enum Input {
     GiveUp(String),
 }
 
+/// The answer to a request that starts or takes up a run, held until the run's
+/// first segment ran.
+enum Answer {
+    Start(
+        RpcReplyPort<Result<RunTicket, ControlError>>,
+        Result<RunTicket, ControlError>,
+    ),
+    Activate(
+        RpcReplyPort<Result<Activation, ControlError>>,
+        Result<Activation, ControlError>,
+    ),
+}
+
+impl Answer {
+    fn send(self) {
+        // A caller that stopped waiting needs no answer.
+        match self {
+            Self::Start(reply, answer) => drop(reply.send(answer)),
+            Self::Activate(reply, answer) => drop(reply.send(answer)),
+        }
+    }
+}
+
 /// A validated input, ready to run as a segment.
 enum Work {
     Start(Vec<Message>),
@@ -226,7 +250,9 @@ pub struct ThreadActor;
 pub struct ThreadActorArgs {
     pub(crate) thread_id: ThreadId,
     pub(crate) deps: Arc<ThreadDeps>,
-    pub(crate) passivation: Arc<dyn Passivation>,
+    pub(crate) region: Arc<dyn RegionView>,
+    /// The supervisor the actor links to on its first message.
+    pub(crate) supervisor: ActorCell,
     pub(crate) restarts: u32,
     pub(crate) warm: Option<WarmThread>,
 }
@@ -235,7 +261,9 @@ pub struct ThreadActorArgs {
 pub struct ThreadActorState {
     thread_id: ThreadId,
     deps: Arc<ThreadDeps>,
-    passivation: Arc<dyn Passivation>,
+    region: Arc<dyn RegionView>,
+    /// The supervisor to link to, and the restarts so far, until the first message.
+    unlinked: Option<(ActorCell, u32)>,
     core: Option<Box<ThreadCore>>,
     run: Option<Box<RunCore>>,
     ctl: Option<RunCtl>,
@@ -271,7 +299,8 @@ impl Actor for ThreadActor {
         let ThreadActorArgs {
             thread_id,
             deps,
-            passivation,
+            region,
+            supervisor,
             restarts,
             warm,
         } = args;
@@ -282,7 +311,8 @@ impl Actor for ThreadActor {
         let mut state = ThreadActorState {
             thread_id,
             deps,
-            passivation,
+            region,
+            unlinked: Some((supervisor, restarts)),
             core: None,
             run: None,
             ctl: None,
@@ -314,22 +344,30 @@ impl Actor for ThreadActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if !state.join_supervision(&myself) {
+            myself.stop(Some("the node is shutting down".to_owned()));
+            return Ok(());
+        }
         if state.passivating && !matches!(message, ThreadMsg::Passivate) {
             state.active_since_passivation = true;
         }
+        let mut answer = None;
         match message {
             ThreadMsg::Start {
                 request,
                 sink,
                 reply,
-            } => state.on_start(request, sink, reply),
+            } => answer = Some(Answer::Start(reply, state.accept_start(request, sink))),
             ThreadMsg::Activate {
                 run_id,
                 request,
                 sink,
                 reply,
             } => {
-                let _ = reply.send(state.on_activate(run_id, request, sink));
+                answer = Some(Answer::Activate(
+                    reply,
+                    state.on_activate(run_id, request, sink),
+                ))
             }
             ThreadMsg::Decide {
                 call_id,
@@ -397,7 +435,13 @@ impl Actor for ThreadActor {
             }
         }
         // Boxed: every live actor keeps its handler future's frame, so it stays small.
-        Box::pin(state.pump(&myself)).await?;
+        let pumped = Box::pin(state.pump(&myself)).await;
+        // A start is answered after the run's first segment: a run that finishes in
+        // place then wakes its caller once (answer and result together), not twice.
+        if let Some(answer) = answer {
+            answer.send();
+        }
+        pumped?;
         // Whatever woke the actor (a run, a query, a refused request), an idle thread
         // gives its actor up.
         state.begin_passivation(&myself);
@@ -431,6 +475,20 @@ impl Actor for ThreadActor {
                 });
                 state.pump(&myself).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// A stopped actor (passivated, fenced, evicted) forgets itself and unlinks, so
+    /// its stop wakes no supervisor; only failures reach it.
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.region.stopped(&state.thread_id, &myself);
+        if let Some(supervisor) = myself.try_get_supervisor() {
+            myself.get_cell().unlink(supervisor);
         }
         Ok(())
     }
@@ -553,15 +611,6 @@ impl ThreadActorState {
             .or_else(|| self.run.as_ref().map(|r| r.record.agent_id.clone()))
             .or_else(|| self.deps.config.default_agent.clone())
             .ok_or(ControlError::NoAgent)
-    }
-
-    fn on_start(
-        &mut self,
-        request: RunRequest,
-        sink: Option<Arc<dyn EventSink>>,
-        reply: RpcReplyPort<Result<RunTicket, ControlError>>,
-    ) {
-        let _ = reply.send(self.accept_start(request, sink));
     }
 
     fn on_activate(
@@ -956,9 +1005,9 @@ impl ThreadActorState {
         let executor = Arc::clone(&run.agent.executor);
         let cancellation = run.cancellation.clone();
         let run_id = run.identity.run_id.clone();
-        // Deltas of the first poll, kept in order until this handler takes them; the
-        // task sends later ones as messages, which the actor handles after this one.
-        let early = Arc::new(Mutex::new(Some(Vec::new())));
+        // Deltas of the first poll are handled by this handler; the task sends later
+        // ones as messages, which the actor handles after this one.
+        let early = Arc::new(EarlyReports::new());
         let pieces = Arc::clone(&early);
         let reporter = myself.clone();
         let delta_run = run_id.clone();
@@ -974,15 +1023,11 @@ impl ThreadActorState {
                         Some(Err(error)) => break Err(error),
                         Some(Ok(InferenceChunk::Done(result))) => break Ok(result),
                         Some(Ok(InferenceChunk::Delta(delta))) => {
-                            let mut early = pieces.lock().unwrap_or_else(PoisonError::into_inner);
-                            match early.as_mut() {
-                                Some(buffer) => buffer.push(delta),
-                                None => {
-                                    let _ = reporter.send_message(ThreadMsg::InferenceDelta {
-                                        run_id: delta_run.clone(),
-                                        delta,
-                                    });
-                                }
+                            if let Some(delta) = pieces.keep(delta) {
+                                let _ = reporter.send_message(ThreadMsg::InferenceDelta {
+                                    run_id: delta_run.clone(),
+                                    delta,
+                                });
                             }
                         }
                     },
@@ -1000,12 +1045,7 @@ impl ThreadActorState {
                 duration_ms,
             });
         });
-        let early = early
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .unwrap_or_default();
-        for delta in early {
+        for delta in early.take() {
             self.on_delta(&run_id, delta);
         }
         match finished {
@@ -1028,18 +1068,27 @@ impl ThreadActorState {
     async fn launch(&mut self, run_id: &RunId, mut launch: Launch, myself: &ActorRef<ThreadMsg>) {
         let call_id = launch.call_id.clone();
         let attempt = launch.attempt;
+        let early = Arc::new(EarlyReports::new());
         launch.ctx.activity_sink = Some(Arc::new(ActivityForwarder {
             thread: myself.clone(),
             run_id: run_id.clone(),
+            early: Arc::clone(&early),
         }));
         let (mut execution, cancellation) = crate::tool_call::execution(launch);
-        if let Poll::Ready(outcome) = crate::inline::poll_once(execution.as_mut()) {
-            // Through the mailbox, behind any activity the tool reported meanwhile.
-            let _ = myself.send_message(ThreadMsg::ToolFinished {
+        let polled = crate::inline::poll_once(execution.as_mut());
+        // What the tool reported during that poll comes first; later reports arrive
+        // by message, after this handler.
+        if let Some(ctl) = self.ctl.as_ref().filter(|c| &c.run_id == run_id) {
+            for event in early.take() {
+                ctl.events.emit(event);
+            }
+        }
+        if let Poll::Ready(outcome) = polled {
+            self.queue.push_back(Input::ToolFinished {
                 run_id: run_id.clone(),
                 call_id,
                 attempt,
-                outcome: ToolOutcomeBox(Box::new(outcome)),
+                outcome,
             });
             return;
         }
@@ -1077,6 +1126,18 @@ impl ThreadActorState {
         }
     }
 
+    /// Registers with the region and links to the supervisor, once, on the first
+    /// message; `false` when the supervisor is gone (the node is shutting down).
+    fn join_supervision(&mut self, myself: &ActorRef<ThreadMsg>) -> bool {
+        let Some((supervisor, restarts)) = self.unlinked.take() else {
+            return true;
+        };
+        // Registered first: a supervision event always finds the thread.
+        self.region.supervise(&self.thread_id, myself, restarts);
+        myself.get_cell().link(supervisor);
+        myself.try_get_supervisor().is_some()
+    }
+
     fn idle(&self) -> bool {
         !self.busy
             && self.queue.is_empty()
@@ -1090,7 +1151,7 @@ impl ThreadActorState {
         if self.passivating || !self.idle() {
             return;
         }
-        if self.passivation.begin(&self.thread_id, myself) {
+        if self.region.begin(&self.thread_id, myself) {
             self.passivating = true;
             self.active_since_passivation = false;
             let _ = myself.send_message(ThreadMsg::Passivate);
@@ -1104,13 +1165,13 @@ impl ThreadActorState {
         }
         self.passivating = false;
         if self.active_since_passivation || !self.idle() {
-            for message in self.passivation.cancel(&self.thread_id, myself) {
+            for message in self.region.cancel(&self.thread_id, myself) {
                 let _ = myself.send_message(message);
             }
             return false;
         }
         let warm = self.take_warm();
-        match self.passivation.finish(&self.thread_id, myself, warm) {
+        match self.region.finish(&self.thread_id, myself, warm) {
             Ok(()) => true,
             Err(Kept { buffered, warm }) => {
                 if let Some(warm) = warm {
@@ -1148,14 +1209,18 @@ impl ThreadActorState {
 struct ActivityForwarder {
     thread: ActorRef<ThreadMsg>,
     run_id: RunId,
+    /// Reports made while the thread actor polls the call in place.
+    early: Arc<EarlyReports<AgentEvent>>,
 }
 
 #[async_trait]
 impl EventSink for ActivityForwarder {
     async fn emit(&self, event: AgentEvent) {
-        let _ = self.thread.send_message(ThreadMsg::ToolEvent {
-            run_id: self.run_id.clone(),
-            event,
-        });
+        if let Some(event) = self.early.keep(event) {
+            let _ = self.thread.send_message(ThreadMsg::ToolEvent {
+                run_id: self.run_id.clone(),
+                event,
+            });
+        }
     }
 }

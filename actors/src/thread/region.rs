@@ -10,7 +10,6 @@
 //! messages are handed back and it stays. Warm cores are dropped after
 //! `ThreadConfig::idle_passivation`: the thread is then passivated.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,8 +24,14 @@ use super::control::ControlError;
 use super::core::WarmThread;
 use super::deps::ThreadDeps;
 
-/// The passivation handshake, as a thread actor sees its region.
-pub(crate) trait Passivation: Send + Sync {
+/// What a thread actor sees of its region: its supervision and the passivation
+/// handshake.
+pub(crate) trait RegionView: Send + Sync {
+    /// Notes that `actor` serves the thread after `restarts` restarts, so its
+    /// supervisor can restart it; called before it links to the supervisor.
+    fn supervise(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>, restarts: u32);
+    /// Forgets an actor that stopped: its registration and, if still its, its route.
+    fn stopped(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>);
     /// Starts buffering messages for the thread; `false` if `actor` is not its actor.
     fn begin(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> bool;
     /// Stops buffering and returns what was buffered (the actor stays).
@@ -100,6 +105,9 @@ struct Slots {
     warm: FastDashMap<ThreadId, Dormant>,
     /// Woken whenever a thread's actor stops or its warm core is dropped.
     passivated: tokio::sync::Notify,
+    /// The thread each supervised actor serves, and its restarts so far: an actor
+    /// registers itself, so starting one sends the supervisor nothing.
+    supervised: FastDashMap<ActorId, (ThreadId, u32)>,
 }
 
 impl Slots {
@@ -133,7 +141,24 @@ fn spawn_sweeper(slots: Weak<Slots>, keep: Duration) {
     });
 }
 
-impl Passivation for Slots {
+impl RegionView for Slots {
+    fn supervise(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>, restarts: u32) {
+        self.supervised
+            .insert(actor.get_id(), (thread_id.clone(), restarts));
+    }
+
+    fn stopped(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) {
+        let id = actor.get_id();
+        self.supervised.remove(&id);
+        let removed = self.map.remove_if(
+            thread_id,
+            |_, slot| matches!(slot, Slot::Live(a) | Slot::Passivating(a, _) if a.get_id() == id),
+        );
+        if removed.is_some() {
+            self.passivated.notify_waiters();
+        }
+    }
+
     fn begin(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> bool {
         match self.map.get_mut(thread_id) {
             Some(mut slot) => match &*slot {
@@ -178,6 +203,8 @@ impl Passivation for Slots {
                             self.warm.insert(thread_id.clone(), Dormant { warm, since });
                         }
                         occupied.remove();
+                        // Forgotten before anyone learns it stopped.
+                        self.supervised.remove(&actor.get_id());
                         self.passivated.notify_waiters();
                         Ok(())
                     } else {
@@ -320,6 +347,12 @@ impl ThreadRegion {
         self.slots.warm.len()
     }
 
+    /// Number of thread actors the supervisor would restart: live actors that took
+    /// their first message. Falls to 0 with `live_threads`; anything else is a leak.
+    pub fn supervised_threads(&self) -> usize {
+        self.slots.supervised.len()
+    }
+
     /// Drops every thread `select` picks from this node: warm cores at once, live
     /// actors stopped (their last checkpoint stands; whoever owns the thread next
     /// resumes from it). Resolves once none of them has an actor left.
@@ -372,6 +405,12 @@ struct Start {
 
 /// Starts (or restarts) the actor of a thread whose slot is `Starting`, then hands
 /// it the buffered messages.
+///
+/// The actor is spawned unlinked and links to the supervisor itself when it takes
+/// its first message: linked from the start, ractor would announce the start to
+/// the supervisor, waking it (and with it the node's other worker) on every run.
+/// Until that first message the actor has run only `pre_start`, whose failure
+/// reaches this spawner, and stopping, which it reports itself (`post_stop`).
 async fn start_actor(
     deps: Arc<ThreadDeps>,
     slots: Arc<Slots>,
@@ -383,35 +422,14 @@ async fn start_actor(
     let args = ThreadActorArgs {
         thread_id: thread_id.clone(),
         deps,
-        passivation: Arc::clone(&slots) as Arc<dyn Passivation>,
+        region: Arc::clone(&slots) as Arc<dyn RegionView>,
+        supervisor: supervisor.get_cell(),
         restarts,
         warm,
     };
-    match Actor::spawn_linked(None, ThreadActor, args, supervisor.get_cell()).await {
+    match Actor::spawn(None, ThreadActor, args).await {
         Ok((actor, _)) => {
-            let _ = supervisor.send_message(SupervisorMsg::Started {
-                actor: actor.get_id(),
-                thread_id: thread_id.clone(),
-                restarts,
-            });
-            // The parked messages are handed over under the slot's lock, as `send`
-            // does: an actor that found itself idle at start must not begin to
-            // passivate before they are in its mailbox.
-            match slots.map.entry(thread_id.clone()) {
-                Entry::Occupied(mut occupied) => {
-                    let slot = occupied.get_mut();
-                    if let Slot::Starting(parked) = slot {
-                        let buffered = parked.take();
-                        *slot = Slot::Live(actor.clone());
-                        for message in buffered {
-                            let _ = actor.send_message(message);
-                        }
-                    }
-                }
-                Entry::Vacant(vacant) => {
-                    vacant.insert(Slot::Live(actor.clone()));
-                }
-            }
+            hand_over(&slots, &thread_id, &actor);
             Ok(())
         }
         Err(error) => {
@@ -424,14 +442,30 @@ async fn start_actor(
     }
 }
 
-/// Messages of the supervisor.
-pub(crate) enum SupervisorMsg {
-    Started {
-        actor: ActorId,
-        thread_id: ThreadId,
-        restarts: u32,
-    },
+/// Makes a started actor its thread's live actor and hands it the parked messages,
+/// under the slot's lock as `send` does: an actor that found itself idle at start
+/// must not begin to passivate before they are in its mailbox.
+fn hand_over(slots: &Slots, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) {
+    match slots.map.entry(thread_id.clone()) {
+        Entry::Occupied(mut occupied) => {
+            let slot = occupied.get_mut();
+            if let Slot::Starting(parked) = slot {
+                let buffered = parked.take();
+                *slot = Slot::Live(actor.clone());
+                for message in buffered {
+                    let _ = actor.send_message(message);
+                }
+            }
+        }
+        Entry::Vacant(vacant) => {
+            vacant.insert(Slot::Live(actor.clone()));
+        }
+    }
 }
+
+/// Messages of the supervisor: none, it only hears supervision events (thread
+/// actors register in [`Slots::supervised`]).
+pub(crate) enum SupervisorMsg {}
 
 /// Restarts thread actors that fail, one for one, from their last checkpoint.
 struct ThreadSupervisor;
@@ -444,16 +478,6 @@ struct SupervisorArgs {
 struct SupervisorState {
     deps: Arc<ThreadDeps>,
     slots: Arc<Slots>,
-    threads: HashMap<ActorId, (ThreadId, u32)>,
-    /// Actors that ended before their `Started` arrived: supervision events
-    /// overtake ordinary messages, so an actor that stops at once is seen here first.
-    ended_early: HashMap<ActorId, Ending>,
-}
-
-/// How a thread actor ended.
-enum Ending {
-    Failed(String),
-    Terminated,
 }
 
 impl SupervisorState {
@@ -503,10 +527,10 @@ impl SupervisorState {
         }
     }
 
-    /// A thread actor stopped. One that did not finish passivation (fenced,
-    /// evicted) leaves no stale route behind; messages it had parked are dropped,
-    /// so their senders see the thread as unavailable.
-    fn terminated(&self, actor: ActorId, thread_id: &ThreadId) {
+    /// A thread actor ended without running `post_stop` (killed): it leaves no
+    /// stale route behind; messages it had parked are dropped, so their senders see
+    /// the thread as unavailable.
+    fn killed(&self, actor: ActorId, thread_id: &ThreadId) {
         self.slots.map.remove_if(thread_id, |_, slot| {
             matches!(slot, Slot::Live(a) | Slot::Passivating(a, _) if a.get_id() == actor)
         });
@@ -527,33 +551,16 @@ impl Actor for ThreadSupervisor {
         Ok(SupervisorState {
             deps: args.deps,
             slots: args.slots,
-            threads: HashMap::new(),
-            ended_early: HashMap::new(),
         })
     }
 
     async fn handle(
         &self,
-        myself: ActorRef<Self::Msg>,
+        _myself: ActorRef<Self::Msg>,
         message: Self::Msg,
-        state: &mut Self::State,
+        _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            SupervisorMsg::Started {
-                actor,
-                thread_id,
-                restarts,
-            } => match state.ended_early.remove(&actor) {
-                None => {
-                    state.threads.insert(actor, (thread_id, restarts));
-                }
-                Some(Ending::Failed(error)) => {
-                    state.failed(myself, actor, thread_id, restarts, &error);
-                }
-                Some(Ending::Terminated) => state.terminated(actor, &thread_id),
-            },
-        }
-        Ok(())
+        match message {}
     }
 
     async fn handle_supervisor_evt(
@@ -562,27 +569,19 @@ impl Actor for ThreadSupervisor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        // A stopped actor forgot itself in `post_stop`; only failed and killed ones
+        // are still registered.
         match event {
             SupervisionEvent::ActorFailed(cell, error) => {
                 let actor = cell.get_id();
-                match state.threads.remove(&actor) {
-                    Some((thread_id, restarts)) => {
-                        state.failed(myself, actor, thread_id, restarts, &error.to_string());
-                    }
-                    None => {
-                        state
-                            .ended_early
-                            .insert(actor, Ending::Failed(error.to_string()));
-                    }
+                if let Some((_, (thread_id, restarts))) = state.slots.supervised.remove(&actor) {
+                    state.failed(myself, actor, thread_id, restarts, &error.to_string());
                 }
             }
             SupervisionEvent::ActorTerminated(cell, _, _) => {
                 let actor = cell.get_id();
-                match state.threads.remove(&actor) {
-                    Some((thread_id, _)) => state.terminated(actor, &thread_id),
-                    None => {
-                        state.ended_early.insert(actor, Ending::Terminated);
-                    }
+                if let Some((_, (thread_id, _))) = state.slots.supervised.remove(&actor) {
+                    state.killed(actor, &thread_id);
                 }
             }
             _ => {}
