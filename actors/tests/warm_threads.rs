@@ -24,16 +24,22 @@ use awaken_actors::{RunId, StorageError, ThreadId};
 use serde_json::json;
 use support::*;
 
-/// The in-memory store, counting how often a thread is rehydrated from it.
+/// The in-memory store, counting how often a thread is rehydrated from it and
+/// checkpointed to it.
 #[derive(Default)]
 struct CountingStore {
     inner: InMemoryStore,
     snapshot_loads: AtomicUsize,
+    checkpoints: AtomicUsize,
 }
 
 impl CountingStore {
     fn loads(&self) -> usize {
         self.snapshot_loads.load(Ordering::SeqCst)
+    }
+
+    fn checkpoints(&self) -> usize {
+        self.checkpoints.load(Ordering::SeqCst)
     }
 }
 
@@ -96,6 +102,7 @@ impl ThreadRunStore for CountingStore {
         self.inner.list_runs(query).await
     }
     async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+        self.checkpoints.fetch_add(1, Ordering::SeqCst);
         self.inner.checkpoint(checkpoint).await
     }
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
@@ -174,6 +181,35 @@ async fn an_idle_thread_stops_its_actor_and_takes_the_next_message_from_memory()
         Some(first.run_id),
         "a continuation names the previous run, also from memory"
     );
+}
+
+#[tokio::test]
+async fn a_run_checkpoints_at_its_start_after_each_step_that_goes_on_and_at_its_end() {
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", json!({"value": 1}))]),
+        Turn::Text("done"),
+    ]);
+    let (rt, store) = counted_runtime(llm, Arc::default(), false, ThreadConfig::default());
+    let (result, _) = run_once(&rt, "t-writes", "go").await;
+    assert_eq!(result.termination, TerminationReason::NaturalEnd);
+    assert_eq!(
+        store.checkpoints(),
+        3,
+        "run start, the tool step's end, and the run's end with its last step"
+    );
+    let snapshot = store
+        .inner
+        .load_thread_snapshot(&tid("t-writes"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        texts(&snapshot.messages).last().map(String::as_str),
+        Some("done"),
+        "the last step is persisted by the run's end"
+    );
+    let record = store.inner.load_run(&result.run_id).await.unwrap().unwrap();
+    assert_eq!(record.termination, Some(TerminationReason::NaturalEnd));
 }
 
 #[tokio::test]

@@ -533,18 +533,23 @@ impl Driver<'_> {
         self.phase(Phase::StepEnd, None).await?;
         self.apply_handoff()?;
         self.emit(AgentEvent::StepEnd);
-        self.checkpoint().await?;
-        if self.run.cancellation.is_cancelled() {
-            return self.finish(TerminationReason::Cancelled).await;
-        }
-        if let Some(Some(stop)) = self.thread.store.get::<StopRequest>() {
+        let ending = if self.run.cancellation.is_cancelled() {
+            Some(TerminationReason::Cancelled)
+        } else if let Some(Some(stop)) = self.thread.store.get::<StopRequest>() {
             let stop: StoppedReason = stop.clone();
-            return self.finish(TerminationReason::Stopped(stop)).await;
+            Some(TerminationReason::Stopped(stop))
+        } else {
+            natural_end.then_some(TerminationReason::NaturalEnd)
+        };
+        match ending {
+            // The run's end checkpoint, right after, persists this step with it:
+            // one write instead of two.
+            Some(reason) => self.finish(reason).await,
+            None => {
+                self.checkpoint().await?;
+                self.next_step().await
+            }
         }
-        if natural_end {
-            return self.finish(TerminationReason::NaturalEnd).await;
-        }
-        self.next_step().await
     }
 
     /// RunEnd: phase, record, checkpoint, RunFinish.
