@@ -34,7 +34,7 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
 /// stream is read as the client reads, so a slow client holds at most one burst
 /// here (the follow's source is bounded) and a client that goes away just drops
 /// it: the run goes on.
-pub(crate) fn run_events(follow: RunFollow, mut stopping: watch::Receiver<bool>) -> Response {
+pub(crate) async fn run_events(follow: RunFollow, mut stopping: watch::Receiver<bool>) -> Response {
     let events = futures::stream::unfold(follow, |mut follow| async move {
         next_burst(&mut follow).await.map(|chunk| (chunk, follow))
     });
@@ -42,7 +42,7 @@ pub(crate) fn run_events(follow: RunFollow, mut stopping: watch::Receiver<bool>)
         // An error means the server state is gone: stop as well.
         let _ = stopping.wait_for(|stopping| *stopping).await;
     };
-    sse_frames::response(Box::pin(events.take_until(stopped)))
+    sse_frames::response(Box::pin(events.take_until(stopped))).await
 }
 
 /// The next event framed, with every event that is already waiting behind it

@@ -396,7 +396,7 @@ pub(crate) fn visible_state(state: &PersistedState) -> JsonValue {
 
 /// The run's events through `encoder` as SSE, until they end or the server shuts
 /// down. The client going away only drops the stream: the run goes on.
-pub(crate) fn encoded_events<E: Encoder>(
+pub(crate) async fn encoded_events<E: Encoder>(
     state: &AppState,
     events: RunEvents,
     encoder: E,
@@ -416,5 +416,5 @@ pub(crate) fn encoded_events<E: Encoder>(
         // An error means the server state is gone: stop as well.
         let _ = stopping.wait_for(|stopping| *stopping).await;
     };
-    sse_frames::response(Box::pin(frames.take_until(stopped)))
+    sse_frames::response(Box::pin(frames.take_until(stopped))).await
 }

@@ -116,7 +116,7 @@ async fn start_run(
         .control
         .submit(request, SubmitOptions::default())
         .await?;
-    Ok(run_events(follow, state.stopping()).into_response())
+    Ok(run_events(follow, state.stopping()).await.into_response())
 }
 
 async fn get_run(
@@ -170,7 +170,7 @@ async fn follow_run(
     } else {
         follow
     };
-    Ok(run_events(follow, state.stopping()).into_response())
+    Ok(run_events(follow, state.stopping()).await.into_response())
 }
 
 /// Follow-up input to a run's thread: a continuation run in the background.

@@ -28,7 +28,9 @@ pub(crate) async fn send(
     }
     if stream {
         let encoder = TaskStream::new(accepted.task, framing);
-        return Ok(encoded_events(state, accepted.events, encoder).into_response());
+        return Ok(encoded_events(state, accepted.events, encoder)
+            .await
+            .into_response());
     }
     let task = if configuration.return_immediately {
         accepted.task
@@ -81,5 +83,7 @@ pub(crate) async fn subscribe(
         follow
     };
     let encoder = TaskStream::new(task, framing);
-    Ok(encoded_events(state, RunEvents::from(follow), encoder).into_response())
+    Ok(encoded_events(state, RunEvents::from(follow), encoder)
+        .await
+        .into_response())
 }

@@ -106,7 +106,7 @@ async fn respond(
             (encoder, events)
         }
     };
-    Ok(encoded_events(state, events, encoder).into_response())
+    Ok(encoded_events(state, events, encoder).await.into_response())
 }
 
 /// The client's run id for a new run: 409 when a run already has it.

@@ -92,7 +92,7 @@ async fn respond(
             let events =
                 start_followed(state, thread_id, agent_id, vec![message], RunId::generate())
                     .await?;
-            Ok(ui_stream(state, events, UiEncoder::new()))
+            Ok(ui_stream(state, events, UiEncoder::new()).await)
         }
         ChatInput::Approvals(approvals) => {
             let thread_id = thread_id.ok_or_else(|| {
@@ -106,7 +106,7 @@ async fn respond(
             let encoder = UiEncoder::continuing(body.known_calls(), denied);
             let decisions = approvals.iter().map(Approval::decision).collect();
             let events = resume_followed(state, &run, decisions).await?;
-            Ok(ui_stream(state, events, encoder))
+            Ok(ui_stream(state, events, encoder).await)
         }
     }
 }
@@ -121,7 +121,7 @@ async fn resume_thread(
     match running_run(&state, &thread_id).await? {
         Some(run_id) => {
             let events = replay_followed(&state, &thread_id, &run_id).await?;
-            Ok(ui_stream(&state, events, UiEncoder::new()))
+            Ok(ui_stream(&state, events, UiEncoder::new()).await)
         }
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
@@ -135,7 +135,7 @@ async fn resume_run(
 ) -> Result<Response, ApiError> {
     let thread_id = thread_of_run(&state, &caller, &run_id).await?;
     let events = replay_followed(&state, &thread_id, &run_id).await?;
-    Ok(ui_stream(&state, events, UiEncoder::new()))
+    Ok(ui_stream(&state, events, UiEncoder::new()).await)
 }
 
 /// The thread's visible log as UI messages.
@@ -148,8 +148,8 @@ async fn thread_messages(
     Ok(Json(serde_json::json!({ "messages": messages::ui_messages(&visible) })).into_response())
 }
 
-fn ui_stream(state: &AppState, events: RunEvents, encoder: UiEncoder) -> Response {
-    let mut response = encoded_events(state, events, encoder).into_response();
+async fn ui_stream(state: &AppState, events: RunEvents, encoder: UiEncoder) -> Response {
+    let mut response = encoded_events(state, events, encoder).await.into_response();
     let headers = response.headers_mut();
     headers.insert(STREAM_HEADER, HeaderValue::from_static("v1"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
