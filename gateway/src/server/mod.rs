@@ -22,7 +22,7 @@ use axum::serve::ListenerExt;
 pub use config::{McpEndpointConfig, ServerConfig};
 pub use error::ApiError;
 pub use routes::{router, served_routes};
-pub use state::AppState;
+pub use state::{AppState, SharedState};
 use tokio::net::TcpListener;
 
 /// A bound, not yet serving, HTTP server.

@@ -11,9 +11,13 @@ use super::routes::{McpService, PushNotifications, mcp_service};
 use crate::mcp::McpHub;
 use crate::runtime_config::{ConfigApiError, ConfigDocument, ConfigManager};
 
-/// The node the routes serve from and the server's settings.
+/// The node the routes serve from and the server's settings. axum clones it for
+/// every extractor and middleware of every request, so it is one reference count.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<SharedState>);
+
+/// What [`AppState`] shares: fields are read through it.
+pub struct SharedState {
     /// Runs, threads and decisions, on a single node or a cluster member.
     pub control: Arc<dyn RunControl>,
     /// The server's settings.
@@ -24,11 +28,18 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// A2A push notification configs and their deliveries.
     pub(crate) a2a_push: Arc<PushNotifications>,
-    /// The MCP endpoint's service (`/v1/mcp`); behind an `Arc` because the state
-    /// is cloned for every request and the service holds its settings inline.
-    pub(crate) mcp: Arc<McpService>,
+    /// The MCP endpoint's service (`/v1/mcp`).
+    pub(crate) mcp: McpService,
     /// Turns true when the server starts shutting down: open streams end then.
-    stopping: Arc<watch::Sender<bool>>,
+    stopping: watch::Sender<bool>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
 }
 
 impl std::fmt::Debug for AppState {
@@ -46,16 +57,16 @@ impl AppState {
         config: ServerConfig,
         runtime_config: Arc<ConfigManager>,
     ) -> Self {
-        let mcp = Arc::new(mcp_service(&config));
-        Self {
+        let mcp = mcp_service(&config);
+        Self(Arc::new(SharedState {
             control,
             mcp,
             config: Arc::new(config),
             runtime_config,
             metrics: Arc::new(Metrics::new()),
             a2a_push: Arc::new(PushNotifications::default()),
-            stopping: Arc::new(watch::Sender::new(false)),
-        }
+            stopping: watch::Sender::new(false),
+        }))
     }
 
     /// State for routes over `control`, with a config manager over its runtime and
