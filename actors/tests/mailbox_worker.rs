@@ -101,6 +101,38 @@ async fn a_submitted_run_executes_and_its_dispatch_is_acked_with_the_result() {
 }
 
 #[tokio::test]
+async fn a_run_still_executing_after_its_activation_holds_its_claim_until_it_finishes() {
+    let (runtime, gate) = gated_runtime();
+    let n = node(runtime).await;
+    let started = gate.started.notified();
+    let request = RunRequest::new(tid("w-held"), user("hi"));
+    let queued = submit(&*n.mailbox, &*n.inbox, request, SubmitOptions::default())
+        .await
+        .unwrap();
+    started.await;
+
+    let running = n
+        .mailbox
+        .load_dispatch(&queued.dispatch_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(running.status, RunDispatchStatus::Claimed);
+    assert_eq!(running.claimed_by.as_deref(), Some("node-1"));
+    assert!(
+        !n.inbox.is_empty(),
+        "the input stays until the run is acked"
+    );
+
+    gate.release.notify_one();
+    let done = settled(&*n.mailbox, &queued.dispatch_id).await;
+    assert_eq!(done.status, RunDispatchStatus::Acked);
+    assert_eq!(done.run_status, Some(RunStatus::Done));
+    assert_eq!(done.run_response.as_deref(), Some("done"));
+    assert!(n.inbox.is_empty());
+}
+
+#[tokio::test]
 async fn a_waiting_run_acks_its_dispatch_and_keeps_the_run_open() {
     let (rt, echo) = approved_echo_runtime("approved");
     let n = node(rt).await;

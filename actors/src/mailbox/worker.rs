@@ -353,13 +353,18 @@ impl Shared {
                 return;
             }
         };
-        let watch = self.runtime.watch_run(&dispatch.run_id);
+        let mut watch = self.runtime.watch_run(&dispatch.run_id);
         let activation = self
             .runtime
             .activate(&dispatch.thread_id, dispatch.run_id.clone(), request, None)
             .await;
         match activation {
             Ok(Activation::Started | Activation::Running) => {
+                // A run that completed while it was activated needs no claim holder.
+                if let Some(end) = watch.ended_already() {
+                    self.finish(&dispatch, end.status(), Some(&end)).await;
+                    return;
+                }
                 let shared = Arc::clone(self);
                 tokio::spawn(async move { shared.hold(dispatch, watch).await });
             }

@@ -116,6 +116,12 @@ impl RunWatch {
     pub async fn ended(&mut self) -> Option<RunEnd> {
         (&mut self.rx).await.ok()
     }
+
+    /// The end, if the activation already ended (e.g. it completed while being
+    /// activated); `None` while it runs or if the runtime went away.
+    pub fn ended_already(&mut self) -> Option<RunEnd> {
+        self.rx.try_recv().ok()
+    }
 }
 
 impl Drop for RunWatch {
