@@ -6,6 +6,8 @@
 //! shapes. On the wire, each event is wrapped in a [`StreamEvent`] that adds a
 //! per-run sequence number and a timestamp, flattened into the same object.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::JsonValue;
@@ -218,8 +220,8 @@ impl AgentEvent {
 pub struct StreamEvent {
     /// Monotonically increasing within a run; used for replay on reconnect.
     pub seq: u64,
-    /// ISO 8601 timestamp.
-    pub timestamp: String,
+    /// ISO 8601 timestamp; events of the same millisecond share the text.
+    pub timestamp: Arc<str>,
     /// The wrapped event.
     #[serde(flatten)]
     pub event: AgentEvent,
@@ -227,7 +229,7 @@ pub struct StreamEvent {
 
 impl StreamEvent {
     /// Wraps an event.
-    pub fn new(seq: u64, timestamp: impl Into<String>, event: AgentEvent) -> Self {
+    pub fn new(seq: u64, timestamp: impl Into<Arc<str>>, event: AgentEvent) -> Self {
         Self {
             seq,
             timestamp: timestamp.into(),

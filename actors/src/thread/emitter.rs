@@ -143,22 +143,25 @@ fn deliver(inner: &mut Inner, event: AgentEvent) {
 }
 
 /// The current time in RFC 3339 with milliseconds. A run emits several events per
-/// millisecond, so each worker thread formats a given millisecond once.
-fn now_rfc3339() -> String {
+/// millisecond, so each worker thread formats a given millisecond once and its
+/// events share that text.
+fn now_rfc3339() -> Arc<str> {
     thread_local! {
-        static LAST: RefCell<(u128, String)> = const { RefCell::new((u128::MAX, String::new())) };
+        static LAST: RefCell<(u128, Option<Arc<str>>)> = const { RefCell::new((u128::MAX, None)) };
     }
     let now = SystemTime::now();
     let Ok(since_epoch) = now.duration_since(UNIX_EPOCH) else {
-        return humantime::format_rfc3339_millis(now).to_string();
+        return humantime::format_rfc3339_millis(now).to_string().into();
     };
     let millis = since_epoch.as_millis();
-    LAST.with_borrow_mut(|(last_millis, text)| {
-        if *last_millis != millis {
-            *text = humantime::format_rfc3339_millis(now).to_string();
+    LAST.with_borrow_mut(|(last_millis, text)| match text {
+        Some(text) if *last_millis == millis => Arc::clone(text),
+        _ => {
+            let fresh: Arc<str> = humantime::format_rfc3339_millis(now).to_string().into();
+            *text = Some(Arc::clone(&fresh));
             *last_millis = millis;
+            fresh
         }
-        text.clone()
     })
 }
 
@@ -246,7 +249,7 @@ mod tests {
             let after = format(SystemTime::now());
             // Same fixed-width format, so text order is time order.
             assert!(
-                before <= stamped && stamped <= after,
+                *before <= *stamped && *stamped <= *after,
                 "{before} {stamped} {after}"
             );
         }
