@@ -3,6 +3,8 @@
 use std::any::TypeId;
 use std::fmt;
 
+use smallvec::SmallVec;
+
 use super::key::{MergeStrategy, StateKey};
 use super::map::StateMap;
 use crate::error::StateError;
@@ -41,6 +43,12 @@ pub struct TouchedKey {
     pub merge: MergeStrategy,
 }
 
+/// The keys a batch writes; most batches write one or two.
+pub(crate) type TouchedKeys = SmallVec<[TouchedKey; 2]>;
+
+/// A batch's updates; most batches hold one or two, kept inline.
+pub(crate) type Ops = SmallVec<[Box<dyn MutationOp>; 2]>;
+
 /// Updates collected from one producer, applied atomically on commit.
 ///
 /// `touched_keys` lets the phase engine detect `Exclusive` overlaps between batches
@@ -48,8 +56,8 @@ pub struct TouchedKey {
 #[derive(Default)]
 pub struct MutationBatch {
     base_revision: Option<u64>,
-    ops: Vec<Box<dyn MutationOp>>,
-    touched_keys: Vec<TouchedKey>,
+    ops: Ops,
+    touched_keys: TouchedKeys,
 }
 
 impl MutationBatch {
@@ -150,8 +158,9 @@ impl MutationBatch {
         self.ops.iter().map(|op| op.as_ref())
     }
 
-    pub(crate) fn into_ops(self) -> Vec<Box<dyn MutationOp>> {
-        self.ops
+    /// The keys written and the updates, for applying.
+    pub(crate) fn into_parts(self) -> (TouchedKeys, Ops) {
+        (self.touched_keys, self.ops)
     }
 }
 

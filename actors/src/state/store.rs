@@ -299,9 +299,9 @@ impl StateStore {
                 effects,
             });
         }
-        let touched: Vec<TouchedKey> = batch.touched_keys().to_vec();
+        let (touched, ops) = batch.into_parts();
         let map = Arc::make_mut(&mut self.current);
-        for op in batch.into_ops() {
+        for op in ops {
             op.apply(map);
         }
         self.revision += 1;
