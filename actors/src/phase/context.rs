@@ -55,19 +55,26 @@ pub struct PhaseContext {
 }
 
 impl PhaseContext {
-    /// A context for `phase` of the run `run_identity` of `agent_spec`.
-    pub fn new(phase: Phase, agent_spec: Arc<AgentSpec>, run_identity: Arc<RunIdentity>) -> Self {
+    /// A context for `phase` of the run `run_identity` of `agent_spec`, over the
+    /// thread's `messages` and the run's `cancellation`.
+    pub fn new(
+        phase: Phase,
+        agent_spec: Arc<AgentSpec>,
+        run_identity: Arc<RunIdentity>,
+        messages: Arc<Vec<Message>>,
+        cancellation: CancellationToken,
+    ) -> Self {
         Self {
             phase,
             snapshot: Snapshot::default(),
             agent_spec,
             run_identity,
             step: 0,
-            messages: Arc::default(),
+            messages,
             tool_call: None,
             inference: None,
             profile: None,
-            cancellation: CancellationToken::new(),
+            cancellation,
         }
     }
 
@@ -146,6 +153,8 @@ impl PhaseContext {
             Phase::RunStart,
             Arc::new(AgentSpec::new(agent)),
             Arc::new(identity),
+            Arc::default(),
+            CancellationToken::new(),
         )
     }
 }

@@ -1,6 +1,6 @@
 //! `Snapshot`: an immutable, versioned view of the state.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use super::key::StateKey;
 use super::map::StateMap;
@@ -9,12 +9,25 @@ use super::map::StateMap;
 ///
 /// Taking one is an `Arc` clone, so every phase and every tool call can have its own
 /// consistent view without copying values.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Snapshot {
     /// The store revision this view was taken at.
     pub revision: u64,
     /// The values.
     pub ext: Arc<StateMap>,
+}
+
+impl Default for Snapshot {
+    /// An empty view at revision 0. Empty views share one map, so making one (the
+    /// phase engine does, to let go of a frozen view before each commit) allocates
+    /// nothing.
+    fn default() -> Self {
+        static EMPTY: LazyLock<Arc<StateMap>> = LazyLock::new(Arc::default);
+        Self {
+            revision: 0,
+            ext: Arc::clone(&EMPTY),
+        }
+    }
 }
 
 impl Snapshot {

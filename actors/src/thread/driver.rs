@@ -1138,10 +1138,10 @@ impl Driver<'_> {
             phase,
             Arc::clone(&self.run.agent.spec),
             Arc::clone(&self.run.identity),
+            self.thread.messages_view(),
+            self.run.cancellation.clone(),
         )
-        .with_step(self.lifecycle().step)
-        .with_messages(self.thread.messages_view())
-        .with_cancellation(self.run.cancellation.clone());
+        .with_step(self.lifecycle().step);
         if let Some(call) = tool_call {
             ctx = ctx.with_tool_call(call);
         }
