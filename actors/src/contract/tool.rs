@@ -194,6 +194,15 @@ impl ToolResult {
             ToolStatus::Pending => serde_json::json!({ "pending": message }),
         }
     }
+
+    /// [`Self::to_json`] as JSON text: what a tool result message carries. A
+    /// success's data is written as it is, without a copy.
+    pub fn to_json_text(&self) -> String {
+        match self.status {
+            ToolStatus::Success => self.data.to_string(),
+            ToolStatus::Error | ToolStatus::Pending => self.to_json().to_string(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -260,6 +269,17 @@ mod tests {
             ToolResult::suspended("t", "waiting for approval").to_json(),
             json!({"pending": "waiting for approval"})
         );
+    }
+
+    #[test]
+    fn to_json_text_is_to_json_written_out() {
+        for result in [
+            ToolResult::success("t", json!({"a": [1, "two"], "b": null})),
+            ToolResult::error_with_code("t", "E1", "bad input"),
+            ToolResult::suspended("t", "waiting for approval"),
+        ] {
+            assert_eq!(result.to_json_text(), result.to_json().to_string());
+        }
     }
 
     #[test]

@@ -719,14 +719,16 @@ impl Driver<'_> {
                 .await?;
             return Ok(Prepared::Settled);
         }
-        let view = ToolCallView {
-            call_id: call_id.clone(),
-            tool_name: state.tool_name.clone(),
-            arguments: state.arguments.clone(),
-            result: None,
-            decision: decision.clone(),
-        };
-        self.phase(Phase::BeforeToolExecute, Some(view)).await?;
+        if self.runs_phase(Phase::BeforeToolExecute) {
+            let view = ToolCallView {
+                call_id: call_id.clone(),
+                tool_name: state.tool_name.clone(),
+                arguments: state.arguments.clone(),
+                result: None,
+                decision: decision.clone(),
+            };
+            self.phase(Phase::BeforeToolExecute, Some(view)).await?;
+        }
         let intercept = self
             .thread
             .store
@@ -802,14 +804,14 @@ impl Driver<'_> {
         attempt: u32,
         outcome: ToolOutcome,
     ) -> Step<Next> {
-        let current = self.calls().get(&call_id).cloned();
-        let Some(state) = current else {
+        let Some(state) = self.calls().get(&call_id) else {
             return Ok(Next::Launch(Vec::new()));
         };
         if state.status != ToolCallStatus::Running || state.attempt != attempt {
             // A late report of an execution that was cancelled or superseded.
             return Ok(Next::Launch(Vec::new()));
         }
+        let tool_name = state.tool_name.clone();
         let result = match outcome {
             ToolOutcome::Output(output) => {
                 let ToolOutput { result, command } = *output;
@@ -819,30 +821,32 @@ impl Driver<'_> {
                         result
                     }
                     Err(error) => ToolResult::error_with_code(
-                        state.tool_name.clone(),
+                        tool_name.clone(),
                         "state_refused",
                         format!("the tool's state changes were refused: {error}"),
                     ),
                 }
             }
-            ToolOutcome::Error(error) => tool_error_result(&state.tool_name, &error),
+            ToolOutcome::Error(error) => tool_error_result(&tool_name, &error),
             ToolOutcome::Panicked(message) => ToolResult::error_with_code(
-                state.tool_name.clone(),
+                tool_name.clone(),
                 "tool_panicked",
                 format!("the tool panicked: {message}"),
             ),
             ToolOutcome::Cancelled => ToolResult::error_with_code(
-                state.tool_name.clone(),
+                tool_name.clone(),
                 "cancelled",
                 "the tool call was cancelled",
             ),
         };
         if result.status == ToolStatus::Pending {
-            let ticket = result
-                .suspension
-                .as_deref()
-                .cloned()
-                .unwrap_or_else(|| default_ticket(&state, result.message.as_deref()));
+            let ticket = match result.suspension.as_deref() {
+                Some(ticket) => ticket.clone(),
+                None => match self.calls().get(&call_id) {
+                    Some(state) => default_ticket(state, result.message.as_deref()),
+                    None => return self.advance().await,
+                },
+            };
             self.suspend_call(&call_id, ticket)?;
         } else {
             self.settle_call(&call_id, result).await?;
@@ -992,8 +996,11 @@ impl Driver<'_> {
         } else {
             ToolCallStatus::Succeeded
         };
+        if !self.runs_phase(Phase::AfterToolExecute) {
+            return self.close_call(call_id, status, result).await;
+        }
         self.close_call(call_id, status, result.clone()).await?;
-        let Some(state) = self.calls().get(call_id).cloned() else {
+        let Some(state) = self.calls().get(call_id) else {
             return Ok(());
         };
         let view = ToolCallView {
@@ -1022,7 +1029,7 @@ impl Driver<'_> {
         state.result = Some(result.clone());
         self.put_call(state)?;
         let message_id = MessageId::generate();
-        let mut message = Message::tool_result(call_id.clone(), result.to_json().to_string())
+        let mut message = Message::tool_result(call_id.clone(), result.to_json_text())
             .with_run_id(self.run.identity.run_id.clone());
         message.id = message_id.clone();
         self.thread.push_message(message);
@@ -1124,16 +1131,22 @@ impl Driver<'_> {
         self.run.events.emit(event);
     }
 
+    /// Whether `phase` has anything to run: hooks, or scheduled actions due in it.
+    /// Callers skip building what only the phase would read.
+    fn runs_phase(&self, phase: Phase) -> bool {
+        !self.run.agent.env.hooks_for_phase(phase).is_empty()
+            || self
+                .thread
+                .store
+                .get::<PendingScheduledActions>()
+                .is_some_and(|p| p.has_due(phase))
+    }
+
     async fn phase(&mut self, phase: Phase, tool_call: Option<ToolCallView>) -> Step<()> {
-        let env = Arc::clone(&self.run.agent.env);
-        let due = self
-            .thread
-            .store
-            .get::<PendingScheduledActions>()
-            .is_some_and(|p| p.has_due(phase));
-        if env.hooks_for_phase(phase).is_empty() && !due {
+        if !self.runs_phase(phase) {
             return Ok(());
         }
+        let env = Arc::clone(&self.run.agent.env);
         let mut ctx = PhaseContext::new(
             phase,
             Arc::clone(&self.run.agent.spec),

@@ -160,7 +160,7 @@ fn tool_line(result: &ToolResult, outcome: ToolCallOutcome) -> String {
     match outcome {
         ToolCallOutcome::Suspended => format!("⏸ approval needed: {message}"),
         ToolCallOutcome::Succeeded => {
-            format!("✓ tool result: {}", shorten(&result.to_json().to_string()))
+            format!("✓ tool result: {}", shorten(&result.to_json_text()))
         }
         ToolCallOutcome::Failed => format!("✗ tool failed: {message}"),
     }
