@@ -4,15 +4,13 @@
 use std::collections::BTreeMap;
 
 use awaken_actors::contract::Thread;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value as JsonValue;
 
 use super::error::ApiError;
-use super::state::AppState;
 
 /// The `custom` metadata key that records which tenant created a thread; clients
 /// cannot set or change it.
@@ -102,14 +100,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// Middleware: 401 without a known key (when keys are configured); the caller's
-/// tenant goes to the handlers as a [`Caller`].
-pub(crate) async fn require_key(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let keys = &state.config.api_keys;
+/// 401 without a known key (when keys are configured); otherwise the caller's
+/// tenant goes to the handlers as a [`Caller`] extension.
+pub(crate) fn check_key(
+    keys: &BTreeMap<String, String>,
+    request: &mut Request,
+) -> Result<(), Response> {
     let caller = if keys.is_empty() {
         Caller(None)
     } else {
@@ -121,17 +117,19 @@ pub(crate) async fn require_key(
             .map(str::trim);
         match presented {
             None => {
-                return ApiError::Unauthorized(
+                return Err(ApiError::Unauthorized(
                     "missing API key: send `Authorization: Bearer <key>`".into(),
                 )
-                .into_response();
+                .into_response());
             }
             Some(key) => match keys.get(key) {
                 Some(tenant) => Caller(Some(tenant.clone())),
-                None => return ApiError::Unauthorized("unknown API key".into()).into_response(),
+                None => {
+                    return Err(ApiError::Unauthorized("unknown API key".into()).into_response());
+                }
             },
         }
     };
     request.extensions_mut().insert(caller);
-    next.run(request).await
+    Ok(())
 }

@@ -10,34 +10,27 @@
 //! body over the limit is handed on unread past it. It runs inside the in-flight
 //! limit: a request whose body is still arriving is in flight.
 
-use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::error::ApiError;
-use super::state::AppState;
 
-/// `router`, with each request's body read (up to the body limit) before the
-/// router answers.
-pub(crate) fn read_first(router: Router<AppState>, state: &AppState) -> Router<AppState> {
-    router.layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        read_body,
-    ))
-}
-
-async fn read_body(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// `request` with its body read whole (up to `limit` bytes; a larger body is
+/// handed on unread past that point, for the route's limit to refuse), or a 400
+/// when the body could not be read.
+pub(crate) async fn read_first(request: Request, limit: usize) -> Result<Request, Response> {
     if request.body().is_end_stream() {
-        return next.run(request).await;
+        return Ok(request);
     }
     let (parts, body) = request.into_parts();
-    match read_up_to(body, state.config.max_body_bytes).await {
-        Ok(body) => next.run(Request::from_parts(parts, body)).await,
-        Err(error) => ApiError::BadRequest(format!("the request body could not be read: {error}"))
-            .into_response(),
+    match read_up_to(body, limit).await {
+        Ok(body) => Ok(Request::from_parts(parts, body)),
+        Err(error) => Err(ApiError::BadRequest(format!(
+            "the request body could not be read: {error}"
+        ))
+        .into_response()),
     }
 }
 

@@ -4,8 +4,7 @@
 use std::time::Instant;
 
 use awaken_cluster::RunControl;
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
+use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -14,8 +13,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-use super::state::AppState;
 
 /// The content type of the OpenMetrics text format that Prometheus scrapes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -117,38 +114,50 @@ impl Metrics {
     }
 }
 
-/// Middleware counting every request by its route template (not its path, so ids
-/// do not make new series).
-pub(crate) async fn record(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let metrics = &state.metrics;
-    let method = request.method().to_string();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or(UNMATCHED, MatchedPath::as_str)
-        .to_owned();
-    metrics.in_flight.inc();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    metrics.in_flight.dec();
-    metrics
-        .latency
-        .get_or_create(&RouteLabels {
-            method: method.clone(),
-            route: route.clone(),
-        })
-        .observe(started.elapsed().as_secs_f64());
-    metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            method,
+/// One request being counted by its route template (not its path, so ids do not
+/// make new series): in flight from [`Self::start`] to [`Self::finish`].
+pub(crate) struct Observation<'a> {
+    metrics: &'a Metrics,
+    method: String,
+    route: String,
+    started: Instant,
+}
+
+impl<'a> Observation<'a> {
+    /// Counts `request` as in flight; called after routing, so the route is known.
+    pub(crate) fn start(metrics: &'a Metrics, request: &Request) -> Self {
+        let route = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or(UNMATCHED, MatchedPath::as_str)
+            .to_owned();
+        metrics.in_flight.inc();
+        Self {
+            metrics,
+            method: request.method().to_string(),
             route,
-            status: response.status().as_u16(),
-        })
-        .inc();
-    response
+            started: Instant::now(),
+        }
+    }
+
+    /// Records the request's latency and its answer's status.
+    pub(crate) fn finish(self, response: &Response) {
+        let metrics = self.metrics;
+        metrics.in_flight.dec();
+        metrics
+            .latency
+            .get_or_create(&RouteLabels {
+                method: self.method.clone(),
+                route: self.route.clone(),
+            })
+            .observe(self.started.elapsed().as_secs_f64());
+        metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                method: self.method,
+                route: self.route,
+                status: response.status().as_u16(),
+            })
+            .inc();
+    }
 }

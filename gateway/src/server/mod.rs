@@ -6,6 +6,7 @@
 pub mod auth;
 mod body;
 pub mod config;
+mod edge;
 pub mod error;
 mod extract;
 pub mod metrics;

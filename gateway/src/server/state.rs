@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use awaken_cluster::RunControl;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::config::ServerConfig;
 use super::metrics::Metrics;
@@ -32,6 +32,8 @@ pub struct SharedState {
     pub(crate) mcp: McpService,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: watch::Sender<bool>,
+    /// Permits for requests in flight behind the limit (`max_concurrent_requests`).
+    pub(crate) in_flight: Semaphore,
 }
 
 impl std::ops::Deref for AppState {
@@ -58,7 +60,9 @@ impl AppState {
         runtime_config: Arc<ConfigManager>,
     ) -> Self {
         let mcp = mcp_service(&config);
+        let in_flight = Semaphore::new(config.max_concurrent_requests.max(1));
         Self(Arc::new(SharedState {
+            in_flight,
             control,
             mcp,
             config: Arc::new(config),
