@@ -7,7 +7,6 @@ use awaken_actors::contract::Thread;
 use axum::extract::{FromRequestParts, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use axum::response::{IntoResponse, Response};
 use serde_json::Value as JsonValue;
 
 use super::error::ApiError;
@@ -105,7 +104,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 pub(crate) fn check_key(
     keys: &BTreeMap<String, String>,
     request: &mut Request,
-) -> Result<(), Response> {
+) -> Result<(), ApiError> {
     let caller = if keys.is_empty() {
         Caller(None)
     } else {
@@ -119,13 +118,12 @@ pub(crate) fn check_key(
             None => {
                 return Err(ApiError::Unauthorized(
                     "missing API key: send `Authorization: Bearer <key>`".into(),
-                )
-                .into_response());
+                ));
             }
             Some(key) => match keys.get(key) {
                 Some(tenant) => Caller(Some(tenant.clone())),
                 None => {
-                    return Err(ApiError::Unauthorized("unknown API key".into()).into_response());
+                    return Err(ApiError::Unauthorized("unknown API key".into()));
                 }
             },
         }

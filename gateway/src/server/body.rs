@@ -12,7 +12,6 @@
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::error::ApiError;
@@ -20,7 +19,7 @@ use super::error::ApiError;
 /// `request` with its body read whole (up to `limit` bytes; a larger body is
 /// handed on unread past that point, for the route's limit to refuse), or a 400
 /// when the body could not be read.
-pub(crate) async fn read_first(request: Request, limit: usize) -> Result<Request, Response> {
+pub(crate) async fn read_first(request: Request, limit: usize) -> Result<Request, ApiError> {
     if request.body().is_end_stream() {
         return Ok(request);
     }
@@ -29,8 +28,7 @@ pub(crate) async fn read_first(request: Request, limit: usize) -> Result<Request
         Ok(body) => Ok(Request::from_parts(parts, body)),
         Err(error) => Err(ApiError::BadRequest(format!(
             "the request body could not be read: {error}"
-        ))
-        .into_response()),
+        ))),
     }
 }
 

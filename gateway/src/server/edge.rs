@@ -80,12 +80,12 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
     let limit = state.config.max_body_bytes;
     let mut request = match body::read_first(request, limit).await {
         Ok(request) => request,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     if edge.keyed
         && let Err(refused) = auth::check_key(&state.config.api_keys, &mut request)
     {
-        return refused;
+        return refused.into_response();
     }
     match DefaultBodyLimit::max(limit)
         .layer(next)
