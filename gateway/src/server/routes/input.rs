@@ -2,7 +2,10 @@
 
 use awaken_actors::contract::{ContentBlock, Message};
 use awaken_actors::{AgentId, ThreadId};
+use std::fmt;
+
 use serde::Deserialize;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use crate::server::error::ApiError;
 
@@ -24,11 +27,42 @@ enum InputRole {
 }
 
 /// Text, or content blocks (text, images).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+///
+/// Read by its JSON type rather than as an untagged enum, which buffers the value
+/// and tries each variant in turn: a string is text, an array holds blocks.
+#[derive(Debug, Clone)]
 enum InputContent {
     Text(String),
     Blocks(Vec<ContentBlock>),
+}
+
+impl<'de> Deserialize<'de> for InputContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ContentVisitor;
+
+        impl<'de> Visitor<'de> for ContentVisitor {
+            type Value = InputContent;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of content blocks")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(InputContent::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: de::Error>(self, text: String) -> Result<Self::Value, E> {
+                Ok(InputContent::Text(text))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Vec::deserialize(de::value::SeqAccessDeserializer::new(seq))
+                    .map(InputContent::Blocks)
+            }
+        }
+
+        deserializer.deserialize_any(ContentVisitor)
+    }
 }
 
 impl InputMessage {
@@ -105,4 +139,45 @@ pub(crate) struct InputBody {
     /// A second submission with the same key is refused with 409 (mailbox route).
     #[serde(default, alias = "dedupe_key")]
     pub dedupe_key: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn body(json: &str) -> Result<StartRunBody, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    #[test]
+    fn content_is_text_or_blocks() {
+        let text = body(r#"{"messages":[{"role":"user","content":"go"}]}"#).unwrap();
+        let messages = user_messages(text.messages).unwrap();
+        assert_eq!(messages[0].text(), "go");
+
+        let blocks =
+            body(r#"{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#)
+                .unwrap();
+        let messages = user_messages(blocks.messages).unwrap();
+        assert_eq!(messages[0].text(), "hi");
+    }
+
+    #[test]
+    fn other_content_is_refused_with_what_was_expected() {
+        let error = body(r#"{"messages":[{"role":"user","content":42}]}"#).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("a string or an array of content blocks"),
+            "{error}"
+        );
+        let error =
+            body(r#"{"messages":[{"role":"user","content":[{"type":"nope"}]}]}"#).unwrap_err();
+        assert!(error.to_string().contains("nope"), "{error}");
+        assert!(user_messages(body(r#"{"messages":[]}"#).unwrap().messages).is_err());
+        let blank = body(r#"{"messages":[{"role":"user","content":"  "}]}"#).unwrap();
+        assert!(user_messages(blank.messages).is_err());
+    }
 }
