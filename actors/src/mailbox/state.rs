@@ -20,7 +20,9 @@ use crate::store::clamp_limit;
 /// The dispatches of a mailbox, their enqueue order and the threads' epochs.
 #[derive(Debug, Default, Clone)]
 pub struct MailboxState {
-    dispatches: FastHashMap<DispatchId, Entry>,
+    /// Boxed: the map grows with every retained dispatch, and a box moves in 8
+    /// bytes where a dispatch moves in hundreds when the table doubles.
+    dispatches: FastHashMap<DispatchId, Box<Entry>>,
     /// Enqueue order: sequence number → dispatch.
     order: BTreeMap<u64, DispatchId>,
     /// Sequence numbers of the dispatches in flight (`Queued` or `Claimed`), so
@@ -466,7 +468,8 @@ impl MailboxState {
         let at = seqs.partition_point(|s| *s < seq);
         seqs.insert(at, seq);
         self.order.insert(seq, id.clone());
-        self.dispatches.insert(id, Entry { seq, dispatch });
+        self.dispatches
+            .insert(id, Box::new(Entry { seq, dispatch }));
     }
 
     /// The thread's dispatches in enqueue order.
@@ -476,7 +479,7 @@ impl MailboxState {
             .into_iter()
             .flat_map(|mailbox| mailbox.seqs.iter())
             .filter_map(|seq| self.order.get(seq))
-            .filter_map(|id| self.dispatches.get(id))
+            .filter_map(|id| self.dispatches.get(id).map(|entry| &**entry))
     }
 
     fn remove(&mut self, id: &DispatchId) {

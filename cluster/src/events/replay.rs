@@ -13,6 +13,10 @@ pub const DEFAULT_REPLAY_CAPACITY: usize = 1024;
 /// Default number of ended runs whose buffers are kept.
 pub const DEFAULT_RETAINED_RUNS: usize = 1024;
 
+/// Events a new run's buffer has room for before it grows: a short run (a tool call
+/// and an answer) fits without reallocating.
+const FIRST_ROOM: usize = 32;
+
 struct RunBuffer {
     /// Shared with the live channel of a local follower: one copy per event.
     events: VecDeque<Arc<StreamEvent>>,
@@ -79,13 +83,17 @@ impl ReplayBuffers {
         let ends = matches!(event.event, AgentEvent::RunFinish { .. });
         let generation = ends.then(|| self.generation.fetch_add(1, Ordering::Relaxed));
         {
-            let mut buffer = self
-                .runs
-                .entry(run_id.clone())
-                .or_insert_with(|| RunBuffer {
-                    events: VecDeque::new(),
-                    ended: None,
-                });
+            // Most pushes find the run's buffer: look it up without cloning the id.
+            let mut buffer = match self.runs.get_mut(run_id) {
+                Some(buffer) => buffer,
+                None => self
+                    .runs
+                    .entry(run_id.clone())
+                    .or_insert_with(|| RunBuffer {
+                        events: VecDeque::with_capacity(self.capacity.min(FIRST_ROOM)),
+                        ended: None,
+                    }),
+            };
             if buffer.events.len() == self.capacity {
                 buffer.events.pop_front();
             }
