@@ -113,7 +113,6 @@ mod tests {
 
     #[derive(Debug, Deserialize)]
     struct Item {
-        #[allow(dead_code)]
         name: String,
     }
 
@@ -144,6 +143,7 @@ mod tests {
         ] {
             let shape = extract(Some(content_type), body).await.unwrap();
             assert_eq!(shape.items.len(), 1, "{content_type}");
+            assert_eq!(shape.items[0].name, "a", "{content_type}");
         }
     }
 
