@@ -28,6 +28,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    keep_the_heap_in_small_pages();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
@@ -38,6 +39,17 @@ fn main() -> ExitCode {
                 .map_or(1, GatewayError::exit_code);
             ExitCode::from(code)
         }
+    }
+}
+
+/// Turns transparent huge pages off for this process (decision 0042): mimalloc
+/// asks for them on its arenas, and a server whose heap churns then zeroes a
+/// whole 2 MiB page where it needed a few KiB. Best effort: a kernel without the
+/// switch just keeps its default.
+fn keep_the_heap_in_small_pages() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::debug!(%error, "transparent huge pages stay as the kernel set them");
     }
 }
 

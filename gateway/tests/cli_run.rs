@@ -251,3 +251,32 @@ fn the_worker_thread_count_comes_from_the_environment_and_is_checked() {
         assert!(output.stdout.is_empty(), "{bad}: nothing ran");
     }
 }
+
+/// Decision 0042: the process keeps its heap out of transparent huge pages.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_process_runs_without_transparent_huge_pages() {
+    use std::io::{BufRead, BufReader};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_awaken"))
+        .args(["run", "--agent", "demo", "delete notes.txt"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The run waits for the typed answer: the process is up and has run.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|line| line.unwrap().starts_with("■ run finished: suspended")),
+        "the run never waited for approval"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let answer = child.stdin.take().unwrap().write_all(b"n\n");
+    assert!(child.wait().unwrap().success(), "{answer:?}");
+    let thp = status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))
+        .map(str::trim);
+    assert_eq!(thp, Some("0"), "{status}");
+}
