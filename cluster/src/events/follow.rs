@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_nats::{Client, Subscriber};
 use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_actors::{RunId, ThreadId};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use super::local::{LiveSubscription, LocalEventHub};
 use super::{ReplayBuffers, event_subject};
@@ -176,14 +176,65 @@ impl RunFollow {
                     None => continue,
                 },
             };
-            if self.last_seq.is_some_and(|last| event.seq <= last) {
-                continue;
+            if let Some(event) = self.take(event) {
+                return Some(event);
             }
-            self.last_seq = Some(event.seq);
-            self.ended = matches!(event.event, AgentEvent::RunFinish { .. });
-            return Some(event);
         }
         None
+    }
+
+    /// What `next` gives when that is at hand without waiting: `None` while the
+    /// next event has not arrived, `Some(None)` after the end. A stream writer
+    /// gathers the events already there into one chunk with it; on this node's
+    /// hub it is a plain `try_recv`, with no future built and no waker taken.
+    pub fn next_ready(&mut self) -> Option<Option<Arc<StreamEvent>>> {
+        if matches!(self.live, Live::Nats(_)) {
+            return self.next().now_or_never();
+        }
+        while !self.ended {
+            let event = match self.backlog.pop_front() {
+                Some(event) => event,
+                None if self.replay_only => return Some(None),
+                None => {
+                    let Live::Local { subscription, .. } = &mut self.live else {
+                        return None;
+                    };
+                    match subscription.try_recv() {
+                        Ok(Some(event)) => event,
+                        Ok(None) => return None,
+                        Err(_lagged) => {
+                            self.refill();
+                            continue;
+                        }
+                    }
+                }
+            };
+            if let Some(event) = self.take(event) {
+                return Some(Some(event));
+            }
+        }
+        Some(None)
+    }
+
+    /// `event` unless it was already returned (its `seq` is not past the last);
+    /// notes the end of the activation.
+    fn take(&mut self, event: Arc<StreamEvent>) -> Option<Arc<StreamEvent>> {
+        if self.last_seq.is_some_and(|last| event.seq <= last) {
+            return None;
+        }
+        self.last_seq = Some(event.seq);
+        self.ended = matches!(event.event, AgentEvent::RunFinish { .. });
+        Some(event)
+    }
+
+    /// A follower of this node's hub that fell behind takes what it missed from
+    /// the replay buffer.
+    fn refill(&mut self) {
+        if let Live::Local { buffers, .. } = &self.live {
+            let replay = buffers.replay(&self.run_id, self.last_seq);
+            self.complete &= replay.complete;
+            self.backlog.extend(replay.events);
+        }
     }
 
     /// `None` when the source closed, `Some(None)` when nothing usable arrived
@@ -200,15 +251,10 @@ impl RunFollow {
                     }
                 }
             }
-            Live::Local {
-                subscription,
-                buffers,
-            } => match subscription.recv().await {
+            Live::Local { subscription, .. } => match subscription.recv().await {
                 Ok(event) => Some(Some(event)),
                 Err(_lagged) => {
-                    let replay = buffers.replay(&self.run_id, self.last_seq);
-                    self.complete &= replay.complete;
-                    self.backlog.extend(replay.events);
+                    self.refill();
                     Some(None)
                 }
             },

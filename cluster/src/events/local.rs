@@ -99,6 +99,21 @@ impl LiveSubscription {
             Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
+
+    /// The next live event if one is already waiting (`Ok(None)` when none is, or
+    /// the hub is gone), without registering to be woken.
+    pub fn try_recv(&mut self) -> Result<Option<Arc<StreamEvent>>, Lagged> {
+        let Some(receiver) = self.receiver.as_mut() else {
+            return Ok(None);
+        };
+        match receiver.try_recv() {
+            Ok(event) => Ok(Some(event)),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => Err(Lagged),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
+                Ok(None)
+            }
+        }
+    }
 }
 
 impl Drop for LiveSubscription {
@@ -239,6 +254,60 @@ mod tests {
             replayed_from_last_activation(&[event(0), event(1)]).await,
             [0, 1]
         );
+    }
+
+    #[test]
+    fn a_ready_event_is_taken_without_waiting_once_and_in_order() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        let mut follow = crate::events::follow_local(&hub, &run, None);
+        // The live copy of 0 was published before the follow subscribed; the
+        // buffered one comes first, then live events, each seq once.
+        assert_eq!(follow.next_ready().unwrap().unwrap().seq, 0);
+        assert!(follow.next_ready().is_none(), "nothing arrived yet");
+        hub.publish(&thread, &run, &event(1));
+        hub.publish(&thread, &run, &event(1));
+        hub.publish(&thread, &run, &finish(2));
+        assert_eq!(follow.next_ready().unwrap().unwrap().seq, 1);
+        assert_eq!(
+            follow.next_ready().unwrap().unwrap().seq,
+            2,
+            "the repeat is skipped"
+        );
+        assert!(
+            follow.next_ready().unwrap().is_none(),
+            "the activation ended"
+        );
+    }
+
+    #[test]
+    fn a_ready_follower_that_lagged_refills_from_the_buffer() {
+        let config = EventsConfig::default();
+        let hub = LocalEventHub::new(&config);
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        let mut follow = crate::events::follow_local(&hub, &run, None);
+        let published = config.live_capacity as u64 + 10;
+        for seq in 1..published {
+            hub.publish(&thread, &run, &event(seq));
+        }
+        let mut seqs = Vec::new();
+        while let Some(Some(event)) = follow.next_ready() {
+            seqs.push(event.seq);
+        }
+        assert_eq!(seqs, (0..published).collect::<Vec<_>>());
+        assert!(follow.complete());
+    }
+
+    #[test]
+    fn a_replay_only_follow_is_ready_to_end_after_its_backlog() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        let mut follow = crate::events::follow_local(&hub, &run, None).replay_only();
+        assert_eq!(follow.next_ready().unwrap().unwrap().seq, 0);
+        assert!(follow.next_ready().unwrap().is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use awaken_cluster::events::RunFollow;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use tokio::sync::watch;
 
 use super::error::ApiError;
@@ -55,9 +55,7 @@ async fn next_burst(follow: &mut RunFollow) -> Option<Bytes> {
         } else if chunk.len() >= sse_frames::BURST_BYTES {
             break;
         } else {
-            // `next` may be dropped while pending: it changes nothing until an
-            // event is taken.
-            match follow.next().now_or_never() {
+            match follow.next_ready() {
                 Some(Some(event)) => event,
                 _ => break,
             }

@@ -16,7 +16,7 @@ use awaken_cluster::decisions::DecisionPayload;
 use awaken_cluster::events::RunFollow;
 use axum::response::Response;
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use serde::Serialize;
 
 use super::input::has_content;
@@ -238,6 +238,15 @@ impl RunEvents {
             None => self.follow.next().await,
         }
     }
+
+    /// What `next` gives when that is at hand without waiting (see
+    /// [`RunFollow::next_ready`]).
+    fn next_ready(&mut self) -> Option<Option<Arc<StreamEvent>>> {
+        match self.first.take() {
+            Some(event) => Some(Some(event)),
+            None => self.follow.next_ready(),
+        }
+    }
 }
 
 /// A stateful translation of run events into one protocol's frames.
@@ -320,9 +329,7 @@ impl<E: Encoder> Encoding<E> {
             self.fill(&mut chunk).await;
         }
         while !self.done && chunk.len() < sse_frames::BURST_BYTES {
-            // Only taking the event may be abandoned (it changes nothing while
-            // pending); once taken, it is encoded whole.
-            match self.events.next().now_or_never() {
+            match self.events.next_ready() {
                 Some(event) => self.encode(event, &mut chunk).await,
                 None => break,
             }
