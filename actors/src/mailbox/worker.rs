@@ -326,7 +326,7 @@ impl Shared {
         };
         let more = claimed.len() == CLAIM_BATCH;
         for dispatch in &claimed {
-            self.held.insert(claim_token(dispatch));
+            self.held.insert(claim_token(dispatch).to_owned());
         }
         // Activations go to the thread in claim order; waiting happens apart.
         for dispatch in claimed {
@@ -401,7 +401,7 @@ impl Shared {
                     }
                     match self
                         .mailbox
-                        .extend_lease(&dispatch.dispatch_id, &token, self.config.lease_ms, now_ms())
+                        .extend_lease(&dispatch.dispatch_id, token, self.config.lease_ms, now_ms())
                         .await
                     {
                         Ok(_) => {}
@@ -410,7 +410,7 @@ impl Shared {
                         }
                         Err(lost) => {
                             tracing::warn!(dispatch_id = %dispatch.dispatch_id, error = %lost, "claim lost");
-                            self.held.remove(&token);
+                            self.held.remove(token);
                             return;
                         }
                     }
@@ -432,7 +432,7 @@ impl Shared {
         if let Err(error) = self.mailbox.record_run_result(id, result, now_ms()).await {
             tracing::warn!(dispatch_id = %id, %error, "recording the run result failed");
         }
-        match self.mailbox.ack(id, &claim_token(dispatch), now_ms()).await {
+        match self.mailbox.ack(id, claim_token(dispatch), now_ms()).await {
             Ok(_) => {
                 if let Err(error) = self.inbox.remove(&dispatch.run_id).await {
                     tracing::warn!(run_id = %dispatch.run_id, %error, "dropping the run input failed");
@@ -440,7 +440,7 @@ impl Shared {
             }
             Err(error) => tracing::warn!(dispatch_id = %id, %error, "ack failed"),
         }
-        self.held.remove(&claim_token(dispatch));
+        self.held.remove(claim_token(dispatch));
     }
 
     /// Returns the dispatch for a retry after back-off (dead-lettered when its
@@ -449,7 +449,7 @@ impl Shared {
         let id = &dispatch.dispatch_id;
         match self
             .mailbox
-            .nack(id, &claim_token(dispatch), reason, now_ms())
+            .nack(id, claim_token(dispatch), reason, now_ms())
             .await
         {
             Ok(back) if back.status == RunDispatchStatus::Queued => {
@@ -458,7 +458,7 @@ impl Shared {
             Ok(_) => tracing::warn!(dispatch_id = %id, %reason, "dispatch dead-lettered"),
             Err(error) => tracing::warn!(dispatch_id = %id, %error, "nack failed"),
         }
-        self.held.remove(&claim_token(dispatch));
+        self.held.remove(claim_token(dispatch));
     }
 
     async fn dead_letter(&self, dispatch: &RunDispatch, reason: &str) {
@@ -466,17 +466,17 @@ impl Shared {
         tracing::warn!(dispatch_id = %id, %reason, "dead-lettering dispatch");
         if let Err(error) = self
             .mailbox
-            .dead_letter(id, &claim_token(dispatch), reason, now_ms())
+            .dead_letter(id, claim_token(dispatch), reason, now_ms())
             .await
         {
             tracing::warn!(dispatch_id = %id, %error, "dead-letter failed");
         }
-        self.held.remove(&claim_token(dispatch));
+        self.held.remove(claim_token(dispatch));
     }
 }
 
-fn claim_token(dispatch: &RunDispatch) -> String {
-    dispatch.claim_token.clone().unwrap_or_default()
+fn claim_token(dispatch: &RunDispatch) -> &str {
+    dispatch.claim_token.as_deref().unwrap_or_default()
 }
 
 /// A ticker for a configured period; a zero period (which `tokio` refuses with a
