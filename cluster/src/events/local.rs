@@ -262,8 +262,8 @@ mod tests {
         let (thread, run) = ids();
         hub.publish(&thread, &run, &event(0));
         let mut follow = crate::events::follow_local(&hub, &run, None);
-        // The live copy of 0 was published before the follow subscribed; the
-        // buffered one comes first, then live events, each seq once.
+        // 0 was published before the follow subscribed, so it comes from the
+        // buffer; later events come live, each seq once.
         assert_eq!(follow.next_ready().unwrap().unwrap().seq, 0);
         assert!(follow.next_ready().is_none(), "nothing arrived yet");
         hub.publish(&thread, &run, &event(1));
