@@ -188,26 +188,22 @@ impl RunFollow {
     /// gathers the events already there into one chunk with it; on this node's
     /// hub it is a plain `try_recv`, with no future built and no waker taken.
     pub fn next_ready(&mut self) -> Option<Option<Arc<StreamEvent>>> {
-        if matches!(self.live, Live::Nats(_)) {
-            return self.next().now_or_never();
-        }
         while !self.ended {
             let event = match self.backlog.pop_front() {
                 Some(event) => event,
                 None if self.replay_only => return Some(None),
-                None => {
-                    let Live::Local { subscription, .. } = &mut self.live else {
-                        return None;
-                    };
-                    match subscription.try_recv() {
+                None => match &mut self.live {
+                    Live::Local { subscription, .. } => match subscription.try_recv() {
                         Ok(Some(event)) => event,
                         Ok(None) => return None,
                         Err(_lagged) => {
                             self.refill();
                             continue;
                         }
-                    }
-                }
+                    },
+                    // A NATS subscription has no `try_recv`: poll `next` once.
+                    Live::Nats(_) => return self.next().now_or_never(),
+                },
             };
             if let Some(event) = self.take(event) {
                 return Some(Some(event));
