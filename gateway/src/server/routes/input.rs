@@ -1,9 +1,9 @@
 //! Request bodies that start runs: input messages and the run's target.
 
-use awaken_actors::contract::{ContentBlock, Message};
-use awaken_actors::{AgentId, ThreadId};
 use std::fmt;
 
+use awaken_actors::contract::{ContentBlock, Message};
+use awaken_actors::{AgentId, ThreadId};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
