@@ -8,8 +8,8 @@ use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_actors::{RunId, ThreadId};
 use futures::{FutureExt, StreamExt};
 
-use super::local::{LiveSubscription, LocalEventHub};
-use super::{ReplayBuffers, event_subject};
+use super::event_subject;
+use super::local::{Fed, LiveSubscription, LocalEventHub};
 use crate::codec;
 use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
 
@@ -18,11 +18,8 @@ use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
 enum Live {
     /// `awaken.events.<run_id>` on NATS.
     Nats(Subscriber),
-    /// This process's hub; a lagging follower refills from its buffers.
-    Local {
-        subscription: LiveSubscription,
-        buffers: Arc<ReplayBuffers>,
-    },
+    /// This process's hub: the run's replay buffer, read in place.
+    Local(LiveSubscription),
 }
 
 /// A run's event stream as one node sees it: replayed events first, then live ones,
@@ -94,10 +91,7 @@ pub fn follow_local(hub: &LocalEventHub, run_id: &RunId, after_seq: Option<u64>)
     RunFollow {
         run_id: run_id.clone(),
         backlog: replay.events.into(),
-        live: Live::Local {
-            subscription,
-            buffers: Arc::clone(hub.buffers()),
-        },
+        live: Live::Local(subscription),
         last_seq: after_seq,
         ended: false,
         complete: replay.complete,
@@ -193,14 +187,15 @@ impl RunFollow {
                 Some(event) => event,
                 None if self.replay_only => return Some(None),
                 None => match &mut self.live {
-                    Live::Local { subscription, .. } => match subscription.try_recv() {
-                        Ok(Some(event)) => event,
-                        Ok(None) => return None,
-                        Err(_lagged) => {
-                            self.refill();
-                            continue;
+                    Live::Local(subscription) => {
+                        match subscription.try_read(self.last_seq, &mut self.backlog) {
+                            Some(fed) => {
+                                self.fed(fed);
+                                continue;
+                            }
+                            None => return None,
                         }
-                    },
+                    }
                     // A NATS subscription has no `try_recv`: poll `next` once.
                     Live::Nats(_) => return self.next().now_or_never(),
                 },
@@ -223,18 +218,21 @@ impl RunFollow {
         Some(event)
     }
 
-    /// A follower of this node's hub that fell behind takes what it missed from
-    /// the replay buffer.
-    fn refill(&mut self) {
-        if let Live::Local { buffers, .. } = &self.live {
-            let replay = buffers.replay(&self.run_id, self.last_seq);
-            self.complete &= replay.complete;
-            self.backlog.extend(replay.events);
+    /// Notes what a read of this node's buffer lost: events that left the buffer
+    /// before they were read, or the whole rest of a run whose buffer was dropped
+    /// (which ends the follow).
+    fn fed(&mut self, fed: Fed) {
+        match fed {
+            Fed::Events { missed } => self.complete &= !missed,
+            Fed::Dropped => {
+                self.complete = false;
+                self.ended = true;
+            }
         }
     }
 
     /// `None` when the source closed, `Some(None)` when nothing usable arrived
-    /// (an unreadable payload, or a lag that refilled the backlog).
+    /// (an unreadable payload, or a read that filled the backlog).
     async fn next_live(&mut self) -> Option<Option<Arc<StreamEvent>>> {
         match &mut self.live {
             Live::Nats(subscriber) => {
@@ -247,13 +245,11 @@ impl RunFollow {
                     }
                 }
             }
-            Live::Local { subscription, .. } => match subscription.recv().await {
-                Ok(event) => Some(Some(event)),
-                Err(_lagged) => {
-                    self.refill();
-                    Some(None)
-                }
-            },
+            Live::Local(subscription) => {
+                let fed = subscription.read(self.last_seq, &mut self.backlog).await;
+                self.fed(fed);
+                Some(None)
+            }
         }
     }
 }

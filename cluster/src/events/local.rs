@@ -1,26 +1,38 @@
 //! The single-node twin of [`ClusterEventHub`](super::ClusterEventHub): the same
-//! replay buffers, with live followers fed from in-process channels instead of NATS.
+//! replay buffers, which local followers read directly; a publish wakes the
+//! followers that found nothing left to read.
 
+use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use awaken_actors::contract::StreamEvent;
 use awaken_actors::hashing::FastDashMap;
 use awaken_actors::thread::EventHub;
 use awaken_actors::{RunId, ThreadId};
-use tokio::sync::broadcast;
 
+use super::replay::Read;
 use super::{EventsConfig, ReplayBuffers};
 
-/// Keeps every run's newest events and hands live ones to local followers.
+/// Keeps every run's newest events and wakes the local followers waiting for them.
 ///
-/// A run has a live channel only while someone follows it, so runs nobody watches
-/// cost their replay buffer and nothing more.
+/// Followers read the run's replay buffer itself, so an event exists once however
+/// many follow it, and a run nobody watches costs its buffer and nothing more.
 #[derive(Debug)]
 pub struct LocalEventHub {
     buffers: Arc<ReplayBuffers>,
-    /// Events a follower may fall behind by before it refills from the buffer.
-    live_capacity: usize,
-    live: Arc<FastDashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
+    /// Events a follower takes from a run's buffer per read.
+    read_batch: usize,
+    followers: Arc<FastDashMap<RunId, Followers>>,
+}
+
+/// The followers of one run on this node.
+#[derive(Debug, Default)]
+struct Followers {
+    count: usize,
+    /// Followers that read everything there was, until the next publish.
+    waiting: Vec<Waker>,
 }
 
 impl LocalEventHub {
@@ -31,8 +43,8 @@ impl LocalEventHub {
                 config.replay_capacity,
                 config.retained_runs,
             )),
-            live_capacity: config.live_capacity.max(1),
-            live: Arc::new(FastDashMap::default()),
+            read_batch: config.follower_batch.max(1),
+            followers: Arc::new(FastDashMap::default()),
         }
     }
 
@@ -43,84 +55,133 @@ impl LocalEventHub {
 
     /// Live events of `run_id` from now on; dropping the subscription ends it.
     pub fn subscribe(&self, run_id: &RunId) -> LiveSubscription {
-        let receiver = self
-            .live
-            .entry(run_id.clone())
-            .or_insert_with(|| broadcast::channel(self.live_capacity).0)
-            .subscribe();
+        self.followers.entry(run_id.clone()).or_default().count += 1;
         LiveSubscription {
             run_id: run_id.clone(),
-            receiver: Some(receiver),
-            live: Arc::clone(&self.live),
+            buffers: Arc::clone(&self.buffers),
+            followers: Arc::clone(&self.followers),
+            read_batch: self.read_batch,
+            seen_buffer: false,
+            parked_at_end: false,
         }
     }
 
     /// Runs with at least one live follower.
     pub fn followed_runs(&self) -> usize {
-        self.live.len()
+        self.followers.len()
     }
 }
 
 impl EventHub for LocalEventHub {
     fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
-        // Buffer first: a follower that subscribed before this line and replays
-        // after it sees the event twice (deduplicated by seq), never not at all.
-        // The buffer, the live channel's slots and the followers share one copy.
+        // Buffer first: a follower woken below reads the event there.
         self.buffers.push(run_id, Arc::clone(event));
-        if let Some(sender) = self.live.get(run_id) {
-            // No receiver left is fine: the last follower is just unsubscribing.
-            let _ = sender.send(Arc::clone(event));
+        if let Some(mut followers) = self.followers.get_mut(run_id) {
+            for waker in followers.waiting.drain(..) {
+                waker.wake();
+            }
         }
     }
 }
 
-/// One follower's live feed of a run.
+/// One follower's live feed of a run: reads from the run's replay buffer.
 #[derive(Debug)]
 pub struct LiveSubscription {
     run_id: RunId,
-    receiver: Option<broadcast::Receiver<Arc<StreamEvent>>>,
-    live: Arc<FastDashMap<RunId, broadcast::Sender<Arc<StreamEvent>>>>,
+    buffers: Arc<ReplayBuffers>,
+    followers: Arc<FastDashMap<RunId, Followers>>,
+    read_batch: usize,
+    /// A read found the run's buffer; one that is gone later was dropped.
+    seen_buffer: bool,
+    /// The last read found nothing new in a buffer whose activation had ended:
+    /// the follower waits for a resume, which starts a buffer anew if this one
+    /// is dropped meanwhile.
+    parked_at_end: bool,
 }
 
-/// The follower fell behind and missed live events: refill from the replay buffer.
+/// What a live read gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lagged;
+pub enum Fed {
+    /// Events were appended; `missed` when some right after the requested `seq`
+    /// had already left the buffer.
+    Events {
+        /// Whether events were lost before the first one appended.
+        missed: bool,
+    },
+    /// The run ended and its buffer was dropped before this follower read its end.
+    Dropped,
+}
 
 impl LiveSubscription {
-    /// The next live event; pending forever once the hub is gone (a follower also
-    /// ends at the run's `RunFinish`, which always comes).
-    pub async fn recv(&mut self) -> Result<Arc<StreamEvent>, Lagged> {
-        let Some(receiver) = self.receiver.as_mut() else {
-            return std::future::pending().await;
-        };
-        match receiver.recv().await {
-            Ok(event) => Ok(event),
-            Err(broadcast::error::RecvError::Lagged(_)) => Err(Lagged),
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+    /// Appends up to a read's worth of the run's events after `after_seq` to
+    /// `into`, waiting for the next publish when there are none yet.
+    pub async fn read(
+        &mut self,
+        after_seq: Option<u64>,
+        into: &mut VecDeque<Arc<StreamEvent>>,
+    ) -> Fed {
+        poll_fn(|cx| self.poll_read(cx, after_seq, into)).await
+    }
+
+    /// [`read`](Self::read) without waiting: `None` when nothing new is there.
+    pub fn try_read(
+        &mut self,
+        after_seq: Option<u64>,
+        into: &mut VecDeque<Arc<StreamEvent>>,
+    ) -> Option<Fed> {
+        match self
+            .buffers
+            .read_after(&self.run_id, after_seq, self.read_batch, into)
+        {
+            Read::Buffered {
+                taken: 0, ended, ..
+            } => {
+                self.seen_buffer = true;
+                self.parked_at_end = ended;
+                None
+            }
+            Read::Buffered { missed, .. } => {
+                self.seen_buffer = true;
+                self.parked_at_end = false;
+                Some(Fed::Events { missed })
+            }
+            Read::NoBuffer if self.seen_buffer && !self.parked_at_end => Some(Fed::Dropped),
+            Read::NoBuffer => None,
         }
     }
 
-    /// The next live event if one is already waiting (`Ok(None)` when none is, or
-    /// the hub is gone), without registering to be woken.
-    pub fn try_recv(&mut self) -> Result<Option<Arc<StreamEvent>>, Lagged> {
-        let Some(receiver) = self.receiver.as_mut() else {
-            return Ok(None);
-        };
-        match receiver.try_recv() {
-            Ok(event) => Ok(Some(event)),
-            Err(broadcast::error::TryRecvError::Lagged(_)) => Err(Lagged),
-            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
-                Ok(None)
-            }
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        after_seq: Option<u64>,
+        into: &mut VecDeque<Arc<StreamEvent>>,
+    ) -> Poll<Fed> {
+        if let Some(fed) = self.try_read(after_seq, into) {
+            return Poll::Ready(fed);
+        }
+        if let Some(mut followers) = self.followers.get_mut(&self.run_id)
+            && !followers
+                .waiting
+                .iter()
+                .any(|waiting| waiting.will_wake(cx.waker()))
+        {
+            followers.waiting.push(cx.waker().clone());
+        }
+        // Read again after registering: an event published in between is seen
+        // here or wakes this follower, never neither.
+        match self.try_read(after_seq, into) {
+            Some(fed) => Poll::Ready(fed),
+            None => Poll::Pending,
         }
     }
 }
 
 impl Drop for LiveSubscription {
     fn drop(&mut self) {
-        drop(self.receiver.take());
-        self.live
-            .remove_if(&self.run_id, |_, sender| sender.receiver_count() == 0);
+        self.followers.remove_if_mut(&self.run_id, |_, followers| {
+            followers.count = followers.count.saturating_sub(1);
+            followers.count == 0
+        });
     }
 }
 
@@ -146,8 +207,12 @@ mod tests {
         (ThreadId::new("t").unwrap(), RunId::new("r").unwrap())
     }
 
+    fn seqs(events: &VecDeque<Arc<StreamEvent>>) -> Vec<u64> {
+        events.iter().map(|event| event.seq).collect()
+    }
+
     #[tokio::test]
-    async fn followers_get_live_events_and_leave_no_channel_behind() {
+    async fn followers_read_events_after_a_seq_and_leave_nothing_behind() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
         hub.publish(&thread, &run, &event(0));
@@ -155,9 +220,11 @@ mod tests {
         let mut second = hub.subscribe(&run);
         hub.publish(&thread, &run, &event(1));
         for follower in [&mut first, &mut second] {
-            assert_eq!(follower.recv().await.unwrap().seq, 1);
+            let mut read = VecDeque::new();
+            let fed = follower.read(Some(0), &mut read).await;
+            assert_eq!(fed, Fed::Events { missed: false });
+            assert_eq!(seqs(&read), [1]);
         }
-        assert_eq!(hub.buffers().replay(&run, None).events.len(), 2);
         drop(first);
         assert_eq!(hub.followed_runs(), 1, "one follower remains");
         drop(second);
@@ -171,21 +238,118 @@ mod tests {
         let mut follower = hub.subscribe(&run);
         let published = event(0);
         hub.publish(&thread, &run, &published);
-        assert!(Arc::ptr_eq(&follower.recv().await.unwrap(), &published));
+        let mut read = VecDeque::new();
+        follower.read(None, &mut read).await;
+        assert!(Arc::ptr_eq(&read[0], &published));
         let replayed = hub.buffers().replay(&run, None).events;
         assert!(Arc::ptr_eq(&replayed[0], &published));
     }
 
     #[tokio::test]
-    async fn a_slow_follower_is_told_it_lagged() {
-        let config = EventsConfig::default();
+    async fn a_follower_takes_at_most_a_batch_per_read() {
+        let config = EventsConfig {
+            follower_batch: 2,
+            ..EventsConfig::default()
+        };
         let hub = LocalEventHub::new(&config);
         let (thread, run) = ids();
         let mut follower = hub.subscribe(&run);
-        for seq in 0..(config.live_capacity as u64 + 10) {
+        for seq in 0..3 {
             hub.publish(&thread, &run, &event(seq));
         }
-        assert_eq!(follower.recv().await.unwrap_err(), Lagged);
+        let mut read = VecDeque::new();
+        follower.read(None, &mut read).await;
+        assert_eq!(seqs(&read), [0, 1]);
+        follower.read(Some(1), &mut read).await;
+        assert_eq!(seqs(&read), [0, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_follower_behind_the_buffer_is_told_it_missed_events() {
+        let config = EventsConfig {
+            replay_capacity: 4,
+            ..EventsConfig::default()
+        };
+        let hub = LocalEventHub::new(&config);
+        let (thread, run) = ids();
+        let mut follower = hub.subscribe(&run);
+        for seq in 0..10 {
+            hub.publish(&thread, &run, &event(seq));
+        }
+        let mut read = VecDeque::new();
+        assert_eq!(
+            follower.read(Some(2), &mut read).await,
+            Fed::Events { missed: true }
+        );
+        assert_eq!(seqs(&read), [6, 7, 8, 9]);
+        let mut read = VecDeque::new();
+        assert_eq!(
+            follower.read(Some(6), &mut read).await,
+            Fed::Events { missed: false }
+        );
+        assert_eq!(seqs(&read), [7, 8, 9]);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_follower_is_woken_by_the_next_publish() {
+        let hub = Arc::new(LocalEventHub::new(&EventsConfig::default()));
+        let (thread, run) = ids();
+        let mut follow = crate::events::follow_local(&hub, &run, None);
+        let mut next = Box::pin(follow.next());
+        assert!(
+            futures::poll!(next.as_mut()).is_pending(),
+            "nothing was published"
+        );
+        hub.publish(&thread, &run, &event(0));
+        let woken = tokio::time::timeout(std::time::Duration::from_secs(5), next).await;
+        assert_eq!(woken.unwrap().unwrap().seq, 0);
+    }
+
+    #[tokio::test]
+    async fn a_follow_whose_run_was_dropped_before_its_end_was_read_ends_incomplete() {
+        let config = EventsConfig {
+            retained_runs: 1,
+            ..EventsConfig::default()
+        };
+        let hub = LocalEventHub::new(&config);
+        let (thread, run) = ids();
+        let mut follow = crate::events::follow_local(&hub, &run, None);
+        hub.publish(&thread, &run, &event(0));
+        assert_eq!(follow.next().await.unwrap().seq, 0);
+        hub.publish(&thread, &run, &finish(1));
+        // Another run ends: the first one's buffer leaves the retained one.
+        let other = RunId::new("other").unwrap();
+        hub.publish(&thread, &other, &finish(0));
+        assert_eq!(hub.buffers().replay(&run, None).events.len(), 0);
+        assert!(follow.next().await.is_none());
+        assert!(!follow.complete(), "the end was never read");
+    }
+
+    #[tokio::test]
+    async fn a_follower_waiting_past_an_end_sees_the_resume_after_the_buffer_was_dropped() {
+        let config = EventsConfig {
+            retained_runs: 1,
+            ..EventsConfig::default()
+        };
+        let hub = LocalEventHub::new(&config);
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &finish(1));
+        let mut follow = crate::events::follow_local(&hub, &run, None).skip_backlog();
+        {
+            let mut next = Box::pin(follow.next());
+            assert!(futures::poll!(next.as_mut()).is_pending(), "the run waits");
+            let other = RunId::new("other").unwrap();
+            hub.publish(&thread, &other, &finish(0));
+            assert!(
+                futures::poll!(next.as_mut()).is_pending(),
+                "a dropped buffer ends nothing the follower waits after"
+            );
+            hub.publish(&thread, &run, &event(2));
+            let resumed = tokio::time::timeout(std::time::Duration::from_secs(5), next).await;
+            assert_eq!(resumed.unwrap().unwrap().seq, 2);
+        }
+        assert!(follow.complete());
     }
 
     #[tokio::test]
@@ -282,21 +446,23 @@ mod tests {
     }
 
     #[test]
-    fn a_ready_follower_that_lagged_refills_from_the_buffer() {
-        let config = EventsConfig::default();
+    fn a_ready_follower_takes_every_waiting_event_in_batches() {
+        let config = EventsConfig {
+            follower_batch: 3,
+            ..EventsConfig::default()
+        };
         let hub = LocalEventHub::new(&config);
         let (thread, run) = ids();
         hub.publish(&thread, &run, &event(0));
         let mut follow = crate::events::follow_local(&hub, &run, None);
-        let published = config.live_capacity as u64 + 10;
-        for seq in 1..published {
+        for seq in 1..10 {
             hub.publish(&thread, &run, &event(seq));
         }
         let mut seqs = Vec::new();
         while let Some(Some(event)) = follow.next_ready() {
             seqs.push(event.seq);
         }
-        assert_eq!(seqs, (0..published).collect::<Vec<_>>());
+        assert_eq!(seqs, (0..10).collect::<Vec<_>>());
         assert!(follow.complete());
     }
 

@@ -23,8 +23,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 pub use follow::{RunFollow, follow_local, follow_run};
-pub use local::{Lagged, LiveSubscription, LocalEventHub};
-pub use replay::{DEFAULT_REPLAY_CAPACITY, DEFAULT_RETAINED_RUNS, Replay, ReplayBuffers};
+pub use local::{Fed, LiveSubscription, LocalEventHub};
+pub use replay::{DEFAULT_REPLAY_CAPACITY, DEFAULT_RETAINED_RUNS, Read, Replay, ReplayBuffers};
 
 use crate::codec;
 
@@ -56,9 +56,10 @@ pub struct EventsConfig {
     pub replay_capacity: usize,
     /// Ended runs whose buffers are kept.
     pub retained_runs: usize,
-    /// Events a local follower may fall behind by before it refills from the
-    /// replay buffer (single node; on NATS the subscription's own buffer applies).
-    pub live_capacity: usize,
+    /// Events a local follower copies out of a run's replay buffer per read: what
+    /// one stream holds before writing it (single node; on NATS the subscription's
+    /// own buffer applies).
+    pub follower_batch: usize,
     /// Encoded events waiting for the NATS connection; beyond it events are not
     /// published (they stay replayable) and [`ClusterEventHub::dropped`] counts them.
     pub publish_queue: usize,
@@ -69,7 +70,7 @@ impl Default for EventsConfig {
         Self {
             replay_capacity: DEFAULT_REPLAY_CAPACITY,
             retained_runs: DEFAULT_RETAINED_RUNS,
-            live_capacity: 256,
+            follower_batch: 64,
             publish_queue: 65_536,
         }
     }

@@ -58,6 +58,25 @@ pub struct Replay {
     pub complete: bool,
 }
 
+/// What [`ReplayBuffers::read_after`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// The run has a buffer here; `taken` events were appended. `missed` is set
+    /// when the buffer had already dropped events right after the requested `seq`.
+    Buffered {
+        /// Events appended.
+        taken: usize,
+        /// Whether events between the requested `seq` and the first taken are gone.
+        missed: bool,
+        /// Whether the run's latest activation has ended (its `RunFinish` is the
+        /// newest event buffered).
+        ended: bool,
+    },
+    /// No buffer: the run has published nothing here yet, or it ended and its
+    /// buffer was dropped.
+    NoBuffer,
+}
+
 impl ReplayBuffers {
     /// Buffers of `capacity` events (at least one) per run, keeping `retained_runs`
     /// ended runs.
@@ -135,6 +154,32 @@ impl ReplayBuffers {
             .cloned()
             .collect();
         Replay { events, complete }
+    }
+
+    /// Appends to `into` the first `max` buffered events of `run_id` with a `seq`
+    /// above `after_seq` (all when `None`): how a follower on this node reads the
+    /// run live, straight from the one copy the buffer holds.
+    pub fn read_after(
+        &self,
+        run_id: &RunId,
+        after_seq: Option<u64>,
+        max: usize,
+        into: &mut VecDeque<Arc<StreamEvent>>,
+    ) -> Read {
+        let Some(buffer) = self.runs.get(run_id) else {
+            return Read::NoBuffer;
+        };
+        let events = &buffer.events;
+        let from = after_seq.map_or(0, |after| events.partition_point(|e| e.seq <= after));
+        let taken = events.len().saturating_sub(from).min(max);
+        let needed_from = after_seq.map_or(0, |seq| seq.saturating_add(1));
+        let missed = taken > 0 && events[from].seq > needed_from;
+        into.extend(events.range(from..from + taken).cloned());
+        Read::Buffered {
+            taken,
+            missed,
+            ended: buffer.ended.is_some(),
+        }
     }
 
     /// Runs with a buffer now (active or retained).

@@ -53,7 +53,7 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
     let store = open_store(&config.store).await?;
     let events = EventsConfig {
         replay_capacity: config.server.replay_buffer_capacity,
-        live_capacity: config.server.sse_buffer_size,
+        follower_batch: config.server.sse_buffer_size,
         ..EventsConfig::default()
     };
     let file_entries = config
