@@ -295,7 +295,19 @@ mod cluster {
     }
 
     /// The next thread a queue watch reports.
-    async fn next_queued(watch: &mut awaken_actors::mailbox::QueueWatch) -> ThreadId {
+    /// A channel the mailbox's queue watch reports to.
+    async fn watch(mailbox: &LedgerMailbox) -> tokio::sync::mpsc::UnboundedReceiver<ThreadId> {
+        let (heard, watch) = tokio::sync::mpsc::unbounded_channel();
+        mailbox
+            .watch_queued(awaken_actors::mailbox::QueueWatch::new(
+                move |thread_id: &ThreadId| heard.send(thread_id.clone()).is_ok(),
+            ))
+            .await
+            .unwrap();
+        watch
+    }
+
+    async fn next_queued(watch: &mut tokio::sync::mpsc::UnboundedReceiver<ThreadId>) -> ThreadId {
         tokio::time::timeout(Duration::from_secs(30), watch.recv())
             .await
             .expect("the watch reports queued work")
@@ -322,7 +334,7 @@ mod cluster {
     async fn another_nodes_work_reaches_the_sweeps() {
         let (a, server) = ledger_fixture().await;
         let b = node(&server, LedgerOptions::default()).await;
-        let mut watch = b.watch_queued().await.unwrap();
+        let mut watch = watch(&b).await;
 
         let first = a.enqueue(dispatch("t1", "r1"), T0).await.unwrap();
         assert_eq!(next_queued(&mut watch).await, thread("t1"));

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::{
     DispatchQuery, HeldClaim, InMemoryMailboxStore, MailboxConfig, MailboxError, MailboxStore,
-    QueuedThread,
+    QueueWatch, QueuedThread,
 };
 use crate::contract::TerminationReason;
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
@@ -810,7 +810,13 @@ pub async fn claims_lists_claimed_work(store: &dyn MailboxStore) {
 
 /// A watch hears of enqueued work and of work a nack gives back, from any writer.
 pub async fn watch_reports_new_and_returned_work(store: &dyn MailboxStore) {
-    let mut watch = store.watch_queued().await.unwrap();
+    let (heard_tx, mut watch) = tokio::sync::mpsc::unbounded_channel();
+    store
+        .watch_queued(QueueWatch::new(move |thread_id: &ThreadId| {
+            heard_tx.send(thread_id.clone()).is_ok()
+        }))
+        .await
+        .unwrap();
     let queued = enqueued(store, "t-watch", "r1").await;
     let heard = tokio::time::timeout(Duration::from_secs(10), watch.recv())
         .await

@@ -7,12 +7,11 @@
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 
 use super::state::MailboxState;
 use super::{
-    DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxStore,
-    QUEUE_WATCH_CAPACITY, QueueWatch, QueuedThread, transition,
+    DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxStore, QueueWatch,
+    QueuedThread, transition,
 };
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};
@@ -22,7 +21,7 @@ use crate::ids::{DispatchId, ThreadId};
 pub struct InMemoryMailboxStore {
     config: MailboxConfig,
     state: Mutex<MailboxState>,
-    watchers: Mutex<Vec<mpsc::Sender<ThreadId>>>,
+    watchers: Mutex<Vec<QueueWatch>>,
 }
 
 impl InMemoryMailboxStore {
@@ -45,12 +44,7 @@ impl InMemoryMailboxStore {
             return;
         }
         for thread_id in threads {
-            watchers.retain(|watcher| {
-                !matches!(
-                    watcher.try_send(thread_id.clone()),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                )
-            });
+            watchers.retain(|watcher| watcher.notify(thread_id));
         }
     }
 
@@ -227,13 +221,12 @@ impl MailboxStore for InMemoryMailboxStore {
         Ok(self.lock().queued_threads())
     }
 
-    async fn watch_queued(&self) -> Result<QueueWatch, MailboxError> {
-        let (tx, rx) = mpsc::channel(QUEUE_WATCH_CAPACITY);
+    async fn watch_queued(&self, watch: QueueWatch) -> Result<(), MailboxError> {
         self.watchers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(tx);
-        Ok(rx)
+            .push(watch);
+        Ok(())
     }
 
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {

@@ -150,14 +150,35 @@ impl HeldClaim {
     }
 }
 
-/// How many change notifications a [`QueueWatch`] holds before it drops new ones.
-pub const QUEUE_WATCH_CAPACITY: usize = 4096;
-
-/// Threads whose mailbox got queued work (enqueue, retry, reclaim), from any writer.
+/// Told of each thread whose mailbox got queued work (enqueue, retry, reclaim),
+/// from any writer, as the store applies the change; answers `false` once it wants
+/// no more calls.
 ///
-/// Best effort by design: a watch that falls [`QUEUE_WATCH_CAPACITY`] behind drops
-/// notifications, so consumers also sweep with [`MailboxStore::queued_threads`].
-pub type QueueWatch = tokio::sync::mpsc::Receiver<ThreadId>;
+/// It runs inside the store's write path, so it hands the thread on (a worker
+/// starts a claim task) and never blocks or calls back into the store; the store
+/// needs no queue between writer and consumer, and a consumer on the writer's
+/// node hears of new work with no task hop. Consumers also sweep with
+/// [`MailboxStore::queued_threads`].
+#[derive(Clone)]
+pub struct QueueWatch(std::sync::Arc<dyn Fn(&ThreadId) -> bool + Send + Sync>);
+
+impl QueueWatch {
+    /// A watch calling `heard` with each thread that got queued work.
+    pub fn new(heard: impl Fn(&ThreadId) -> bool + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(heard))
+    }
+
+    /// Tells the watch of `thread_id`; `false` once it wants no more calls.
+    pub fn notify(&self, thread_id: &ThreadId) -> bool {
+        (self.0)(thread_id)
+    }
+}
+
+impl std::fmt::Debug for QueueWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueueWatch")
+    }
+}
 
 /// The persistent queue of run activations (seed 000, `MailboxStore`).
 ///
@@ -297,7 +318,7 @@ pub trait MailboxStore: Send + Sync + 'static {
     async fn queued_threads(&self) -> Result<Vec<QueuedThread>, MailboxError>;
 
     /// Starts watching for threads that get queued work.
-    async fn watch_queued(&self) -> Result<QueueWatch, MailboxError>;
+    async fn watch_queued(&self, watch: QueueWatch) -> Result<(), MailboxError>;
 
     /// Purges terminal dispatches last updated `gc_ttl` or longer before `now_ms`;
     /// returns how many. Their dedupe keys become free again.

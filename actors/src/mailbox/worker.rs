@@ -26,7 +26,7 @@ use dashmap::mapref::entry::Entry;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{MailboxConfig, MailboxError, MailboxStore, RunInbox};
+use super::{MailboxConfig, MailboxError, MailboxStore, QueueWatch, RunInbox};
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
@@ -80,11 +80,13 @@ struct Shared {
     accepting: AtomicBool,
     /// Asks the sweeper for a sweep now; requests made meanwhile coalesce.
     sweep_soon: Notify,
+    /// Where claim tasks run: the store's watch may call from outside a task.
+    tasks: tokio::runtime::Handle,
 }
 
 impl MailboxWorker {
-    /// Starts claiming for `consumer` (the node's id): listens to the mailbox's
-    /// watch, sweeps every `sweep_interval` (reclaiming expired leases and the
+    /// Starts claiming for `consumer` (the node's id): watches the mailbox for new
+    /// work, sweeps every `sweep_interval` (reclaiming expired leases and the
     /// claims of consumers `live` says are gone) and garbage-collects every
     /// `gc_interval`.
     pub async fn start(
@@ -96,7 +98,6 @@ impl MailboxWorker {
         placement: Placement,
         live: Liveness,
     ) -> Result<Self, MailboxError> {
-        let mut watch = mailbox.watch_queued().await?;
         let shared = Arc::new(Shared {
             runtime,
             mailbox,
@@ -109,15 +110,22 @@ impl MailboxWorker {
             held: DashSet::new(),
             accepting: AtomicBool::new(true),
             sweep_soon: Notify::new(),
+            tasks: tokio::runtime::Handle::current(),
         });
-        let listener = {
-            let shared = Arc::clone(&shared);
-            tokio::spawn(async move {
-                while let Some(thread_id) = watch.recv().await {
-                    Shared::wake(&shared, thread_id);
-                }
-            })
-        };
+        // Called in the store's write path: work enqueued on this node starts its
+        // claim task right there, with no listener in between. Weak: the store
+        // keeps the watch and the worker keeps the store.
+        let watching = Arc::downgrade(&shared);
+        shared
+            .mailbox
+            .watch_queued(QueueWatch::new(move |thread_id: &ThreadId| {
+                let Some(shared) = watching.upgrade() else {
+                    return false;
+                };
+                Shared::wake(&shared, thread_id.clone());
+                true
+            }))
+            .await?;
         let sweeper = {
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
@@ -145,7 +153,7 @@ impl MailboxWorker {
         };
         Ok(Self {
             shared,
-            loops: vec![listener, sweeper, collector],
+            loops: vec![sweeper, collector],
         })
     }
 
@@ -187,8 +195,10 @@ impl Shared {
             }
             Entry::Vacant(vacant) => {
                 vacant.insert(false);
-                let shared = Arc::clone(shared);
-                tokio::spawn(async move { shared.claim_loop(thread_id).await });
+                let claimer = Arc::clone(shared);
+                shared
+                    .tasks
+                    .spawn(async move { claimer.claim_loop(thread_id).await });
             }
         }
     }

@@ -29,7 +29,7 @@ use awaken_actors::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult};
 use awaken_actors::ids::{DispatchId, ThreadId};
 use awaken_actors::mailbox::{
     DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxState,
-    MailboxStore, QUEUE_WATCH_CAPACITY, QueueWatch, QueuedThread, transition,
+    MailboxStore, QueueWatch, QueuedThread, transition,
 };
 use tokio::sync::mpsc;
 
@@ -558,10 +558,9 @@ impl MailboxStore for LedgerMailbox {
         Ok(self.read(MailboxState::queued_threads))
     }
 
-    async fn watch_queued(&self) -> Result<QueueWatch, MailboxError> {
-        let (tx, rx) = mpsc::channel(QUEUE_WATCH_CAPACITY);
-        self.inner.replica.subscribe(tx);
-        Ok(rx)
+    async fn watch_queued(&self, watch: QueueWatch) -> Result<(), MailboxError> {
+        self.inner.replica.subscribe(watch);
+        Ok(())
     }
 
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {

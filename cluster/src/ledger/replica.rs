@@ -6,8 +6,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use awaken_actors::hashing::FastHashMap;
 use awaken_actors::ids::ThreadId;
-use awaken_actors::mailbox::{MailboxError, MailboxState};
-use tokio::sync::{mpsc, oneshot, watch};
+use awaken_actors::mailbox::{MailboxError, MailboxState, QueueWatch};
+use tokio::sync::{oneshot, watch};
 
 use super::command::{Command, Outcome};
 
@@ -38,7 +38,7 @@ pub(crate) struct Replica {
     /// This instance's batches in flight, by batch number, with their ops.
     own: Mutex<FastHashMap<u64, Vec<(u64, Command)>>>,
     /// `watch_queued` subscribers.
-    watchers: Mutex<Vec<mpsc::Sender<ThreadId>>>,
+    watchers: Mutex<Vec<QueueWatch>>,
     /// Whether `broken` holds a reason (read on every op without the lock).
     is_broken: AtomicBool,
     /// Why the replica stopped following the stream, once it has.
@@ -258,7 +258,7 @@ impl Replica {
     }
 
     /// Subscribes a queue watch.
-    pub(crate) fn subscribe(&self, watcher: mpsc::Sender<ThreadId>) {
+    pub(crate) fn subscribe(&self, watcher: QueueWatch) {
         lock(&self.watchers).push(watcher);
     }
 
@@ -269,12 +269,7 @@ impl Replica {
         }
         let mut watchers = lock(&self.watchers);
         for thread_id in threads {
-            watchers.retain(|watcher| {
-                !matches!(
-                    watcher.try_send(thread_id.clone()),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                )
-            });
+            watchers.retain(|watcher| watcher.notify(thread_id));
         }
     }
 }
