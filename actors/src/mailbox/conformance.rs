@@ -38,6 +38,7 @@ macro_rules! mailbox_store_conformance {
             claim_skips_dispatches_not_yet_available,
             claim_dispatch_by_id,
             ack_needs_the_current_claim,
+            complete_records_the_result_and_acks,
             nack_backs_off_then_dead_letters,
             dead_letters_are_kept_and_listable,
             cancel_only_queued,
@@ -305,6 +306,42 @@ pub async fn ack_needs_the_current_claim(store: &dyn MailboxStore) {
             ..
         })
     ));
+}
+
+/// Complete records the run's result and acks; with a stale claim it is refused
+/// and the dispatch stays claimed.
+pub async fn complete_records_the_result_and_acks(store: &dyn MailboxStore) {
+    let d = claimed(store, "t1", "r1").await;
+    let result = RunDispatchResult {
+        run_id: d.run_id.clone(),
+        dispatch_instance_id: "node-1".into(),
+        status: RunStatus::Done,
+        termination: Some(TerminationReason::NaturalEnd),
+        response: Some("done".into()),
+        error: None,
+    };
+    assert_eq!(
+        store
+            .complete(&d.dispatch_id, "stale-token", result.clone(), T0 + 1)
+            .await,
+        Err(MailboxError::ClaimMismatch(d.dispatch_id.clone()))
+    );
+    assert_eq!(
+        status(store, &d.dispatch_id).await,
+        RunDispatchStatus::Claimed
+    );
+    let completed = store
+        .complete(&d.dispatch_id, token(&d), result, T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(completed.status, RunDispatchStatus::Acked);
+    assert_eq!(completed.claim_token, None);
+    assert_eq!(completed.run_status, Some(RunStatus::Done));
+    assert_eq!(completed.termination, Some(TerminationReason::NaturalEnd));
+    assert_eq!(completed.run_response.as_deref(), Some("done"));
+    assert_eq!(completed.dispatch_instance_id.as_deref(), Some("node-1"));
+    let loaded = store.load_dispatch(&d.dispatch_id).await.unwrap().unwrap();
+    assert_eq!(loaded, completed);
 }
 
 /// Nack puts a claim back with exponential back-off; the last attempt dead-letters.

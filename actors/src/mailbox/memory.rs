@@ -191,6 +191,17 @@ impl MailboxStore for InMemoryMailboxStore {
         self.lock().record_run_result(dispatch_id, result, now_ms)
     }
 
+    async fn complete(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        result: RunDispatchResult,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.lock()
+            .complete(dispatch_id, claim_token, result, now_ms)
+    }
+
     async fn load_dispatch(
         &self,
         dispatch_id: &DispatchId,

@@ -294,6 +294,20 @@ pub trait MailboxStore: Send + Sync + 'static {
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError>;
 
+    /// Ends a delivery whose run finished or waits: records the run's result and
+    /// acks, in one write where the store can. A refused ack (the claim is no
+    /// longer this caller's) leaves the dispatch claimed.
+    async fn complete(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        result: RunDispatchResult,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.record_run_result(dispatch_id, result, now_ms).await?;
+        self.ack(dispatch_id, claim_token, now_ms).await
+    }
+
     /// The dispatch, if retained.
     async fn load_dispatch(
         &self,

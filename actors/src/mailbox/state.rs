@@ -327,6 +327,22 @@ impl MailboxState {
         })
     }
 
+    /// Records the run's result and acks, in one change: both or neither.
+    pub fn complete(
+        &mut self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        result: RunDispatchResult,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        self.change(dispatch_id, |dispatch| {
+            transition::check_claimed(dispatch, claim_token, "ack")?;
+            transition::record_result(dispatch, result, now_ms)?;
+            transition::release(dispatch, RunDispatchStatus::Acked, now_ms);
+            Ok(())
+        })
+    }
+
     /// The dispatch, if retained.
     pub fn get(&self, dispatch_id: &DispatchId) -> Option<&RunDispatch> {
         self.dispatches

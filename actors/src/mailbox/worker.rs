@@ -5,8 +5,8 @@
 //!   for each claimed dispatch, in claim order:
 //!     record_dispatch_start → watch_run → activate(run id, input from the inbox)
 //!       Started | Running ──> hold the claim (renew the lease) until the run
-//!                             finishes or waits → record_run_result → ack
-//!       Waiting | Finished ──> record_run_result → ack (a repeated delivery)
+//!                             finishes or waits → complete (result + ack)
+//!       Waiting | Finished ──> complete (a repeated delivery)
 //!       input gone / refused ─> dead-letter      thread unavailable ─> nack
 //! ```
 //!
@@ -439,16 +439,19 @@ impl Shared {
             error: None,
         };
         let id = &dispatch.dispatch_id;
-        if let Err(error) = self.mailbox.record_run_result(id, result, now_ms()).await {
-            tracing::warn!(dispatch_id = %id, %error, "recording the run result failed");
-        }
-        match self.mailbox.ack(id, claim_token(dispatch), now_ms()).await {
+        match self
+            .mailbox
+            .complete(id, claim_token(dispatch), result, now_ms())
+            .await
+        {
             Ok(_) => {
                 if let Err(error) = self.inbox.remove(&dispatch.run_id).await {
                     tracing::warn!(run_id = %dispatch.run_id, %error, "dropping the run input failed");
                 }
             }
-            Err(error) => tracing::warn!(dispatch_id = %id, %error, "ack failed"),
+            Err(error) => {
+                tracing::warn!(dispatch_id = %id, %error, "completing the dispatch failed")
+            }
         }
         self.held.remove(claim_token(dispatch));
     }

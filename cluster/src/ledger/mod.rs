@@ -518,6 +518,30 @@ impl MailboxStore for LedgerMailbox {
         .await
     }
 
+    async fn complete(
+        &self,
+        dispatch_id: &DispatchId,
+        claim_token: &str,
+        result: RunDispatchResult,
+        now_ms: u64,
+    ) -> Result<RunDispatch, MailboxError> {
+        // Both commands reach the writer before either answer is awaited, so they
+        // usually share one batch: one publish and one round trip, in this order.
+        let record = self.one(Command::RecordResult {
+            dispatch_id: dispatch_id.clone(),
+            result,
+            now_ms,
+        });
+        let ack = self.one(Command::Ack {
+            dispatch_id: dispatch_id.clone(),
+            claim_token: claim_token.to_owned(),
+            now_ms,
+        });
+        let (recorded, acked) = futures::join!(record, ack);
+        recorded?;
+        acked
+    }
+
     async fn load_dispatch(
         &self,
         dispatch_id: &DispatchId,
