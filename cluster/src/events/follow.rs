@@ -100,8 +100,9 @@ pub fn follow_local(hub: &LocalEventHub, run_id: &RunId, after_seq: Option<u64>)
 }
 
 impl RunFollow {
-    /// Whether every event after the requested `seq` was still buffered; when not,
-    /// the oldest ones are missing (read the thread's messages from the store).
+    /// Whether every event after the requested `seq` was still buffered when this
+    /// follow came to it; when not, some are missing (read the thread's messages
+    /// from the store).
     pub fn complete(&self) -> bool {
         self.complete
     }
