@@ -38,11 +38,16 @@ pub(crate) const BURST_BYTES: usize = 32 * 1024;
 /// Appends one frame to `chunk`: `id: <id>` when given, then `value` as compact
 /// JSON on one `data:` line. A value that cannot be encoded leaves `chunk` as it
 /// was.
+///
+/// Encoded with `sonic-rs`, which scans strings for characters to escape many
+/// bytes at a time; `serde_json` goes byte by byte, and escaping was most of the
+/// cost of encoding a run's events (decision 0045). Both write the same compact
+/// JSON for the same value.
 pub(crate) fn push_json_frame(
     chunk: &mut Vec<u8>,
     id: Option<u64>,
     value: &impl Serialize,
-) -> serde_json::Result<()> {
+) -> sonic_rs::Result<()> {
     let start = chunk.len();
     if let Some(id) = id {
         chunk.extend_from_slice(b"id: ");
@@ -50,7 +55,7 @@ pub(crate) fn push_json_frame(
         chunk.push(b'\n');
     }
     chunk.extend_from_slice(b"data: ");
-    if let Err(error) = serde_json::to_writer(&mut *chunk, value) {
+    if let Err(error) = sonic_rs::to_writer(&mut *chunk, value) {
         chunk.truncate(start);
         return Err(error);
     }
@@ -180,6 +185,40 @@ mod tests {
         push_json_frame(&mut chunk, None, &json!([1])).unwrap();
         push_text_frame(&mut chunk, "[DONE]");
         assert_eq!(&chunk[..], b"data: [1]\n\ndata: [DONE]\n\n");
+    }
+
+    /// The frame `push_json_frame` makes of `value`, and the one `serde_json` would.
+    fn both_frames(value: &impl Serialize) -> (String, String) {
+        let mut chunk = Vec::new();
+        push_json_frame(&mut chunk, None, value).unwrap();
+        let expected = format!("data: {}\n\n", serde_json::to_string(value).unwrap());
+        (String::from_utf8(chunk).unwrap(), expected)
+    }
+
+    #[test]
+    fn frames_hold_the_json_serde_json_would_write() {
+        use awaken_actors::contract::{AgentEvent, StreamEvent};
+        use awaken_actors::ids::ToolCallId;
+        let tricky = "quote \" backslash \\ slash / tab \t nul \u{0} bell \u{7} del \u{7f} é 日本 🦀 \u{2028}";
+        let values = [
+            json!({"text": tricky, "n": [0, -1, u64::MAX, i64::MIN], "f": [0.1, -2.5e-8, 1e300, 123456789.0]}),
+            json!([null, true, false, {}, [], "", {"nested": {"deep": [tricky]}}]),
+        ];
+        for value in &values {
+            let (frame, expected) = both_frames(value);
+            assert_eq!(frame, expected);
+        }
+        let event = StreamEvent::new(
+            3,
+            "2026-11-24T06:18:51.983Z",
+            AgentEvent::ToolCallReady {
+                id: ToolCallId::new("call_1").unwrap(),
+                name: "echo".into(),
+                arguments: values[0].clone(),
+            },
+        );
+        let (frame, expected) = both_frames(&event);
+        assert_eq!(frame, expected);
     }
 
     #[test]
