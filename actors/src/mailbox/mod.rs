@@ -295,8 +295,9 @@ pub trait MailboxStore: Send + Sync + 'static {
     ) -> Result<RunDispatch, MailboxError>;
 
     /// Ends a delivery whose run finished or waits: records the run's result and
-    /// acks, in one write where the store can. A refused ack (the claim is no
-    /// longer this caller's) leaves the dispatch claimed.
+    /// acks, in one write where the store can. The answer is the ack's: a refused
+    /// ack (the claim is no longer this caller's) leaves the dispatch claimed, and
+    /// a result that cannot be recorded (a projection) is logged, not a failure.
     async fn complete(
         &self,
         dispatch_id: &DispatchId,
@@ -304,7 +305,9 @@ pub trait MailboxStore: Send + Sync + 'static {
         result: RunDispatchResult,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.record_run_result(dispatch_id, result, now_ms).await?;
+        if let Err(error) = self.record_run_result(dispatch_id, result, now_ms).await {
+            tracing::warn!(%dispatch_id, %error, "recording the run result failed");
+        }
         self.ack(dispatch_id, claim_token, now_ms).await
     }
 

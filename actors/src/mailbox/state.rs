@@ -327,7 +327,8 @@ impl MailboxState {
         })
     }
 
-    /// Records the run's result and acks, in one change: both or neither.
+    /// Records the run's result and acks, in one change; a result that cannot be
+    /// recorded (a projection) is logged and the ack still happens.
     pub fn complete(
         &mut self,
         dispatch_id: &DispatchId,
@@ -337,7 +338,9 @@ impl MailboxState {
     ) -> Result<RunDispatch, MailboxError> {
         self.change(dispatch_id, |dispatch| {
             transition::check_claimed(dispatch, claim_token, "ack")?;
-            transition::record_result(dispatch, result, now_ms)?;
+            if let Err(error) = transition::record_result(dispatch, result, now_ms) {
+                tracing::warn!(%dispatch_id, %error, "recording the run result failed");
+            }
             transition::release(dispatch, RunDispatchStatus::Acked, now_ms);
             Ok(())
         })

@@ -538,7 +538,9 @@ impl MailboxStore for LedgerMailbox {
             now_ms,
         });
         let (recorded, acked) = futures::join!(record, ack);
-        recorded?;
+        if let Err(error) = recorded {
+            tracing::warn!(%dispatch_id, %error, "recording the run result failed");
+        }
         acked
     }
 
