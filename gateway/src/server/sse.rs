@@ -60,7 +60,7 @@ async fn next_burst(follow: &mut RunFollow) -> Option<Bytes> {
                 _ => break,
             }
         };
-        if let Err(error) = sse_frames::push_json_frame(&mut chunk, Some(event.seq), &*event) {
+        if let Err(error) = sse_frames::push_event_frame(&mut chunk, &event) {
             tracing::warn!(%error, seq = event.seq, "run event not encodable");
         }
     }
