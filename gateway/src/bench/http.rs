@@ -13,9 +13,14 @@
 //! | `client_cpu_us_per_run` | this process's CPU time per run (the HTTP clients) |
 //! | `inprocess_cpu_us_per_run` | CPU per run of the same workload through `AgentRuntime` in this process, measured right after (the `bench local` figure) |
 //! | `gateway_cpu_us_per_run` | `server_cpu_us_per_run - inprocess_cpu_us_per_run`: what HTTP, SSE, the mailbox hop and event fan-out cost per run |
+//! | `server_sys_cpu_us_per_run`, `inprocess_sys_cpu_us_per_run` | the system-time part of the two CPU figures |
+//! | `server_page_faults_per_run`, `inprocess_page_faults_per_run` | minor page faults per run: the heap's growth |
 //!
 //! CPU times come from `/proc/<pid>/stat` in clock ticks (10 ms): use enough runs
 //! (the default 5,000 take seconds) for the per-run figures to be exact to a µs.
+//! The system time and faults show when a figure paid for memory the host had
+//! taken back from a VM: each fault then costs several times more (see
+//! `docs/benchmarks.md`, fourteenth sitting).
 
 use std::time::Duration;
 
@@ -83,12 +88,12 @@ pub async fn run(url: Option<&str>, options: &BenchOptions) -> Result<BenchRepor
     }
 
     let server_pid = server.as_ref().and_then(ServerChild::pid);
-    let server_before = server_pid.map(cpu_micros).transpose()?;
-    let client_before = cpu_micros_self()?;
+    let server_before = server_pid.map(ProcessUsage::of).transpose()?;
+    let client_before = ProcessUsage::of_self()?;
     let driven = drive(NAME, options.runs, options.concurrency, options, job).await?;
-    let client_cpu = cpu_micros_self()?.saturating_sub(client_before);
-    let server_cpu = match (server_pid, server_before) {
-        (Some(pid), Some(before)) => Some(cpu_micros(pid)?.saturating_sub(before)),
+    let client = ProcessUsage::of_self()?.since(&client_before);
+    let server_usage = match (server_pid, server_before) {
+        (Some(pid), Some(before)) => Some(ProcessUsage::of(pid)?.since(&before)),
         _ => None,
     };
     if let Some(server) = server.take() {
@@ -99,17 +104,28 @@ pub async fn run(url: Option<&str>, options: &BenchOptions) -> Result<BenchRepor
     let mut report = driven
         .report(NAME, options.concurrency)
         .with("url", base)
-        .with("client_cpu_us_per_run", client_cpu / runs);
-    if let Some(server_cpu) = server_cpu {
-        let inprocess = inprocess_cpu_per_run(options).await?;
-        let server_per_run = server_cpu / runs;
+        .with("client_cpu_us_per_run", client.cpu_micros() / runs);
+    if let Some(server) = server_usage {
+        let (inprocess, inprocess_runs) = inprocess_usage(options).await?;
+        let server_per_run = server.cpu_micros() / runs;
+        let inprocess_per_run = inprocess.cpu_micros() / inprocess_runs;
         report = report
             .with("server_cpu_us_per_run", server_per_run)
-            .with("inprocess_cpu_us_per_run", inprocess)
+            .with("inprocess_cpu_us_per_run", inprocess_per_run)
             .with(
                 "gateway_cpu_us_per_run",
                 i64::try_from(server_per_run).unwrap_or(i64::MAX)
-                    - i64::try_from(inprocess).unwrap_or(i64::MAX),
+                    - i64::try_from(inprocess_per_run).unwrap_or(i64::MAX),
+            )
+            .with("server_sys_cpu_us_per_run", server.system_micros / runs)
+            .with(
+                "inprocess_sys_cpu_us_per_run",
+                inprocess.system_micros / inprocess_runs,
+            )
+            .with("server_page_faults_per_run", server.faults_per(runs))
+            .with(
+                "inprocess_page_faults_per_run",
+                inprocess.faults_per(inprocess_runs),
             );
     }
     Ok(report)
@@ -155,8 +171,8 @@ fn check_finish(stream: &str) -> Result<RunSample, String> {
     }
 }
 
-/// CPU per run of workload W through `AgentRuntime` in this process.
-async fn inprocess_cpu_per_run(options: &BenchOptions) -> Result<u64> {
+/// What workload W through `AgentRuntime` in this process used, and its runs.
+async fn inprocess_usage(options: &BenchOptions) -> Result<(ProcessUsage, u64)> {
     let quiet = BenchOptions {
         progress: false,
         ..options.clone()
@@ -169,37 +185,71 @@ async fn inprocess_cpu_per_run(options: &BenchOptions) -> Result<u64> {
         workload_w::one_run(warm.clone(), warm_agent.clone())
     })
     .await?;
-    let before = cpu_micros_self()?;
+    let before = ProcessUsage::of_self()?;
     let measured = runtime.clone();
     let driven = drive(NAME, options.runs, options.concurrency, &quiet, move |_| {
         workload_w::one_run(measured.clone(), agent.clone())
     })
     .await?;
-    let cpu = cpu_micros_self()?.saturating_sub(before);
+    let used = ProcessUsage::of_self()?.since(&before);
     runtime.shutdown().await;
-    Ok(cpu / driven.completed.max(1))
+    Ok((used, driven.completed.max(1)))
 }
 
-/// User + system CPU time of process `pid`, µs.
-fn cpu_micros(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_cpu_ticks(&stat)
-        .map(|ticks| ticks * MICROS_PER_TICK)
-        .ok_or_else(|| bench_error(format!("unreadable /proc/{pid}/stat")))
+/// A process's CPU time and minor page faults so far, or between two readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcessUsage {
+    user_micros: u64,
+    system_micros: u64,
+    minor_faults: u64,
 }
 
-fn cpu_micros_self() -> Result<u64> {
-    cpu_micros(std::process::id())
-}
+impl ProcessUsage {
+    /// The usage of process `pid`, from `/proc/<pid>/stat`.
+    fn of(pid: u32) -> Result<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        Self::parse(&stat).ok_or_else(|| bench_error(format!("unreadable /proc/{pid}/stat")))
+    }
 
-/// `utime + stime` of a `/proc/<pid>/stat` line (fields 14 and 15; the command
-/// name in field 2 may hold spaces, so fields are counted after its `)`).
-fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let user: u64 = fields.next()?.parse().ok()?;
-    let system: u64 = fields.next()?.parse().ok()?;
-    Some(user + system)
+    fn of_self() -> Result<Self> {
+        Self::of(std::process::id())
+    }
+
+    /// `minflt`, `utime` and `stime` of a `/proc/<pid>/stat` line (fields 10, 14
+    /// and 15; the command name in field 2 may hold spaces and parentheses, so
+    /// fields are counted after its last `)`).
+    fn parse(stat: &str) -> Option<Self> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut fields = rest.split_whitespace().skip(7);
+        let minor_faults = fields.next()?.parse().ok()?;
+        let mut times = fields.skip(3);
+        let user: u64 = times.next()?.parse().ok()?;
+        let system: u64 = times.next()?.parse().ok()?;
+        Some(Self {
+            user_micros: user * MICROS_PER_TICK,
+            system_micros: system * MICROS_PER_TICK,
+            minor_faults,
+        })
+    }
+
+    /// What was used after `earlier`, a reading of the same process.
+    fn since(&self, earlier: &Self) -> Self {
+        Self {
+            user_micros: self.user_micros.saturating_sub(earlier.user_micros),
+            system_micros: self.system_micros.saturating_sub(earlier.system_micros),
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+        }
+    }
+
+    fn cpu_micros(&self) -> u64 {
+        self.user_micros + self.system_micros
+    }
+
+    /// Faults per run, to two decimals.
+    fn faults_per(&self, runs: u64) -> f64 {
+        let per_run = self.minor_faults as f64 / runs.max(1) as f64;
+        (per_run * 100.0).round() / 100.0
+    }
 }
 
 /// `awaken serve` with the embedded defaults, as a child process.
@@ -241,12 +291,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_ticks_are_counted_after_the_command_name() {
+    fn usage_fields_are_counted_after_the_command_name() {
         let stat = "4242 (awaken (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 \
                     731 42 0 0 20 0 3 0 100 2000000 1000 18446744073709551615";
-        assert_eq!(parse_cpu_ticks(stat), Some(773));
-        assert_eq!(parse_cpu_ticks("garbage"), None);
-        assert!(cpu_micros_self().is_ok());
+        let usage = ProcessUsage::parse(stat).unwrap();
+        assert_eq!(
+            usage,
+            ProcessUsage {
+                user_micros: 7_310_000,
+                system_micros: 420_000,
+                minor_faults: 500,
+            }
+        );
+        assert_eq!(usage.cpu_micros(), 7_730_000);
+        assert_eq!(ProcessUsage::parse("garbage"), None);
+        assert_eq!(ProcessUsage::parse("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn usage_between_readings_and_per_run() {
+        let earlier = ProcessUsage {
+            user_micros: 10,
+            system_micros: 20,
+            minor_faults: 100,
+        };
+        let later = ProcessUsage {
+            user_micros: 40,
+            system_micros: 50,
+            minor_faults: 325,
+        };
+        let used = later.since(&earlier);
+        assert_eq!(used.cpu_micros(), 60);
+        assert!((used.faults_per(100) - 2.25).abs() < 1e-9);
+        assert!((used.faults_per(3) - 75.0).abs() < 1e-9);
+        assert!(ProcessUsage::of_self().unwrap().minor_faults > 0);
     }
 
     #[test]
