@@ -41,8 +41,17 @@ pub struct CommitOutcome {
 }
 
 /// Which action and effect keys have handlers; commits refuse anything else.
+///
+/// Every thread of an agent holds its agent's catalog, so a clone shares the
+/// tables: installing an environment on a thread copies no strings, and a warm
+/// thread keeps no copy of its own.
 #[derive(Debug, Clone, Default)]
 pub struct HandlerCatalog {
+    tables: Arc<HandlerTables>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct HandlerTables {
     actions: FastHashMap<String, Phase>,
     effects: FastHashSet<String>,
 }
@@ -50,24 +59,27 @@ pub struct HandlerCatalog {
 impl HandlerCatalog {
     /// Declares a handler for an action key running in `phase`.
     pub fn add_action(&mut self, key: impl Into<String>, phase: Phase) {
-        self.actions.insert(key.into(), phase);
+        Arc::make_mut(&mut self.tables)
+            .actions
+            .insert(key.into(), phase);
     }
 
     /// Declares a handler for an effect key.
     pub fn add_effect(&mut self, key: impl Into<String>) {
-        self.effects.insert(key.into());
+        Arc::make_mut(&mut self.tables).effects.insert(key.into());
     }
 
     fn check(&self, command: &StateCommand) -> Result<(), StateError> {
+        let HandlerTables { actions, effects } = &*self.tables;
         for action in command.actions() {
-            if self.actions.get(&action.key) != Some(&action.phase) {
+            if actions.get(&action.key) != Some(&action.phase) {
                 return Err(StateError::UnknownScheduledActionHandler {
                     key: action.key.clone(),
                 });
             }
         }
         for effect in command.effects() {
-            if !self.effects.contains(&effect.key) {
+            if !effects.contains(&effect.key) {
                 return Err(StateError::UnknownEffectHandler {
                     key: effect.key.clone(),
                 });
