@@ -1,5 +1,6 @@
 //! `awaken run` as a real process: the built binary, real stdin and stdout, the
-//! approval prompt answered by typing, by flags, or not at all.
+//! approval prompt answered by typing, by flags, or not at all. Also `awaken bench
+//! http`, whose server is a child process of the same binary.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic
 
@@ -279,4 +280,42 @@ fn the_process_runs_without_transparent_huge_pages() {
         .find_map(|line| line.strip_prefix("THP_enabled:"))
         .map(str::trim);
     assert_eq!(thp, Some("0"), "{status}");
+}
+
+#[test]
+fn bench_http_measures_its_own_server_and_the_in_process_run() {
+    let output = awaken(
+        &[
+            "bench",
+            "http",
+            "--runs",
+            "300",
+            "--concurrency",
+            "4",
+            "--quiet",
+        ],
+        None,
+    );
+    let lines = stdout_lines(&output);
+    assert_eq!(output.status.code(), Some(0), "{lines:#?}");
+    let report: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(report["scenario"], "http");
+    assert_eq!(report["runs"], 300);
+    assert_eq!(report["errors"], 0);
+    let field = |name: &str| {
+        report[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} in {report}"))
+    };
+    assert!(field("server_cpu_us_per_run") > 0.0, "{report}");
+    assert!(field("inprocess_cpu_us_per_run") > 0.0, "{report}");
+    assert_eq!(
+        field("gateway_cpu_us_per_run"),
+        field("server_cpu_us_per_run") - field("inprocess_cpu_us_per_run")
+    );
+    assert!(field("server_sys_cpu_us_per_run") <= field("server_cpu_us_per_run"));
+    assert!(field("inprocess_sys_cpu_us_per_run") <= field("inprocess_cpu_us_per_run"));
+    // Every run leaves its thread in the in-memory store: both heaps grow.
+    assert!(field("server_page_faults_per_run") > 0.0, "{report}");
+    assert!(field("inprocess_page_faults_per_run") > 0.0, "{report}");
 }
