@@ -309,3 +309,63 @@ async fn a_duplicate_dedupe_key_is_refused_and_keeps_the_first_input() {
     assert_eq!(done.run_response.as_deref(), Some("once"));
     assert!(n.inbox.get(&run_id).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_redelivered_dispatch_of_a_run_that_already_ended_leaves_the_thread_alone() {
+    let (runtime, echo) = approved_echo_runtime("approved");
+    let mailbox = Arc::new(InMemoryMailboxStore::new(config()));
+    let inbox = Arc::new(InMemoryRunInbox::default());
+    let thread = tid("w-ended");
+    // A node claimed run A's dispatch, ran it until a later input cancelled it, and
+    // died before acking.
+    let first = RunRequest::new(thread.clone(), user("first")).with_run_id(RunId::generate());
+    let queued = submit(&*mailbox, &*inbox, first.clone(), SubmitOptions::default())
+        .await
+        .unwrap();
+    mailbox
+        .claim_dispatch(&queued.dispatch_id, "dead-node", HOUR_MS, now_ms())
+        .await
+        .unwrap();
+    let waiting = runtime
+        .run(first, Arc::new(Collector::default()))
+        .await
+        .unwrap();
+    assert_eq!(waiting.termination, TerminationReason::Suspended);
+    let second = runtime
+        .run(
+            RunRequest::new(thread.clone(), user("second")),
+            Arc::new(Collector::default()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.termination, TerminationReason::Suspended);
+
+    let _worker = MailboxWorker::start(
+        runtime.clone(),
+        mailbox.clone(),
+        inbox.clone(),
+        config(),
+        "node-1",
+        Arc::new(|_| true),
+        Arc::new(|consumer: &str| consumer != "dead-node"),
+    )
+    .await
+    .unwrap();
+    let done = settled(&*mailbox, &queued.dispatch_id).await;
+    assert_eq!(done.status, RunDispatchStatus::Acked);
+    assert_eq!(done.attempt_count, 2);
+    assert_eq!(done.run_status, Some(RunStatus::Done));
+    assert_eq!(done.termination, Some(TerminationReason::Cancelled));
+    assert!(inbox.is_empty(), "the ended run's input is dropped");
+
+    let open = runtime.active_run(&thread).await.unwrap().unwrap();
+    assert_eq!(open.run_id, second.run_id, "the later run still waits");
+    let old = runtime
+        .store()
+        .load_run(&queued.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.termination, Some(TerminationReason::Cancelled));
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 0);
+}

@@ -6,109 +6,16 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use awaken_actors::contract::{
-    Message, RunRecord, TerminationReason, Thread, ThreadMetadata, ToolCallResumeMode,
-    ToolExecutionMode,
-};
+use awaken_actors::contract::{Message, TerminationReason, ToolCallResumeMode, ToolExecutionMode};
 use awaken_actors::runtime::AgentRuntime;
-use awaken_actors::store::{
-    Checkpoint, FencingToken, InMemoryStore, MessagePage, MessageQuery, RunPage, RunQuery,
-    ThreadRunStore, ThreadSnapshot, ThreadSummary,
-};
+use awaken_actors::store::ThreadRunStore;
 use awaken_actors::thread::ThreadConfig;
-use awaken_actors::{RunId, StorageError, ThreadId};
 use serde_json::json;
+use support::store::HookedStore;
 use support::*;
-
-/// The in-memory store, counting how often a thread is rehydrated from it and
-/// checkpointed to it.
-#[derive(Default)]
-struct CountingStore {
-    inner: InMemoryStore,
-    snapshot_loads: AtomicUsize,
-    checkpoints: AtomicUsize,
-}
-
-impl CountingStore {
-    fn loads(&self) -> usize {
-        self.snapshot_loads.load(Ordering::SeqCst)
-    }
-
-    fn checkpoints(&self) -> usize {
-        self.checkpoints.load(Ordering::SeqCst)
-    }
-}
-
-#[async_trait]
-impl ThreadRunStore for CountingStore {
-    async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
-        self.inner.create_thread(thread).await
-    }
-    async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
-        self.inner.load_thread(id).await
-    }
-    async fn update_thread_metadata(
-        &self,
-        id: &ThreadId,
-        metadata: ThreadMetadata,
-    ) -> Result<(), StorageError> {
-        self.inner.update_thread_metadata(id, metadata).await
-    }
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
-        self.inner.delete_thread(id).await
-    }
-    async fn list_threads(
-        &self,
-        offset: usize,
-        limit: usize,
-    ) -> Result<Vec<ThreadId>, StorageError> {
-        self.inner.list_threads(offset, limit).await
-    }
-    async fn list_thread_summaries(
-        &self,
-        offset: usize,
-        limit: usize,
-    ) -> Result<Vec<ThreadSummary>, StorageError> {
-        self.inner.list_thread_summaries(offset, limit).await
-    }
-    async fn load_messages(
-        &self,
-        id: &ThreadId,
-        query: &MessageQuery,
-    ) -> Result<MessagePage, StorageError> {
-        self.inner.load_messages(id, query).await
-    }
-    async fn load_thread_snapshot(
-        &self,
-        id: &ThreadId,
-    ) -> Result<Option<ThreadSnapshot>, StorageError> {
-        self.snapshot_loads.fetch_add(1, Ordering::SeqCst);
-        self.inner.load_thread_snapshot(id).await
-    }
-    async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
-        self.inner.create_run(record).await
-    }
-    async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError> {
-        self.inner.load_run(run_id).await
-    }
-    async fn latest_run(&self, thread_id: &ThreadId) -> Result<Option<RunRecord>, StorageError> {
-        self.inner.latest_run(thread_id).await
-    }
-    async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
-        self.inner.list_runs(query).await
-    }
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
-        self.checkpoints.fetch_add(1, Ordering::SeqCst);
-        self.inner.checkpoint(checkpoint).await
-    }
-    async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
-        self.inner.fence(id, token).await
-    }
-}
 
 /// A runtime on a counting store; `approve` puts the echo tool behind an approval.
 fn counted_runtime(
@@ -116,7 +23,7 @@ fn counted_runtime(
     echo: Arc<Echo>,
     approve: bool,
     config: ThreadConfig,
-) -> (AgentRuntime, Arc<CountingStore>) {
+) -> (AgentRuntime, Arc<HookedStore>) {
     recorded_runtime(llm, echo, approve, config, Arc::default())
 }
 
@@ -127,8 +34,8 @@ fn recorded_runtime(
     approve: bool,
     config: ThreadConfig,
     hub: Arc<HubRecorder>,
-) -> (AgentRuntime, Arc<CountingStore>) {
-    let store = Arc::new(CountingStore::default());
+) -> (AgentRuntime, Arc<HookedStore>) {
+    let store = Arc::new(HookedStore::default());
     let mut spec = agent_spec(ToolExecutionMode::Sequential);
     let mut builder = scripted_builder(llm)
         .with_event_hub(hub)

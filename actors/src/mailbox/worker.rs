@@ -356,6 +356,9 @@ impl Shared {
         {
             tracing::warn!(dispatch_id = %id, %error, "recording the dispatch start failed");
         }
+        if dispatch.attempt_count > 1 && self.ended_before(&dispatch).await {
+            return;
+        }
         let request = match self.inbox.get(&dispatch.run_id).await {
             Ok(request) => request,
             Err(error) => {
@@ -386,6 +389,34 @@ impl Shared {
             }
             Err(refused) => self.dead_letter(&dispatch, &refused.to_string()).await,
         }
+    }
+
+    /// Whether a repeated delivery finds its run already waiting or ended (its
+    /// claimer died before acking); then the dispatch is completed from the run's
+    /// record. Activating it instead would start the run anew as new input, which
+    /// cancels whatever runs on the thread now. A first delivery cannot have a
+    /// record yet, so it skips the read.
+    async fn ended_before(&self, dispatch: &RunDispatch) -> bool {
+        let record = match self.runtime.store().load_run(&dispatch.run_id).await {
+            Ok(Some(record)) if record.status != RunStatus::Running => record,
+            Ok(_) => return false,
+            Err(error) => {
+                // Activation checks the thread itself; a read that failed only
+                // loses the shortcut for runs the thread still knows.
+                tracing::warn!(run_id = %dispatch.run_id, %error, "reading a redelivered run failed");
+                return false;
+            }
+        };
+        let result = RunDispatchResult {
+            run_id: dispatch.run_id.clone(),
+            dispatch_instance_id: self.consumer.clone(),
+            status: record.status,
+            termination: record.termination,
+            response: None,
+            error: None,
+        };
+        self.complete(dispatch, result).await;
+        true
     }
 
     /// Holds the claim while the run executes, renewing its lease, then acks.
@@ -438,6 +469,11 @@ impl Shared {
             response: end.map(|e| e.response.clone()),
             error: None,
         };
+        self.complete(dispatch, result).await;
+    }
+
+    /// Records the run's result, acks the dispatch and drops the run's input.
+    async fn complete(&self, dispatch: &RunDispatch, result: RunDispatchResult) {
         let id = &dispatch.dispatch_id;
         match self
             .mailbox

@@ -625,6 +625,12 @@ impl ThreadActorState {
                 _ => Activation::Running,
             });
         }
+        if self
+            .queued_start()
+            .is_some_and(|queued| queued.identity.run_id == run_id)
+        {
+            return Ok(Activation::Running);
+        }
         if self.last_run.as_ref() == Some(&run_id) {
             return Ok(Activation::Finished);
         }
@@ -649,10 +655,21 @@ impl ThreadActorState {
             .resolver
             .resolve(agent_id.as_str())
             .map_err(|e| ControlError::Resolve(e.to_string()))?;
-        // New input on a busy thread cancels the old run first (book: Cancellation).
-        let previous = self.ctl.as_ref().map(|c| c.run_id.clone());
+        // New input on a busy thread cancels the run before it first (book:
+        // Cancellation). That is the newest accepted run: one still queued behind
+        // the segment in flight is started and then cancelled in turn, so it ends
+        // like any other run.
+        let previous = match self.queued_start() {
+            Some(queued) => {
+                queued.cancellation.cancel();
+                Some(queued.identity.run_id.clone())
+            }
+            None => {
+                self.cancel_now();
+                self.ctl.as_ref().map(|c| c.run_id.clone())
+            }
+        };
         if let Some(run_id) = &previous {
-            self.cancel_now();
             self.queue.push_back(Input::Cancel {
                 run_id: run_id.clone(),
             });
@@ -689,6 +706,14 @@ impl ThreadActorState {
         Ok(RunTicket {
             thread_id: self.thread_id.clone(),
             run_id,
+        })
+    }
+
+    /// The newest run accepted but not started yet (queued behind a segment).
+    fn queued_start(&self) -> Option<&RunCore> {
+        self.queue.iter().rev().find_map(|input| match input {
+            Input::Start { run, .. } => Some(&**run),
+            _ => None,
         })
     }
 

@@ -27,6 +27,8 @@ use awaken_actors::{
 };
 use tokio::sync::Notify;
 
+pub mod store;
+
 /// One scripted model turn.
 #[derive(Clone, Debug)]
 pub enum Turn {

@@ -1,0 +1,125 @@
+//! `HookedStore`: the in-memory store with counters and a gate on checkpoints, so a
+//! test can see how often a thread touches the store and hold its segments open.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use awaken_actors::contract::{RunRecord, Thread, ThreadMetadata};
+use awaken_actors::store::{
+    Checkpoint, FencingToken, InMemoryStore, MessagePage, MessageQuery, RunPage, RunQuery,
+    ThreadRunStore, ThreadSnapshot, ThreadSummary,
+};
+use awaken_actors::{RunId, StorageError, ThreadId};
+use tokio::sync::watch;
+
+/// The in-memory store, counting rehydrations and checkpoints; checkpoints wait
+/// while the gate is closed (it starts open).
+pub struct HookedStore {
+    pub inner: InMemoryStore,
+    snapshot_loads: AtomicUsize,
+    checkpoints: AtomicUsize,
+    gate: watch::Sender<bool>,
+}
+
+impl Default for HookedStore {
+    fn default() -> Self {
+        Self {
+            inner: InMemoryStore::default(),
+            snapshot_loads: AtomicUsize::new(0),
+            checkpoints: AtomicUsize::new(0),
+            gate: watch::channel(true).0,
+        }
+    }
+}
+
+impl HookedStore {
+    /// Thread snapshots loaded so far.
+    pub fn loads(&self) -> usize {
+        self.snapshot_loads.load(Ordering::SeqCst)
+    }
+
+    /// Checkpoints asked for so far (held ones included).
+    pub fn checkpoints(&self) -> usize {
+        self.checkpoints.load(Ordering::SeqCst)
+    }
+
+    /// Holds every checkpoint from now on until [`HookedStore::open`].
+    pub fn close(&self) {
+        self.gate.send_replace(false);
+    }
+
+    /// Lets held and later checkpoints through.
+    pub fn open(&self) {
+        self.gate.send_replace(true);
+    }
+}
+
+#[async_trait]
+impl ThreadRunStore for HookedStore {
+    async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
+        self.inner.create_thread(thread).await
+    }
+    async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
+        self.inner.load_thread(id).await
+    }
+    async fn update_thread_metadata(
+        &self,
+        id: &ThreadId,
+        metadata: ThreadMetadata,
+    ) -> Result<(), StorageError> {
+        self.inner.update_thread_metadata(id, metadata).await
+    }
+    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+        self.inner.delete_thread(id).await
+    }
+    async fn list_threads(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ThreadId>, StorageError> {
+        self.inner.list_threads(offset, limit).await
+    }
+    async fn list_thread_summaries(
+        &self,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ThreadSummary>, StorageError> {
+        self.inner.list_thread_summaries(offset, limit).await
+    }
+    async fn load_messages(
+        &self,
+        id: &ThreadId,
+        query: &MessageQuery,
+    ) -> Result<MessagePage, StorageError> {
+        self.inner.load_messages(id, query).await
+    }
+    async fn load_thread_snapshot(
+        &self,
+        id: &ThreadId,
+    ) -> Result<Option<ThreadSnapshot>, StorageError> {
+        self.snapshot_loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load_thread_snapshot(id).await
+    }
+    async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
+        self.inner.create_run(record).await
+    }
+    async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError> {
+        self.inner.load_run(run_id).await
+    }
+    async fn latest_run(&self, thread_id: &ThreadId) -> Result<Option<RunRecord>, StorageError> {
+        self.inner.latest_run(thread_id).await
+    }
+    async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
+        self.inner.list_runs(query).await
+    }
+    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+        self.checkpoints.fetch_add(1, Ordering::SeqCst);
+        let mut gate = self.gate.subscribe();
+        // The sender lives as long as the store, so the wait cannot fail.
+        let _ = gate.wait_for(|open| *open).await;
+        self.inner.checkpoint(checkpoint).await
+    }
+    async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
+        self.inner.fence(id, token).await
+    }
+}
