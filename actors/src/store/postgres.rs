@@ -26,6 +26,12 @@
 //! state, store the new fence and count, commit. A refused checkpoint rolls back, so it
 //! also leaves an absent thread absent. Concurrent writers of one thread queue on the
 //! row lock; the second sees the first's count and gets `VersionConflict`.
+//!
+//! Every writing transaction opens with limits (`SET LOCAL` in the `BEGIN` round
+//! trip): the server rolls it back when its client stays silent inside it longer
+//! than the write hold limit, and a writer waits that long at most for a row lock.
+//! So a node paused mid-checkpoint cannot keep a thread locked, and cannot commit
+//! after a new owner raised the fence (see [`PostgresStore::with_write_hold_limit`]).
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
 
 use std::str::FromStr;
@@ -59,6 +65,9 @@ pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
     schema_ready: Arc<OnceCell<()>>,
+    /// Opens every writing transaction, with its hold limit (see
+    /// [`PostgresStore::with_write_hold_limit`]).
+    begin_write: Arc<str>,
 }
 
 /// Every statement, with the table prefix filled in once.
@@ -309,12 +318,32 @@ impl PostgresStore {
         Ok(Self::build(pool, prefix))
     }
 
+    /// How long a writing transaction may hold a thread's row lock while its
+    /// client is silent, and how long a writer waits for that lock, unless
+    /// [`PostgresStore::with_write_hold_limit`] says otherwise.
+    pub const DEFAULT_WRITE_HOLD_LIMIT: Duration = Duration::from_secs(2);
+
     fn build(pool: PgPool, prefix: &str) -> Self {
         Self {
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
+            begin_write: begin_write(Self::DEFAULT_WRITE_HOLD_LIMIT).into(),
         }
+    }
+
+    /// Bounds how long a writing transaction may stay open while its client says
+    /// nothing (`idle_in_transaction_session_timeout`: the server ends the session
+    /// and rolls it back) and how long a writer waits for a thread's row lock
+    /// (`lock_timeout`). A node paused in the middle of a checkpoint would
+    /// otherwise keep the thread's row locked for the whole pause, so the next
+    /// owner could not raise the fence, and commit after it resumed. Keep it below
+    /// the shard lease TTL: then a paused owner's transaction is gone before
+    /// another node can own the thread. At least one millisecond.
+    #[must_use]
+    pub fn with_write_hold_limit(mut self, limit: Duration) -> Self {
+        self.begin_write = begin_write(limit).into();
+        self
     }
 
     /// The table prefix.
@@ -352,9 +381,13 @@ impl PostgresStore {
             .map(|_| ())
     }
 
+    /// A writing transaction, bounded by the write hold limit.
     async fn begin(&self) -> Result<Tx, StorageError> {
         self.ready().await?;
-        self.pool.begin().await.map_err(db_error)
+        self.pool
+            .begin_with(AssertSqlSafe(self.begin_write.to_string()))
+            .await
+            .map_err(db_error)
     }
 
     /// A read-only transaction that sees one snapshot for all its statements.
@@ -837,6 +870,15 @@ impl ProfileStore for PostgresStore {
             .map_err(db_error)?;
         Ok(())
     }
+}
+
+/// The statement that opens a writing transaction: `BEGIN` and, in the same round
+/// trip, the transaction's limits on silent clients and lock waits.
+fn begin_write(limit: Duration) -> String {
+    let ms = limit.as_millis().clamp(1, i32::MAX as u128);
+    format!(
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
+    )
 }
 
 /// Connection options for `url`, as a clear error rather than sqlx's.

@@ -27,6 +27,13 @@ pub use serve::ServeArgs;
 
 use crate::error::Result;
 
+/// How long a cluster node's PostgreSQL writes may hold a thread's row lock: half
+/// the shard lease TTL (so a paused owner's open transaction is rolled back before
+/// another node can own its threads), and no more than the store's default.
+fn write_hold_limit(lease_ttl: std::time::Duration) -> std::time::Duration {
+    (lease_ttl / 2).min(awaken_actors::store::PostgresStore::DEFAULT_WRITE_HOLD_LIMIT)
+}
+
 /// `awaken`: run agents on an embedded single-node runtime, and measure it.
 #[derive(Debug, Parser)]
 #[command(name = "awaken", version, about, long_about = None)]

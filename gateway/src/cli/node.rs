@@ -70,7 +70,8 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
 
     let store = PostgresStore::connect(&args.postgres_url)
         .await
-        .map_err(|e| invalid("--postgres-url", e))?;
+        .map_err(|e| invalid("--postgres-url", e))?
+        .with_write_hold_limit(super::write_hold_limit(config.shards.lease_ttl));
     store
         .ensure_schema()
         .await

@@ -50,7 +50,11 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
     if let Some(address) = args.address {
         config.server.address = address;
     }
-    let store = open_store(&config.store).await?;
+    let lease_ttl = config
+        .cluster
+        .as_ref()
+        .map(|cluster| Duration::from_secs(cluster.lease_ttl_secs));
+    let store = open_store(&config.store, lease_ttl).await?;
     let events = EventsConfig {
         replay_capacity: config.server.replay_buffer_capacity,
         follower_batch: config.server.sse_buffer_size,
@@ -181,7 +185,13 @@ fn is_loopback(address: &str) -> bool {
         || address.starts_with("localhost:")
 }
 
-async fn open_store(config: &StoreConfig) -> Result<Arc<dyn ThreadRunStore>> {
+/// Opens the configured thread store. In a cluster (`lease_ttl` set) a PostgreSQL
+/// store's writes may hold a thread's row lock for half the shard lease TTL at
+/// most, so a paused owner's transaction ends before its lease can pass on.
+async fn open_store(
+    config: &StoreConfig,
+    lease_ttl: Option<Duration>,
+) -> Result<Arc<dyn ThreadRunStore>> {
     Ok(match config {
         StoreConfig::Memory => Arc::new(InMemoryStore::new()),
         StoreConfig::File { path } => Arc::new(
@@ -190,9 +200,12 @@ async fn open_store(config: &StoreConfig) -> Result<Arc<dyn ThreadRunStore>> {
                 .map_err(|e| invalid("store.path", e))?,
         ),
         StoreConfig::Postgres { url } => {
-            let store = PostgresStore::connect(url)
+            let mut store = PostgresStore::connect(url)
                 .await
                 .map_err(|e| invalid("store.url", e))?;
+            if let Some(ttl) = lease_ttl {
+                store = store.with_write_hold_limit(super::write_hold_limit(ttl));
+            }
             store
                 .ensure_schema()
                 .await
