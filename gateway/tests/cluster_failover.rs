@@ -14,18 +14,23 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use awaken_actors::contract::{Message, RunDispatch, RunDispatchStatus, RunStatus};
+use awaken_actors::contract::{
+    AgentEvent, Message, RunDispatch, RunDispatchStatus, RunStatus, StreamEvent,
+};
 use awaken_actors::delegation::ChildRef;
 use awaken_actors::ids::{AgentId, DispatchId, RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxStore, SubmitOptions, submit};
 use awaken_actors::store::{MessageQuery, PostgresStore, TestSchema, ThreadRunStore};
 use awaken_actors::thread::RunRequest;
+use awaken_cluster::codec;
 use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
+use awaken_cluster::events::event_subject;
 use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use awaken_cluster::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable, ShardCount};
 use awaken_cluster::testing::NatsServer;
+use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -394,7 +399,17 @@ async fn a_paused_owner_that_comes_back_cannot_commit() {
 
     let thread = ThreadId::new("paused-owner").unwrap();
     let owner = cluster.owner_of(&thread).await;
-    let queued = cluster.submit(&thread, "slow").await;
+    // Every event any node publishes for the run, in arrival order.
+    let run_id = RunId::generate();
+    let mut published = cluster
+        .nats
+        .connect()
+        .await
+        .unwrap()
+        .subscribe(event_subject(&run_id))
+        .await
+        .unwrap();
+    let queued = cluster.submit_run(&thread, "slow", run_id).await;
     eventually("the tool started on the owner", || async {
         !cluster.journal_lines().is_empty()
     })
@@ -448,6 +463,24 @@ async fn a_paused_owner_that_comes_back_cannot_commit() {
         "only the new run's user message and answer were added"
     );
     assert!(after.fence >= before.fence);
+
+    // Nothing of the paused node reached the run's followers once it resumed: the
+    // run's events end with the survivor's one `run_finish`.
+    let mut events = Vec::new();
+    while let Some(Some(message)) = published.next().now_or_never() {
+        events.push(codec::decode::<StreamEvent>(&message.payload).unwrap());
+    }
+    let finishes: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.event, AgentEvent::RunFinish { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        finishes,
+        [events.len() - 1],
+        "events after the run ended: {events:?}"
+    );
 }
 
 /// `awaken bench cluster --scenario failover` on two real nodes: one kill, the run

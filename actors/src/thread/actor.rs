@@ -348,6 +348,15 @@ impl Actor for ThreadActor {
             myself.stop(Some("the node is shutting down".to_owned()));
             return Ok(());
         }
+        if !state.deps.fence.holds(&state.thread_id) {
+            // Another node may own the thread now (e.g. this process was paused
+            // past its lease): no further step, event or tool start here. Pending
+            // callers see the actor gone; the owner continues from the checkpoint.
+            tracing::warn!(thread_id = %state.thread_id, "this node no longer holds the thread; stopping");
+            state.ctl = None;
+            myself.stop(Some("fenced".to_owned()));
+            return Ok(());
+        }
         if state.passivating && !matches!(message, ThreadMsg::Passivate) {
             state.active_since_passivation = true;
         }
@@ -986,8 +995,15 @@ impl ThreadActorState {
                 crate::inline::ready_or_spawn(summarize, |()| {});
             }
             Next::Launch(launches) => {
-                for launch in launches {
-                    self.launch(&run_id, launch, myself).await;
+                // A segment can outlast the node's hold on the thread (a pause
+                // mid-segment): then its tools do not start here.
+                if self.deps.fence.holds(&self.thread_id) {
+                    for launch in launches {
+                        self.launch(&run_id, launch, myself).await;
+                    }
+                } else {
+                    self.ctl = None;
+                    myself.stop(Some("fenced".to_owned()));
                 }
             }
             Next::Wait => {

@@ -24,6 +24,13 @@ pub trait FenceSource: Send + Sync {
     fn fences_on_load(&self) -> bool {
         false
     }
+
+    /// Whether this node may act for `thread_id` now: run its work, start its
+    /// tools, publish its events. `false` once another node may own it (its lease
+    /// lapsed, e.g. after a pause): the thread's actor stops without another step.
+    fn holds(&self, _thread_id: &ThreadId) -> bool {
+        true
+    }
 }
 
 /// The token source of a single node that owns every thread.

@@ -27,6 +27,7 @@ pub use local::{Fed, LiveSubscription, LocalEventHub};
 pub use replay::{DEFAULT_REPLAY_CAPACITY, DEFAULT_RETAINED_RUNS, Read, Replay, ReplayBuffers};
 
 use crate::codec;
+use crate::shards::ShardedFence;
 
 /// Prefix of the subjects run events are published on.
 pub const EVENTS_SUBJECT_PREFIX: &str = "awaken.events.";
@@ -86,6 +87,8 @@ pub struct ClusterEventHub {
     buffers: Arc<ReplayBuffers>,
     outbox: mpsc::Sender<(String, Bytes)>,
     dropped: AtomicU64,
+    /// Events of threads this node no longer holds are not published.
+    fence: Option<ShardedFence>,
 }
 
 impl ClusterEventHub {
@@ -106,7 +109,17 @@ impl ClusterEventHub {
             )),
             outbox,
             dropped: AtomicU64::new(0),
+            fence: None,
         }
+    }
+
+    /// Publishes only the events of threads `fence` says this node holds: a node
+    /// that resumes after a pause past its lease must not add events to a run its
+    /// thread's new owner continued (or ended).
+    #[must_use]
+    pub fn fenced_by(mut self, fence: ShardedFence) -> Self {
+        self.fence = Some(fence);
+        self
     }
 
     /// The replay buffers this hub fills.
@@ -121,7 +134,13 @@ impl ClusterEventHub {
 }
 
 impl EventHub for ClusterEventHub {
-    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
+    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
+        if let Some(fence) = &self.fence
+            && !fence.owns(thread_id)
+        {
+            tracing::debug!(%thread_id, %run_id, "event of a thread this node no longer holds dropped");
+            return;
+        }
         self.buffers.push(run_id, Arc::clone(event));
         let payload = match codec::encode(&**event) {
             Ok(payload) => payload,

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use super::lease::{HeldLease, Holder, LeaseTable};
 use super::owner::{Ownership, ShardEvent, ShardOwnerConfig};
+use super::tenure::Tenure;
 use super::{ShardId, preference, quota};
 use crate::error::ClusterError;
 use crate::expiry::{EXPIRY_RECHECK, Recheck, time_left};
@@ -47,8 +48,11 @@ pub(super) struct Keeper {
     pub(super) table: LeaseTable,
     pub(super) members: watch::Receiver<BTreeSet<NodeId>>,
     pub(super) events: Arc<dyn ShardEvent>,
+    /// Held leases, with the instant before each was last written.
     pub(super) held: BTreeMap<ShardId, (HeldLease, Instant)>,
     pub(super) ownership: watch::Sender<Ownership>,
+    /// Until when the held leases may be acted on (moved by every write).
+    pub(super) tenure: Arc<Tenure>,
     /// Shards held by nodes that left, as last read, with their leases' expiry.
     pub(super) departed: Departed,
 }
@@ -169,6 +173,7 @@ impl Keeper {
                 return Ok(());
             }
             let at_ms = now_ms();
+            let sent_at = Instant::now();
             let outcomes = futures::future::join_all(
                 batch
                     .iter()
@@ -181,7 +186,7 @@ impl Keeper {
                 match outcome {
                     Ok(Some(lease)) => {
                         acquired.push((lease.shard, lease.token));
-                        self.held.insert(lease.shard, (lease, Instant::now()));
+                        self.held.insert(lease.shard, (lease, sent_at));
                     }
                     Ok(None) => {}
                     // The leases taken beside a failed create are kept.
@@ -205,8 +210,9 @@ impl Keeper {
     async fn renew(&mut self) {
         let mut lost = Vec::new();
         for (shard, (lease, renewed_at)) in &mut self.held {
+            let sent_at = Instant::now();
             match self.table.renew(lease, &self.node_id).await {
-                Ok(true) => *renewed_at = Instant::now(),
+                Ok(true) => *renewed_at = sent_at,
                 Ok(false) => lost.push(*shard),
                 Err(error) => {
                     tracing::warn!(%error, %shard, "lease renewal failed");
@@ -216,6 +222,7 @@ impl Keeper {
                 }
             }
         }
+        self.update_tenure();
         for shard in lost {
             tracing::warn!(%shard, "shard lease lost");
             self.held.remove(&shard);
@@ -241,7 +248,16 @@ impl Keeper {
         Ok(())
     }
 
+    /// Moves the tenure to the deadline of the earliest written lease.
+    fn update_tenure(&self) {
+        let earliest = self.held.values().map(|(_, sent_at)| *sent_at).min();
+        self.tenure
+            .set(earliest.map(|sent_at| self.tenure.deadline(sent_at)));
+    }
+
+    /// Publishes the held shards (and their tenure).
     fn publish(&self) {
+        self.update_tenure();
         let ownership = self
             .held
             .iter()

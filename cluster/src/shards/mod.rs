@@ -7,6 +7,7 @@ mod keeper;
 mod lease;
 mod owner;
 mod runtime;
+mod tenure;
 
 use awaken_actors::ids::ThreadId;
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,7 @@ pub use assignment::{preference, quota};
 pub use lease::{DEFAULT_SHARDS_BUCKET, HeldLease, Holder, LeaseTable, ShardLease};
 pub use owner::{Ownership, ShardEvent, ShardOwner, ShardOwnerConfig, ShardedFence};
 pub use runtime::RuntimeShards;
+pub use tenure::Tenure;
 
 /// The number of shards when the cluster is created without one.
 pub const DEFAULT_SHARD_COUNT: u32 = 256;

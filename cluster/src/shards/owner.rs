@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::keeper::{Departed, Keeper};
 use super::lease::LeaseTable;
+use super::tenure::Tenure;
 use super::{ShardCount, ShardId};
 use crate::error::ClusterError;
 use crate::membership::NodeId;
@@ -55,6 +56,7 @@ impl Default for ShardOwnerConfig {
 /// A running shard owner; [`ShardOwner::drain`] stops it gracefully.
 pub struct ShardOwner {
     ownership: watch::Receiver<Ownership>,
+    tenure: Arc<Tenure>,
     stop: watch::Sender<bool>,
     count: ShardCount,
     state: OwnerState,
@@ -94,6 +96,7 @@ impl ShardOwner {
         let (stop, _) = watch::channel(false);
         Self {
             ownership: ownership_rx,
+            tenure: Arc::new(Tenure::new(config.lease_ttl)),
             stop,
             count: config.count,
             state: OwnerState::Ready(Box::new(Prepared {
@@ -131,6 +134,7 @@ impl ShardOwner {
             events,
             held: BTreeMap::new(),
             ownership,
+            tenure: Arc::clone(&self.tenure),
             departed: Departed::default(),
         };
         self.state = OwnerState::Running(tokio::spawn(keeper.run(self.stop.subscribe())));
@@ -146,6 +150,7 @@ impl ShardOwner {
         ShardedFence {
             count: self.count,
             ownership: self.ownership.clone(),
+            tenure: Arc::clone(&self.tenure),
         }
     }
 
@@ -170,11 +175,13 @@ impl ShardOwner {
 
 /// Fencing tokens from shard leases: a thread's checkpoints carry its shard's lease
 /// token while this node owns the shard, and the lowest token otherwise, which any
-/// store that has seen an owner refuses.
+/// store that has seen an owner refuses. Ownership whose tenure lapsed (renewals
+/// not written for most of a TTL, e.g. the process was paused) counts as none.
 #[derive(Debug, Clone)]
 pub struct ShardedFence {
     count: ShardCount,
     ownership: watch::Receiver<Ownership>,
+    tenure: Arc<Tenure>,
 }
 
 impl ShardedFence {
@@ -183,11 +190,13 @@ impl ShardedFence {
         self.count
     }
 
-    /// Whether this node owns the thread's shard now.
+    /// Whether this node owns the thread's shard now, within its tenure.
     pub fn owns(&self, thread_id: &ThreadId) -> bool {
-        self.ownership
-            .borrow()
-            .contains_key(&self.count.shard_of(thread_id))
+        self.tenure.holds()
+            && self
+                .ownership
+                .borrow()
+                .contains_key(&self.count.shard_of(thread_id))
     }
 
     /// Resolves once this node does not own the thread's shard (at once if it does
@@ -203,6 +212,9 @@ impl ShardedFence {
 
 impl FenceSource for ShardedFence {
     fn token(&self, thread_id: &ThreadId) -> FencingToken {
+        if !self.tenure.holds() {
+            return FencingToken::default();
+        }
         self.ownership
             .borrow()
             .get(&self.count.shard_of(thread_id))
@@ -212,5 +224,9 @@ impl FenceSource for ShardedFence {
 
     fn fences_on_load(&self) -> bool {
         true
+    }
+
+    fn holds(&self, thread_id: &ThreadId) -> bool {
+        self.owns(thread_id)
     }
 }
