@@ -15,7 +15,6 @@ use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
 use awaken_cluster::testing::NatsServer;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
-use awaken_gateway::server::ServerConfig;
 use http_support::{
     EventReader, TestServer, assert_contiguous, finish_type, json, mcp_stdio_entry, run_ids,
     suspended_calls, user,
@@ -58,7 +57,8 @@ async fn two_nodes() -> Cluster {
     }
     let mut servers = Vec::new();
     for node in &nodes {
-        servers.push(TestServer::serve(Arc::clone(node) as _, ServerConfig::default()).await);
+        servers
+            .push(TestServer::serve(Arc::clone(node) as _, http_support::writable_config()).await);
     }
     Cluster {
         _nats: nats,
@@ -248,6 +248,7 @@ async fn a_config_write_on_one_node_reaches_every_node() {
         awaken_cluster::RunControl::config_store(&late),
         awaken_gateway::runtime_config::ConfigDocument::default(),
         Arc::new(awaken_gateway::mcp::McpHub::new()),
+        awaken_gateway::runtime_config::EntryPolicy::default(),
     )
     .await
     .unwrap();

@@ -8,7 +8,9 @@ mod http_support;
 use std::collections::BTreeMap;
 
 use awaken_gateway::server::ServerConfig;
-use http_support::{EventReader, TestServer, expect_error, json, mcp_stdio_entry, user};
+use http_support::{
+    EventReader, TestServer, expect_error, json, mcp_stdio_entry, user, writable_config,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -63,7 +65,7 @@ async fn snapshot(server: &TestServer) -> Value {
 
 #[tokio::test]
 async fn capabilities_list_what_the_node_can_run() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     let (status, body) = json(server.get("/v1/capabilities").await).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
@@ -103,7 +105,7 @@ async fn capabilities_list_what_the_node_can_run() {
 
 #[tokio::test]
 async fn entries_written_through_the_api_run_at_once_and_change_with_it() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     greeter(&server).await;
     assert_eq!(answer(&server, "greeter", "bob").await, "hello bob");
 
@@ -157,7 +159,7 @@ async fn entries_written_through_the_api_run_at_once_and_change_with_it() {
 
 #[tokio::test]
 async fn schemas_are_served_per_namespace() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     for namespace in ["agents", "models", "providers", "mcp-servers"] {
         let (status, schema) =
             json(server.get(&format!("/v1/config/{namespace}/$schema")).await).await;
@@ -185,7 +187,7 @@ async fn schemas_are_served_per_namespace() {
 async fn bad_writes_are_refused_and_change_nothing() {
     let server = TestServer::local(ServerConfig {
         max_body_bytes: 4096,
-        ..ServerConfig::default()
+        ..writable_config()
     })
     .await;
     greeter(&server).await;
@@ -385,7 +387,7 @@ async fn with_api_keys_only_admin_tenants_change_the_configuration() {
             ("user-key".into(), "acme".into()),
         ]),
         admin_tenants: vec!["ops".into()],
-        ..ServerConfig::default()
+        ..writable_config()
     })
     .await;
     let post = |key: &'static str| {

@@ -8,10 +8,10 @@
 mod http_support;
 
 use awaken_actors::contract::{AgentEvent, StreamEvent};
-use awaken_gateway::server::ServerConfig;
 use http_support::{
     EventReader, MCP_SERVER_SCRIPT, PYTHON, TestServer, awaken_serve, closed_base, decide_at,
     expect_error, finish_type, json, mcp_stdio_entry, run_ids, suspended_calls, user,
+    writable_config,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -130,7 +130,7 @@ fn mcp_tool_ids(capabilities: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_added_through_the_config_api_serves_its_tools_until_deleted() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
 
     let capabilities = capabilities_of(&server).await;
@@ -181,7 +181,7 @@ async fn a_stdio_server_added_through_the_config_api_serves_its_tools_until_dele
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_that_exits_is_started_again_by_the_next_call() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
     script_agent(
         &server,
@@ -203,7 +203,7 @@ async fn a_stdio_server_that_exits_is_started_again_by_the_next_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_carries_its_idempotency_key_to_the_server() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
     tool_agent(&server, "keyed", "mcp__calc__idempotency_key", json!({})).await;
     let events = run(&server.base, "keyed").await;
@@ -227,7 +227,7 @@ async fn a_call_carries_its_idempotency_key_to_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_server_reports_tool_errors_and_timeouts_as_error_results() {
     let mcp = HttpMcpServer::start().await;
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     let mut entry = http_entry("web", &mcp.url);
     entry["timeout_ms"] = json!(1000);
     create(&server, "mcp-servers", entry).await;
@@ -274,7 +274,14 @@ async fn an_http_server_reports_tool_errors_and_timeouts_as_error_results() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_that_cannot_be_used_are_refused_and_change_nothing() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    // The allow-lists let these entries through, so the node meets each failure.
+    let mut config = writable_config();
+    config
+        .config_api
+        .mcp_stdio_commands
+        .extend(["/nonexistent/mcp", "true", "sleep"].map(str::to_owned));
+    config.config_api.token_envs = vec!["AWAKEN_TEST_UNSET_MCP_TOKEN".into()];
+    let server = TestServer::local(config).await;
     let before = capabilities_of(&server).await;
     let closed_url = format!("{}/mcp", closed_base());
     let mut silent = json!({"id": "silent", "timeout_ms": 500,
@@ -321,7 +328,7 @@ async fn servers_that_cannot_be_used_are_refused_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_ids_that_clash_with_registered_tools_are_refused() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(writable_config()).await;
     create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
     // Same server under a second id is fine: its tools get other ids.
     create(&server, "mcp-servers", mcp_stdio_entry("calc2")).await;

@@ -12,6 +12,7 @@ use serde_json::{Value as JsonValue, json};
 
 use super::document::{ConfigDocument, DocumentError};
 use super::namespace::{EntryError, Namespace};
+use super::policy::EntryPolicy;
 use crate::mcp::McpHub;
 
 /// Compare-and-set attempts of one write before it gives up (each lost attempt
@@ -80,6 +81,8 @@ pub struct ConfigManager {
     file: ConfigDocument,
     /// This node's MCP connections (the file's servers and the stored ones).
     mcp: Arc<McpHub>,
+    /// What the document's entries may make this node start or read.
+    policy: EntryPolicy,
     applied: Mutex<Applied>,
     follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -109,6 +112,7 @@ impl ConfigManager {
         store: Arc<dyn ConfigStore>,
         file: ConfigDocument,
         mcp: Arc<McpHub>,
+        policy: EntryPolicy,
     ) -> Result<Arc<Self>, ConfigApiError> {
         let manager = Arc::new(Self {
             base: runtime.registries(),
@@ -116,6 +120,7 @@ impl ConfigManager {
             store,
             file,
             mcp,
+            policy,
             applied: Mutex::new(Applied::default()),
             follower: Mutex::new(None),
         });
@@ -205,6 +210,10 @@ impl ConfigManager {
     /// The registries of `document` on this node: the base, its entries, its MCP
     /// servers' tools; every agent resolves.
     async fn build(&self, document: &ConfigDocument) -> Result<ValidatedRegistries, DocumentError> {
+        // Every check that reads only the document comes first: an entry that is
+        // refused starts no program and contacts no server.
+        document.checked()?;
+        self.policy.check(document)?;
         let tools = document.mcp_tools(&self.mcp).await?;
         ValidatedRegistries::new(document.apply(&self.base, tools)?)
             .map_err(|e| DocumentError::Unbuildable(e.to_string()))

@@ -15,8 +15,10 @@ mod document;
 mod entries;
 mod manager;
 mod namespace;
+mod policy;
 
 pub use document::{ConfigDocument, DocumentError};
 pub use entries::{McpServerSpec, McpTransport, ProviderConfig, ProviderError, SCRIPTED_ADAPTER};
 pub use manager::{ConfigApiError, ConfigManager, Listing};
 pub use namespace::{Entry, EntryError, MAX_ID_LEN, Namespace};
+pub use policy::EntryPolicy;

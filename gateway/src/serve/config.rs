@@ -232,7 +232,8 @@ mod tests {
         let empty = file("");
         let config = ServeConfig::load(Some(empty.path()), env(&[])).unwrap();
         assert_eq!(config, ServeConfig::default());
-        assert_eq!(config.server.address, "0.0.0.0:3000");
+        assert_eq!(config.server.address, "127.0.0.1:3000");
+        assert!(!config.server.config_api.writes_without_keys);
         assert_eq!(config.cluster, None);
     }
 
@@ -246,6 +247,7 @@ mod tests {
             Some(toml.path()),
             env(&[
                 ("AWAKEN_SERVER__MAX_CONCURRENT_REQUESTS", "9"),
+                ("AWAKEN_SERVER__CONFIG_API__WRITES_WITHOUT_KEYS", "true"),
                 ("AWAKEN_POSTGRES_URL", "ignored: not sectioned"),
                 ("OTHER__SERVER__ADDRESS", "ignored: other prefix"),
             ]),
@@ -253,6 +255,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.server.address, "127.0.0.1:9");
         assert_eq!(config.server.max_concurrent_requests, 9);
+        assert!(config.server.config_api.writes_without_keys);
         assert_eq!(
             config.store,
             StoreConfig::File {

@@ -53,12 +53,11 @@ impl Caller {
         self.0.is_some()
     }
 
-    /// Whether the caller may change the configuration: anyone without API keys,
-    /// otherwise the tenants in `admins`.
+    /// Whether the caller is a tenant in `admins`.
     pub(crate) fn is_admin(&self, admins: &[String]) -> bool {
         self.0
             .as_ref()
-            .is_none_or(|tenant| admins.iter().any(|admin| admin == tenant))
+            .is_some_and(|tenant| admins.iter().any(|admin| admin == tenant))
     }
 
     /// Whether list results may show `thread`.

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::runtime_config::EntryPolicy;
+
 /// How the HTTP server listens and what it allows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -25,9 +27,11 @@ pub struct ServerConfig {
     /// API keys: key → tenant. Empty means no authentication (a warning is logged
     /// when the server binds to a non-loopback address).
     pub api_keys: BTreeMap<String, String>,
-    /// Tenants whose keys may change the configuration through the config API
-    /// (anyone may when there are no API keys).
+    /// Tenants whose keys may change the configuration through the config API.
     pub admin_tenants: Vec<String>,
+    /// Who may write through the config API without keys, and what its entries
+    /// may make a node start or read.
+    pub config_api: ConfigApiConfig,
     /// Enables the A2A extended agent card (`GET /v1/a2a/extendedAgentCard`) for
     /// requests bearing this token; unset, the card is not configured.
     pub a2a_extended_card_bearer_token: Option<String>,
@@ -38,7 +42,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            address: "0.0.0.0:3000".into(),
+            address: "127.0.0.1:3000".into(),
             sse_buffer_size: 64,
             replay_buffer_capacity: 1024,
             max_concurrent_requests: 100,
@@ -46,8 +50,35 @@ impl Default for ServerConfig {
             shutdown: ShutdownConfig::default(),
             api_keys: BTreeMap::new(),
             admin_tenants: Vec::new(),
+            config_api: ConfigApiConfig::default(),
             a2a_extended_card_bearer_token: None,
             mcp: McpEndpointConfig::default(),
+        }
+    }
+}
+
+/// The config API's write access and entry allow-lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigApiConfig {
+    /// Lets any caller change the configuration when the server has no API keys.
+    /// Off (the default), a server without keys serves the config API read-only;
+    /// with keys, only `admin_tenants` write.
+    pub writes_without_keys: bool,
+    /// Programs a stdio MCP server written through the API may run (exact
+    /// `transport.command`); none by default.
+    pub mcp_stdio_commands: Vec<String>,
+    /// Environment variables an API-written MCP server or remote agent may name as
+    /// `token_env`; none by default.
+    pub token_envs: Vec<String>,
+}
+
+impl ConfigApiConfig {
+    /// The allow-lists as the config manager applies them.
+    pub fn entry_policy(&self) -> EntryPolicy {
+        EntryPolicy {
+            mcp_stdio_commands: self.mcp_stdio_commands.clone(),
+            token_envs: self.token_envs.clone(),
         }
     }
 }

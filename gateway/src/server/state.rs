@@ -82,9 +82,14 @@ impl AppState {
         file: ConfigDocument,
         mcp: Arc<McpHub>,
     ) -> Result<Self, ConfigApiError> {
-        let runtime_config =
-            ConfigManager::start(control.runtime().clone(), control.config_store(), file, mcp)
-                .await?;
+        let runtime_config = ConfigManager::start(
+            control.runtime().clone(),
+            control.config_store(),
+            file,
+            mcp,
+            config.config_api.entry_policy(),
+        )
+        .await?;
         Ok(Self::new(control, config, runtime_config))
     }
 

@@ -336,6 +336,15 @@ pub const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv
 pub const MCP_SERVER_SCRIPT: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mcp_server.py");
 
+/// Server settings under which a test may write through the config API without
+/// keys, with the test venv's Python allowed as a stdio MCP server.
+pub fn writable_config() -> ServerConfig {
+    let mut config = ServerConfig::default();
+    config.config_api.writes_without_keys = true;
+    config.config_api.mcp_stdio_commands = vec![PYTHON.to_owned()];
+    config
+}
+
 /// An `mcp-servers` entry that starts [`MCP_SERVER_SCRIPT`] on stdio.
 pub fn mcp_stdio_entry(id: &str) -> Value {
     serde_json::json!({"id": id, "transport": {"kind": "stdio", "command": PYTHON,

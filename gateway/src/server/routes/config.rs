@@ -48,8 +48,18 @@ fn namespace(name: &str) -> Result<Namespace, ApiError> {
 }
 
 /// 403 unless the caller may change the configuration: with API keys, only the
-/// tenants in `server.admin_tenants` may.
+/// tenants in `server.admin_tenants` may; without, nobody unless
+/// `server.config_api.writes_without_keys` is on.
 fn require_admin(state: &AppState, caller: &Caller) -> Result<(), ApiError> {
+    if !caller.is_tenant() {
+        if state.config.config_api.writes_without_keys {
+            return Ok(());
+        }
+        return Err(ApiError::Forbidden(
+            "the config API is read-only on a server without API keys: configure              `server.api_keys` and `server.admin_tenants` (or, on a trusted network only,              `server.config_api.writes_without_keys = true`)"
+                .into(),
+        ));
+    }
     if caller.is_admin(&state.config.admin_tenants) {
         return Ok(());
     }
