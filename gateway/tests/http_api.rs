@@ -693,3 +693,50 @@ async fn a_wrong_method_is_405_in_the_error_format() {
         .unwrap();
     expect_error(response, StatusCode::METHOD_NOT_ALLOWED, "PUT").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_decision_is_a_duplicate_whenever_it_comes() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let (thread_id, run_id, call_id, _) = suspended_demo_run(&server).await;
+    let path = format!("/v1/runs/{run_id}/decision");
+
+    // Fifty clients post the same decision at once: it is applied once, and every
+    // other post is told it was a duplicate.
+    let posts = (0..50).map(|_| {
+        let (client, url, body) = (
+            server.client.clone(),
+            server.url(&path),
+            approve(&call_id, "d-once"),
+        );
+        tokio::spawn(async move { json(client.post(url).json(&body).send().await.unwrap()).await })
+    });
+    let mut fresh = 0;
+    for post in posts {
+        let (status, body) = post.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "decision_applied");
+        if body["duplicate"] == false {
+            fresh += 1;
+        }
+    }
+    assert_eq!(fresh, 1, "the decision was applied exactly once");
+
+    // Long after the run ended, on either route, a retry is still a duplicate.
+    let (_, run) = json(server.get(&format!("/v1/runs/{run_id}")).await).await;
+    assert_eq!(run["status"], "done", "{run}");
+    for path in [path.clone(), format!("/v1/threads/{thread_id}/decision")] {
+        let (status, body) = json(server.post(&path, approve(&call_id, "d-once")).await).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        assert_eq!(
+            body,
+            json!({"status": "decision_applied", "duplicate": true})
+        );
+    }
+    // Another decision for the finished call is still refused.
+    expect_error(
+        server.post(&path, approve(&call_id, "d-other")).await,
+        StatusCode::CONFLICT,
+        "not active",
+    )
+    .await;
+}

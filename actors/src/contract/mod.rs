@@ -45,8 +45,8 @@ pub use message::{ContentBlock, Message, Role, ToolCall, Visibility, strip_unpai
 pub use model_spec::{ModelSpec, ProviderSpec};
 pub use progress::{ProgressStatus, TOOL_CALL_PROGRESS_ACTIVITY_TYPE, ToolCallProgressState};
 pub use run::{
-    RunRecord, RunStatus, RunStatusTransitionError, RunWaitingState, RunWaitingTicket,
-    StoppedReason, TerminationReason, WaitingReason,
+    AppliedDecision, RunRecord, RunStatus, RunStatusTransitionError, RunWaitingState,
+    RunWaitingTicket, StoppedReason, TerminationReason, WaitingReason,
 };
 pub use stop::StopConditionSpec;
 pub use suspension::{

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::contract::identity::{RunIdentity, RunOrigin};
-use crate::ids::{AgentId, DispatchId, RunId, ThreadId, ToolCallId};
+use crate::ids::{AgentId, DecisionId, DispatchId, RunId, ThreadId, ToolCallId};
 use crate::state::PersistedState;
 
 /// A run's coarse lifecycle state.
@@ -238,6 +238,19 @@ pub struct RunRecord {
     /// What the run waits for while `Waiting`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<RunWaitingState>,
+    /// The decisions applied to the run's calls, in order: a repeat of one is a
+    /// duplicate whenever it comes, also after the run moved on or ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<AppliedDecision>,
+}
+
+/// A decision a run applied to one of its tool calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedDecision {
+    /// The decision's idempotency key.
+    pub decision_id: DecisionId,
+    /// The call it decided.
+    pub call_id: ToolCallId,
 }
 
 impl RunRecord {
@@ -261,7 +274,15 @@ impl RunRecord {
             output_tokens: 0,
             state: None,
             waiting: None,
+            decisions: Vec::new(),
         }
+    }
+
+    /// The applied decision with id `decision_id`, if the run applied it.
+    pub fn applied_decision(&self, decision_id: &DecisionId) -> Option<&AppliedDecision> {
+        self.decisions
+            .iter()
+            .find(|d| &d.decision_id == decision_id)
     }
 
     /// Records how the run ended (or paused, for `Suspended`).

@@ -896,6 +896,20 @@ impl ThreadActorState {
                 thread_id: self.thread_id.clone(),
             });
         };
+        // Applied earlier in this run, to a call of an earlier step perhaps.
+        if let Some(applied) = self
+            .run
+            .as_ref()
+            .and_then(|run| run.record.applied_decision(&resume.decision_id))
+            .filter(|applied| &applied.call_id == call_id)
+        {
+            return Ok(Some(DecisionAck {
+                run_id: ctl.run_id.clone(),
+                call_id: applied.call_id.clone(),
+                decision_id: applied.decision_id.clone(),
+                duplicate: true,
+            }));
+        }
         let call = self
             .core
             .as_ref()

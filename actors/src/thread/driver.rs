@@ -21,11 +21,11 @@ use crate::context::{
     compacted_view, estimate_message_tokens,
 };
 use crate::contract::{
-    AgentEvent, ContentBlock, ContextWindowPolicy, Message, PendingToolCall, ResumeDecisionAction,
-    RunStatus, RunWaitingState, RunWaitingTicket, StoppedReason, SuspendTicket, Suspension,
-    TerminationReason, ToolCallOutcome, ToolCallResume, ToolCallResumeMode, ToolCallState,
-    ToolCallStatus, ToolExecutionMode, ToolResult, ToolStatus, Visibility, WaitingReason,
-    strip_unpaired_tool_calls,
+    AgentEvent, AppliedDecision, ContentBlock, ContextWindowPolicy, Message, PendingToolCall,
+    ResumeDecisionAction, RunStatus, RunWaitingState, RunWaitingTicket, StoppedReason,
+    SuspendTicket, Suspension, TerminationReason, ToolCallOutcome, ToolCallResume,
+    ToolCallResumeMode, ToolCallState, ToolCallStatus, ToolExecutionMode, ToolResult, ToolStatus,
+    Visibility, WaitingReason, strip_unpaired_tool_calls,
 };
 use crate::error::{InferenceExecutionError, StateError, StorageError, ToolError};
 use crate::handoff::{ActiveAgentKey, HandoffAction};
@@ -871,6 +871,10 @@ impl Driver<'_> {
         let Some(mut state) = self.calls().get(&call_id).cloned() else {
             return self.advance().await;
         };
+        self.run.record.decisions.push(AppliedDecision {
+            decision_id: resume.decision_id.clone(),
+            call_id: call_id.clone(),
+        });
         // A child run's or remote task's suspension shown on this call: the
         // decision, whatever it says, is theirs, so the call replays and hands it on.
         let forwarded = state

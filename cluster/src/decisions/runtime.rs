@@ -35,6 +35,32 @@ impl RuntimeDecisions {
 }
 
 impl RuntimeDecisions {
+    /// Refuses `decision` for `why` — unless its run applied it before (the run
+    /// has moved on or ended since): then it is a duplicate, answered as applied,
+    /// so a retry after a timeout or a lost answer never looks refused.
+    async fn refused(&self, decision: &Decision, why: ControlError) -> Delivery {
+        let store = self.runtime.store();
+        let record = match &decision.run_id {
+            Some(run_id) => store.load_run(run_id).await,
+            None => store.latest_run(&decision.thread_id).await,
+        };
+        let applied = match record {
+            Ok(Some(record)) => {
+                record.thread_id == decision.thread_id
+                    && record
+                        .applied_decision(&decision.resume.decision_id)
+                        .is_some_and(|applied| applied.call_id == decision.call_id)
+            }
+            Ok(None) => false,
+            Err(error) => return Delivery::Retry(error.to_string()),
+        };
+        if applied {
+            Delivery::Applied { duplicate: true }
+        } else {
+            Delivery::Refused(why.to_string())
+        }
+    }
+
     /// Resolves once this node no longer owns the thread (never on a single node):
     /// the resumed run was evicted, so the decision must go to the next owner.
     async fn moved_away(&self, thread_id: &ThreadId) {
@@ -64,22 +90,29 @@ impl DecisionTarget for RuntimeDecisions {
         if let Some(run_id) = &decision.run_id
             && active.as_ref() != Some(run_id)
         {
-            return Delivery::Refused(
-                ControlError::RunNotActive {
-                    run_id: run_id.clone(),
-                }
-                .to_string(),
-            );
+            return self
+                .refused(
+                    &decision,
+                    ControlError::RunNotActive {
+                        run_id: run_id.clone(),
+                    },
+                )
+                .await;
         }
         let watch = active.as_ref().map(|run_id| self.runtime.watch_run(run_id));
         let ack = match self
             .runtime
-            .decide(&decision.thread_id, decision.call_id, decision.resume, None)
+            .decide(
+                &decision.thread_id,
+                decision.call_id.clone(),
+                decision.resume.clone(),
+                None,
+            )
             .await
         {
             Ok(ack) => ack,
             Err(ControlError::Unavailable(reason)) => return Delivery::Retry(reason),
-            Err(refused) => return Delivery::Refused(refused.to_string()),
+            Err(refused) => return self.refused(&decision, refused).await,
         };
         let applied = Delivery::Applied {
             duplicate: ack.duplicate,
