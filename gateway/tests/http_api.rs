@@ -740,3 +740,39 @@ async fn a_repeated_decision_is_a_duplicate_whenever_it_comes() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_stream_of_a_burst_starts_with_its_run_start_however_many_runs_end_first() {
+    // One ended run retained: every other run of the burst ends before most
+    // streams read their first event.
+    let node = awaken_cluster::local::LocalNodeConfig {
+        events: awaken_cluster::events::EventsConfig {
+            retained_runs: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let server = TestServer::local_with(
+        node,
+        ServerConfig {
+            max_concurrent_requests: 1000,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let streams = (0..200).map(|i| {
+        let (client, url) = (server.client.clone(), server.url("/v1/runs"));
+        let body = json!({"agentId": "bench", "messages": user(&format!("burst {i}"))});
+        tokio::spawn(async move {
+            let response = client.post(url).json(&body).send().await.unwrap();
+            EventReader::new(response).rest().await
+        })
+    });
+    for stream in streams {
+        let events = stream.await.unwrap();
+        let first = serde_json::to_value(events.first().expect("the stream had events")).unwrap();
+        assert_eq!(first["event_type"], "run_start", "{first}");
+        assert_contiguous(&events, 0);
+        assert_eq!(finish_type(&events), "natural_end");
+    }
+}

@@ -220,16 +220,9 @@ impl RunFollow {
     }
 
     /// Notes what a read of this node's buffer lost: events that left the buffer
-    /// before they were read, or the whole rest of a run whose buffer was dropped
-    /// (which ends the follow).
+    /// before they were read.
     fn fed(&mut self, fed: Fed) {
-        match fed {
-            Fed::Events { missed } => self.complete &= !missed,
-            Fed::Dropped => {
-                self.complete = false;
-                self.ended = true;
-            }
-        }
+        self.complete &= !fed.missed;
     }
 
     /// `None` when the source closed, `Some(None)` when nothing usable arrived

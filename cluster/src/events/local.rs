@@ -54,15 +54,16 @@ impl LocalEventHub {
     }
 
     /// Live events of `run_id` from now on; dropping the subscription ends it.
+    /// The run's buffer is kept for as long as the subscription lives, so a
+    /// follower that subscribed before the run started never misses its start.
     pub fn subscribe(&self, run_id: &RunId) -> LiveSubscription {
         self.followers.entry(run_id.clone()).or_default().count += 1;
+        self.buffers.pin(run_id);
         LiveSubscription {
             run_id: run_id.clone(),
             buffers: Arc::clone(&self.buffers),
             followers: Arc::clone(&self.followers),
             read_batch: self.read_batch,
-            seen_buffer: false,
-            parked_at_end: false,
         }
     }
 
@@ -91,25 +92,15 @@ pub struct LiveSubscription {
     buffers: Arc<ReplayBuffers>,
     followers: Arc<FastDashMap<RunId, Followers>>,
     read_batch: usize,
-    /// A read found the run's buffer; one that is gone later was dropped.
-    seen_buffer: bool,
-    /// The last read found nothing new in a buffer whose activation had ended:
-    /// the follower waits for a resume, which starts a buffer anew if this one
-    /// is dropped meanwhile.
-    parked_at_end: bool,
 }
 
-/// What a live read gave.
+/// What a live read gave: events were appended; `missed` when some right after
+/// the requested `seq` had already left the buffer (it holds only the newest
+/// events of a run; a subscription keeps the buffer itself from being dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fed {
-    /// Events were appended; `missed` when some right after the requested `seq`
-    /// had already left the buffer.
-    Events {
-        /// Whether events were lost before the first one appended.
-        missed: bool,
-    },
-    /// The run ended and its buffer was dropped before this follower read its end.
-    Dropped,
+pub struct Fed {
+    /// Whether events were lost before the first one appended.
+    pub missed: bool,
 }
 
 impl LiveSubscription {
@@ -133,20 +124,8 @@ impl LiveSubscription {
             .buffers
             .read_after(&self.run_id, after_seq, self.read_batch, into)
         {
-            Read::Buffered {
-                taken: 0, ended, ..
-            } => {
-                self.seen_buffer = true;
-                self.parked_at_end = ended;
-                None
-            }
-            Read::Buffered { missed, .. } => {
-                self.seen_buffer = true;
-                self.parked_at_end = false;
-                Some(Fed::Events { missed })
-            }
-            Read::NoBuffer if self.seen_buffer && !self.parked_at_end => Some(Fed::Dropped),
-            Read::NoBuffer => None,
+            Read::Buffered { taken: 0, .. } | Read::NoBuffer => None,
+            Read::Buffered { missed, .. } => Some(Fed { missed }),
         }
     }
 
@@ -178,6 +157,7 @@ impl LiveSubscription {
 
 impl Drop for LiveSubscription {
     fn drop(&mut self) {
+        self.buffers.unpin(&self.run_id);
         self.followers.remove_if_mut(&self.run_id, |_, followers| {
             followers.count = followers.count.saturating_sub(1);
             followers.count == 0
@@ -222,7 +202,7 @@ mod tests {
         for follower in [&mut first, &mut second] {
             let mut read = VecDeque::new();
             let fed = follower.read(Some(0), &mut read).await;
-            assert_eq!(fed, Fed::Events { missed: false });
+            assert_eq!(fed, Fed { missed: false });
             assert_eq!(seqs(&read), [1]);
         }
         drop(first);
@@ -279,13 +259,13 @@ mod tests {
         let mut read = VecDeque::new();
         assert_eq!(
             follower.read(Some(2), &mut read).await,
-            Fed::Events { missed: true }
+            Fed { missed: true }
         );
         assert_eq!(seqs(&read), [6, 7, 8, 9]);
         let mut read = VecDeque::new();
         assert_eq!(
             follower.read(Some(6), &mut read).await,
-            Fed::Events { missed: false }
+            Fed { missed: false }
         );
         assert_eq!(seqs(&read), [7, 8, 9]);
     }
@@ -306,27 +286,37 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_follow_whose_run_was_dropped_before_its_end_was_read_ends_incomplete() {
+    async fn a_followed_run_outlives_its_retention_until_its_follower_read_the_end() {
         let config = EventsConfig {
             retained_runs: 1,
             ..EventsConfig::default()
         };
         let hub = LocalEventHub::new(&config);
         let (thread, run) = ids();
+        // Followed before the run started, as the request that starts it does.
         let mut follow = crate::events::follow_local(&hub, &run, None);
         hub.publish(&thread, &run, &event(0));
-        assert_eq!(follow.next().await.unwrap().seq, 0);
         hub.publish(&thread, &run, &finish(1));
-        // Another run ends: the first one's buffer leaves the retained one.
-        let other = RunId::new("other").unwrap();
-        hub.publish(&thread, &other, &finish(0));
-        assert_eq!(hub.buffers().replay(&run, None).events.len(), 0);
+        // Other runs end before the follower reads anything.
+        for other in ["other-1", "other-2", "other-3"] {
+            let other = RunId::new(other).unwrap();
+            hub.publish(&thread, &other, &finish(0));
+        }
+        assert_eq!(follow.next().await.unwrap().seq, 0);
+        assert_eq!(follow.next().await.unwrap().seq, 1);
         assert!(follow.next().await.is_none());
-        assert!(!follow.complete(), "the end was never read");
+        assert!(follow.complete());
+        drop(follow);
+        let other = RunId::new("other-4").unwrap();
+        hub.publish(&thread, &other, &finish(0));
+        assert!(
+            hub.buffers().replay(&run, None).events.is_empty(),
+            "unfollowed, it is retained like any ended run"
+        );
     }
 
     #[tokio::test]
-    async fn a_follower_waiting_past_an_end_sees_the_resume_after_the_buffer_was_dropped() {
+    async fn a_follower_waiting_past_an_end_sees_the_resume_however_many_runs_end() {
         let config = EventsConfig {
             retained_runs: 1,
             ..EventsConfig::default()
@@ -343,7 +333,7 @@ mod tests {
             hub.publish(&thread, &other, &finish(0));
             assert!(
                 futures::poll!(next.as_mut()).is_pending(),
-                "a dropped buffer ends nothing the follower waits after"
+                "other runs ending end nothing the follower waits after"
             );
             hub.publish(&thread, &run, &event(2));
             let resumed = tokio::time::timeout(std::time::Duration::from_secs(5), next).await;

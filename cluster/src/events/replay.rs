@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use awaken_actors::RunId;
 use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_actors::hashing::FastDashMap;
+use dashmap::mapref::entry::Entry;
 
 /// Default events kept per run (the book's `replay_buffer_capacity`).
 pub const DEFAULT_REPLAY_CAPACITY: usize = 1024;
@@ -22,14 +23,31 @@ struct RunBuffer {
     events: VecDeque<Arc<StreamEvent>>,
     /// Set while the run's last activation has ended: the generation of that end.
     ended: Option<u64>,
+    /// Local followers reading this buffer; while there are any it is not dropped.
+    pins: usize,
+    /// It left the retained queue while pinned: dropped when the last pin goes.
+    outlived: bool,
+}
+
+impl RunBuffer {
+    fn new(capacity: usize) -> Self {
+        Self {
+            events: VecDeque::with_capacity(capacity.min(FIRST_ROOM)),
+            ended: None,
+            pins: 0,
+            outlived: false,
+        }
+    }
 }
 
 /// Per-run ring buffers of the newest events, kept while a run is active and for
 /// the `retained_runs` most recently ended runs.
 ///
 /// Memory is bounded by `capacity` events per active run plus `capacity ×
-/// retained_runs` for ended ones. A run that ends (finishes or waits) joins the
-/// retained queue; one that resumes leaves it.
+/// retained_runs` for ended ones, plus one buffer per run a local follower reads
+/// (pinned: a follower never misses events because other runs ended first). A run
+/// that ends (finishes or waits) joins the retained queue; one that resumes leaves
+/// it.
 pub struct ReplayBuffers {
     capacity: usize,
     retained_runs: usize,
@@ -68,9 +86,6 @@ pub enum Read {
         taken: usize,
         /// Whether events between the requested `seq` and the first taken are gone.
         missed: bool,
-        /// Whether the run's latest activation has ended (its `RunFinish` is the
-        /// newest event buffered).
-        ended: bool,
     },
     /// No buffer: the run has published nothing here yet, or it ended and its
     /// buffer was dropped.
@@ -108,28 +123,79 @@ impl ReplayBuffers {
                 None => self
                     .runs
                     .entry(run_id.clone())
-                    .or_insert_with(|| RunBuffer {
-                        events: VecDeque::with_capacity(self.capacity.min(FIRST_ROOM)),
-                        ended: None,
-                    }),
+                    .or_insert_with(|| RunBuffer::new(self.capacity)),
             };
             if buffer.events.len() == self.capacity {
                 buffer.events.pop_front();
             }
             buffer.events.push_back(event);
             buffer.ended = generation;
+            buffer.outlived = false;
         }
         if let Some(generation) = generation {
-            let mut ended = self.ended_queue();
-            ended.push_back((run_id.clone(), generation));
-            while ended.len() > self.retained_runs {
-                let Some((run_id, generation)) = ended.pop_front() else {
-                    break;
-                };
-                // A run that resumed since is active again and stays.
-                self.runs
-                    .remove_if(&run_id, |_, buffer| buffer.ended == Some(generation));
+            self.retain(run_id, generation);
+        }
+    }
+
+    /// Queues an ended run for retention and drops the buffers beyond it.
+    fn retain(&self, run_id: &RunId, generation: u64) {
+        let mut ended = self.ended_queue();
+        ended.push_back((run_id.clone(), generation));
+        while ended.len() > self.retained_runs {
+            let Some((run_id, generation)) = ended.pop_front() else {
+                break;
+            };
+            let Entry::Occupied(mut buffer) = self.runs.entry(run_id) else {
+                continue;
+            };
+            // A run that resumed since is active again and stays; a pinned one
+            // stays until its last follower leaves.
+            if buffer.get().ended != Some(generation) {
+                continue;
             }
+            if buffer.get().pins == 0 {
+                buffer.remove();
+            } else {
+                buffer.get_mut().outlived = true;
+            }
+        }
+    }
+
+    /// Keeps `run_id`'s buffer (made now if the run has published nothing yet)
+    /// until [`unpin`](Self::unpin): a follower that opened before the run
+    /// started reads it from its first event however many runs end meanwhile.
+    pub fn pin(&self, run_id: &RunId) {
+        self.runs
+            .entry(run_id.clone())
+            .or_insert_with(|| RunBuffer::new(self.capacity))
+            .pins += 1;
+    }
+
+    /// Releases a [`pin`](Self::pin). A buffer left with no pin and no events
+    /// (its run never published) is dropped; one that outlived its retention is
+    /// retained once more as if its run had just ended.
+    pub fn unpin(&self, run_id: &RunId) {
+        let requeue = {
+            let Entry::Occupied(mut buffer) = self.runs.entry(run_id.clone()) else {
+                return;
+            };
+            let entry = buffer.get_mut();
+            entry.pins = entry.pins.saturating_sub(1);
+            if entry.pins > 0 {
+                return;
+            }
+            if entry.events.is_empty() {
+                buffer.remove();
+                return;
+            }
+            if !entry.outlived {
+                return;
+            }
+            entry.outlived = false;
+            entry.ended
+        };
+        if let Some(generation) = requeue {
+            self.retain(run_id, generation);
         }
     }
 
@@ -143,10 +209,12 @@ impl ReplayBuffers {
             };
         };
         let needed_from = after_seq.map_or(0, |seq| seq.saturating_add(1));
+        // An empty buffer is a followed run that has published nothing yet: every
+        // event is still to come.
         let complete = buffer
             .events
             .front()
-            .is_some_and(|first| first.seq <= needed_from);
+            .is_none_or(|first| first.seq <= needed_from);
         let events = buffer
             .events
             .iter()
@@ -175,11 +243,7 @@ impl ReplayBuffers {
         let needed_from = after_seq.map_or(0, |seq| seq.saturating_add(1));
         let missed = taken > 0 && events[from].seq > needed_from;
         into.extend(events.range(from..from + taken).cloned());
-        Read::Buffered {
-            taken,
-            missed,
-            ended: buffer.ended.is_some(),
-        }
+        Read::Buffered { taken, missed }
     }
 
     /// Runs with a buffer now (active or retained).
@@ -281,5 +345,84 @@ mod tests {
         buffers.push(&waiting, event(1, false));
         buffers.push(&run("other"), event(0, true));
         assert_eq!(buffers.replay(&waiting, None).events.len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod pinning {
+    #![allow(clippy::unwrap_used)]
+
+    use awaken_actors::contract::TerminationReason;
+
+    use super::*;
+
+    fn finish(run_id: &RunId, seq: u64) -> Arc<StreamEvent> {
+        Arc::new(StreamEvent::new(
+            seq,
+            "2026-01-01T00:00:00Z",
+            AgentEvent::RunFinish {
+                thread_id: awaken_actors::ThreadId::new("t").unwrap(),
+                run_id: run_id.clone(),
+                result: None,
+                termination: TerminationReason::NaturalEnd,
+            },
+        ))
+    }
+
+    fn start(seq: u64) -> Arc<StreamEvent> {
+        Arc::new(StreamEvent::new(
+            seq,
+            "2026-01-01T00:00:00Z",
+            AgentEvent::TextDelta {
+                delta: format!("d{seq}"),
+            },
+        ))
+    }
+
+    /// Ends `count` other runs of two events each.
+    fn end_others(buffers: &ReplayBuffers, count: usize) {
+        for _ in 0..count {
+            let other = RunId::generate();
+            buffers.push(&other, start(0));
+            buffers.push(&other, finish(&other, 1));
+        }
+    }
+
+    #[test]
+    fn a_pinned_run_keeps_its_buffer_however_many_runs_end_after_it() {
+        let buffers = ReplayBuffers::new(8, 2);
+        let followed = RunId::generate();
+        buffers.pin(&followed);
+        buffers.push(&followed, start(0));
+        buffers.push(&followed, finish(&followed, 1));
+        end_others(&buffers, 10);
+        let replay = buffers.replay(&followed, None);
+        assert!(replay.complete);
+        assert_eq!(
+            replay.events.len(),
+            2,
+            "the follower still reads from seq 0"
+        );
+        assert_eq!(buffers.len(), 3, "besides it, only the two retained runs");
+
+        // Its follower leaves: it is retained like a run that just ended, then
+        // dropped as others end.
+        buffers.unpin(&followed);
+        assert_eq!(buffers.replay(&followed, None).events.len(), 2);
+        end_others(&buffers, 2);
+        assert!(buffers.replay(&followed, None).events.is_empty());
+        assert_eq!(buffers.len(), 2);
+    }
+
+    #[test]
+    fn a_pin_on_a_run_that_never_published_leaves_nothing_behind() {
+        let buffers = ReplayBuffers::new(8, 2);
+        let never = RunId::generate();
+        buffers.pin(&never);
+        buffers.pin(&never);
+        buffers.unpin(&never);
+        assert_eq!(buffers.len(), 1, "still pinned once");
+        buffers.unpin(&never);
+        assert!(buffers.is_empty());
     }
 }

@@ -30,15 +30,18 @@ pub struct TestServer {
 impl TestServer {
     /// A single node with the demo agents on an in-memory store.
     pub async fn local(config: ServerConfig) -> Self {
+        Self::local_with(LocalNodeConfig::default(), config).await
+    }
+
+    /// A single node with the demo agents on an in-memory store, set up by `node`.
+    pub async fn local_with(node: LocalNodeConfig, config: ServerConfig) -> Self {
         let builder = demo::builder(
             ThreadConfig::default(),
             Arc::new(FakeFiles::with_demo_files()),
             Journal::default(),
         )
         .unwrap();
-        let node = LocalNode::start(builder, LocalNodeConfig::default())
-            .await
-            .unwrap();
+        let node = LocalNode::start(builder, node).await.unwrap();
         Self::serve(Arc::new(node), config).await
     }
 
