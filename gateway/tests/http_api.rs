@@ -776,3 +776,89 @@ async fn every_stream_of_a_burst_starts_with_its_run_start_however_many_runs_end
         assert_eq!(finish_type(&events), "natural_end");
     }
 }
+
+/// A single node with the demo agents on a PostgreSQL store (a fresh schema).
+async fn postgres_server() -> (TestServer, awaken_actors::store::TestSchema) {
+    let (store, schema) = awaken_actors::store::PostgresStore::for_tests().await;
+    let builder = awaken_gateway::demo::builder(
+        awaken_actors::thread::ThreadConfig::default(),
+        std::sync::Arc::new(awaken_gateway::demo::FakeFiles::with_demo_files()),
+        awaken_gateway::demo::Journal::default(),
+    )
+    .unwrap()
+    .with_thread_run_store(std::sync::Arc::new(store));
+    let node = awaken_cluster::local::LocalNode::start(builder, Default::default())
+        .await
+        .unwrap();
+    let server = TestServer::serve(std::sync::Arc::new(node), ServerConfig::default()).await;
+    (server, schema)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nul_characters_and_oversized_decisions_are_refused_before_they_reach_the_store() {
+    let (server, _schema) = postgres_server().await;
+    let (thread_id, run_id, call_id, _) = suspended_demo_run(&server).await;
+    let path = format!("/v1/runs/{run_id}/decision");
+    let nul = "bad\u{0}byte";
+    for body in [
+        json!({"call_id": call_id, "decision_id": "d-nul", "action": "resume",
+               "result": {"note": nul}}),
+        json!({"call_id": call_id, "decision_id": "d-nul", "action": "cancel", "reason": nul}),
+    ] {
+        expect_error(
+            server.post(&path, body).await,
+            StatusCode::BAD_REQUEST,
+            "NUL",
+        )
+        .await;
+    }
+    expect_error(
+        server
+            .post(
+                &path,
+                json!({"call_id": call_id, "decision_id": "d-big", "action": "resume",
+                       "result": {"text": "x".repeat(200 * 1024)}}),
+            )
+            .await,
+        StatusCode::BAD_REQUEST,
+        "limit",
+    )
+    .await;
+    for (route, body) in [
+        (
+            "/v1/runs".to_owned(),
+            json!({"agentId": "demo", "threadId": thread_id, "messages": user(nul)}),
+        ),
+        (
+            format!("/v1/threads/{thread_id}/messages"),
+            json!({"messages": user(nul)}),
+        ),
+        ("/v1/threads".to_owned(), json!({"title": nul})),
+        ("/v1/threads".to_owned(), json!({"custom": {"note": nul}})),
+    ] {
+        expect_error(
+            server.post(&route, body).await,
+            StatusCode::BAD_REQUEST,
+            "NUL",
+        )
+        .await;
+    }
+
+    // Nothing was applied: the run still waits and takes a good decision.
+    let (_, run) = json(server.get(&format!("/v1/runs/{run_id}")).await).await;
+    assert_eq!(run["status"], "waiting", "{run}");
+    let (status, body) = json(server.post(&path, approve(&call_id, "d-ok")).await).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["duplicate"], false);
+    let (_, run) = json(server.get(&format!("/v1/runs/{run_id}")).await).await;
+    assert_eq!(run["status"], "done", "{run}");
+    // The thread takes new input as before.
+    let response = server
+        .post(
+            "/v1/runs",
+            json!({"agentId": "demo", "threadId": thread_id, "messages": user("hello")}),
+        )
+        .await;
+    let events = EventReader::new(response).rest().await;
+    assert_contiguous(&events, 0);
+}

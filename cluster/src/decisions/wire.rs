@@ -147,6 +147,21 @@ impl DecisionPayload {
     /// The decision for `thread_id` (the subject's, or an HTTP route's), checking
     /// the ids; `now_ms` stamps it when the payload has no `updated_at`.
     pub fn into_decision(self, thread_id: ThreadId, now_ms: u64) -> Result<Decision, String> {
+        // The same limits whichever way the decision came (HTTP bodies may be
+        // larger than a decision, and MessagePack carries NUL unescaped).
+        let size = serde_json::to_vec(&self.result)
+            .map_err(|e| format!("unreadable decision result: {e}"))?
+            .len()
+            .saturating_add(self.reason.as_ref().map_or(0, String::len));
+        if size > MAX_DECISION_BYTES {
+            return Err(format!(
+                "decision result and reason of {size} bytes exceed the limit of \
+                 {MAX_DECISION_BYTES}"
+            ));
+        }
+        if holds_nul(&self.result) || self.reason.as_deref().is_some_and(|r| r.contains('\0')) {
+            return Err("the decision holds a NUL character, which cannot be stored".into());
+        }
         if let Some(named) = &self.thread_id
             && named != thread_id.as_str()
         {
@@ -173,6 +188,18 @@ impl DecisionPayload {
     }
 }
 
+/// Whether any string (or key) in `value` holds a NUL character.
+fn holds_nul(value: &JsonValue) -> bool {
+    match value {
+        JsonValue::String(text) => text.contains('\0'),
+        JsonValue::Array(items) => items.iter().any(holds_nul),
+        JsonValue::Object(fields) => fields
+            .iter()
+            .any(|(key, value)| key.contains('\0') || holds_nul(value)),
+        JsonValue::Null | JsonValue::Bool(_) | JsonValue::Number(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -183,6 +210,49 @@ mod tests {
 
     fn json_body(value: serde_json::Value) -> Vec<u8> {
         serde_json::to_vec(&value).unwrap()
+    }
+
+    #[test]
+    fn oversized_or_nul_decisions_are_refused_whichever_way_they_come() {
+        let payload = |result: serde_json::Value, reason: Option<&str>| DecisionPayload {
+            call_id: "c1".into(),
+            decision_id: "d1".into(),
+            action: ResumeDecisionAction::Resume,
+            result,
+            reason: reason.map(str::to_owned),
+            thread_id: None,
+            run_id: None,
+            updated_at: None,
+        };
+        let thread = || ThreadId::new("t").unwrap();
+        let big = json!({"text": "x".repeat(MAX_DECISION_BYTES)});
+        let error = payload(big, None).into_decision(thread(), 1).unwrap_err();
+        assert!(error.contains("exceed the limit"), "{error}");
+        let long_reason = "r".repeat(MAX_DECISION_BYTES);
+        assert!(
+            payload(json!(true), Some(&long_reason))
+                .into_decision(thread(), 1)
+                .is_err()
+        );
+        for nul in [json!({"note": "a\0b"}), json!([{"a\0": 1}])] {
+            let error = payload(nul, None).into_decision(thread(), 1).unwrap_err();
+            assert!(error.contains("NUL"), "{error}");
+        }
+        assert!(
+            payload(json!(true), Some("no\0"))
+                .into_decision(thread(), 1)
+                .is_err()
+        );
+        // NUL straight from MessagePack, which needs no escape.
+        let packed = codec::encode(&payload(json!("a\0b"), None)).unwrap();
+        let error =
+            parse_decision("awaken.decisions.t", Encoding::MessagePack, &packed, 1).unwrap_err();
+        assert!(error.contains("NUL"), "{error}");
+        assert!(
+            payload(json!({"fine": "ok"}), Some("ok"))
+                .into_decision(thread(), 1)
+                .is_ok()
+        );
     }
 
     #[test]

@@ -16,6 +16,11 @@ use futures::StreamExt;
 
 use super::error::ApiError;
 
+/// Marks a request whose body holds the JSON escape `\u0000` (refused once the
+/// caller is known; see [`refuse_nul`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NulInBody;
+
 /// `request` with its body read whole (up to `limit` bytes; a larger body is
 /// handed on unread past that point, for the route's limit to refuse), or a 400
 /// when the body could not be read.
@@ -23,18 +28,51 @@ pub(crate) async fn read_first(request: Request, limit: usize) -> Result<Request
     if request.body().is_end_stream() {
         return Ok(request);
     }
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     match read_up_to(body, limit).await {
-        Ok(body) => Ok(Request::from_parts(parts, body)),
+        Ok((body, nul)) => {
+            if nul {
+                parts.extensions.insert(NulInBody);
+            }
+            Ok(Request::from_parts(parts, body))
+        }
         Err(error) => Err(ApiError::BadRequest(format!(
             "the request body could not be read: {error}"
         ))),
     }
 }
 
-/// The body, read whole if it is at most `limit` bytes; otherwise what was read
-/// followed by the rest, for the route's limit to refuse.
-async fn read_up_to(body: Body, limit: usize) -> Result<Body, axum::Error> {
+/// 400 for a body with a NUL character in a JSON string: no store can keep it
+/// (PostgreSQL's `jsonb` refuses `\u0000`), so it is refused before anything is
+/// applied rather than accepted and then lost.
+pub(crate) fn refuse_nul(request: &Request) -> Result<(), ApiError> {
+    if request.extensions().get::<NulInBody>().is_some() {
+        return Err(ApiError::BadRequest(
+            "the body holds a NUL character (\\u0000), which cannot be stored".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether JSON text escapes a NUL character (`\u0000`), reading
+/// escapes in pairs so an escaped backslash before `u0000` is not taken for one.
+fn holds_escaped_nul(json: &[u8]) -> bool {
+    let mut at = 0;
+    while let Some(offset) = json[at..].iter().position(|&byte| byte == b'\\') {
+        let escape = at + offset;
+        match json.get(escape + 1) {
+            Some(b'u') if json.get(escape + 2..escape + 6) == Some(b"0000") => return true,
+            Some(_) => at = escape + 2,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// The body, read whole if it is at most `limit` bytes (with whether it escapes
+/// a NUL); otherwise what was read followed by the rest, for the route's limit to
+/// refuse.
+async fn read_up_to(body: Body, limit: usize) -> Result<(Body, bool), axum::Error> {
     let mut stream = body.into_data_stream();
     let mut chunks: Vec<Bytes> = Vec::new();
     let mut read = 0usize;
@@ -44,19 +82,42 @@ async fn read_up_to(body: Body, limit: usize) -> Result<Body, axum::Error> {
         chunks.push(chunk);
         if read > limit {
             let prefix = futures::stream::iter(chunks.into_iter().map(Ok::<_, axum::Error>));
-            return Ok(Body::from_stream(prefix.chain(stream)));
+            return Ok((Body::from_stream(prefix.chain(stream)), false));
         }
     }
-    Ok(match chunks.len() {
-        0 => Body::empty(),
-        1 => Body::from(chunks.remove(0)),
-        _ => Body::from(chunks.concat()),
-    })
+    let whole = match chunks.len() {
+        0 => return Ok((Body::empty(), false)),
+        1 => chunks.remove(0),
+        _ => Bytes::from(chunks.concat()),
+    };
+    let nul = holds_escaped_nul(&whole);
+    Ok((Body::from(whole), nul))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_escaped_nul_counts() {
+        for nul in [
+            r#"{"a":"\u0000"}"#,
+            r#"["x\u0000y"]"#,
+            r#"{"a":"\\\u0000"}"#,
+            r#"{"a":"\u00001"}"#,
+        ] {
+            assert!(holds_escaped_nul(nul.as_bytes()), "{nul}");
+        }
+        for clean in [
+            r#"{"a":"\\u0000"}"#,
+            r#"{"a":"\u0001"}"#,
+            r#"{"a":"u0000"}"#,
+            r#"{"a":"\"#,
+            "",
+        ] {
+            assert!(!holds_escaped_nul(clean.as_bytes()), "{clean}");
+        }
+    }
 
     async fn bytes_of(body: Body, limit: usize) -> Result<Bytes, axum::Error> {
         axum::body::to_bytes(body, limit).await
@@ -72,7 +133,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_within_the_limit_is_read_whole() {
-        let body = read_up_to(chunked(&["{\"a\":", "1}"]), 16).await.unwrap();
+        let (body, nul) = read_up_to(chunked(&["{\"a\":", "1}"]), 16).await.unwrap();
+        assert!(!nul);
         assert_eq!(
             body.size_hint().exact(),
             Some(7),
@@ -83,11 +145,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_over_the_limit_is_handed_on_whole_for_the_route_to_refuse() {
-        let body = read_up_to(chunked(&["12345", "67890", "abc"]), 8)
+        let (body, _) = read_up_to(chunked(&["12345", "67890", "abc"]), 8)
             .await
             .unwrap();
         assert_eq!(bytes_of(body, 64).await.unwrap(), "1234567890abc");
-        let body = read_up_to(chunked(&["12345", "67890", "abc"]), 8)
+        let (body, _) = read_up_to(chunked(&["12345", "67890", "abc"]), 8)
             .await
             .unwrap();
         assert!(

@@ -87,6 +87,9 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
     {
         return refused.into_response();
     }
+    if let Err(refused) = body::refuse_nul(&request) {
+        return refused.into_response();
+    }
     match DefaultBodyLimit::max(limit)
         .layer(next)
         .oneshot(request)
