@@ -862,3 +862,37 @@ async fn nul_characters_and_oversized_decisions_are_refused_before_they_reach_th
     let events = EventReader::new(response).rest().await;
     assert_contiguous(&events, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_inputs_posted_together_each_cancel_the_run_before_and_every_run_ends() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let (status, thread) = json(server.post("/v1/threads", json!({})).await).await;
+    assert_eq!(status, StatusCode::CREATED, "{thread}");
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    let mut runs = Vec::new();
+    for i in 0..20 {
+        let (status, queued) = json(
+            server
+                .post(
+                    &format!("/v1/threads/{thread_id}/messages"),
+                    json!({"agentId": "slow", "messages": user(&format!("input {i}"))}),
+                )
+                .await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{queued}");
+        runs.push(queued["run_id"].as_str().unwrap().to_owned());
+    }
+    let mut terminations = Vec::new();
+    for run_id in &runs {
+        let events = EventReader::new(server.get(&format!("/v1/runs/{run_id}/events")).await)
+            .rest()
+            .await;
+        terminations.push(finish_type(&events));
+        let (_, run) = json(server.get(&format!("/v1/runs/{run_id}")).await).await;
+        assert_eq!(run["status"], "done", "{run}");
+    }
+    let (last, earlier) = terminations.split_last().unwrap();
+    assert_eq!(last, "natural_end");
+    assert!(earlier.iter().all(|t| t == "cancelled"), "{terminations:?}");
+}
