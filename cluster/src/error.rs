@@ -25,4 +25,14 @@ impl ClusterError {
     pub(crate) fn nats(error: impl std::fmt::Display) -> Self {
         Self::Nats(error.to_string())
     }
+
+    /// The same error, saying what was being done (`while`: "opening the mailbox").
+    pub(crate) fn during(self, doing: &str) -> Self {
+        match self {
+            Self::Nats(message) => Self::Nats(format!("{doing}: {message}")),
+            Self::Codec(message) => Self::Codec(format!("{doing}: {message}")),
+            Self::InvalidInput(message) => Self::InvalidInput(format!("{doing}: {message}")),
+            conflict @ Self::Conflict { .. } => conflict,
+        }
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv, stream};
 
 use crate::error::ClusterError;
+use crate::streams::ensure_stream;
 
 /// How a bucket is created.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,21 +58,23 @@ pub async fn ensure_bucket(
         Duration::ZERO => Duration::from_secs(120),
         age => age.min(Duration::from_secs(120)),
     };
-    js.get_or_create_stream(stream::Config {
-        name: format!("KV_{}", spec.name),
-        subjects: vec![format!("$KV.{}.>", spec.name)],
-        max_messages_per_subject: spec.history,
-        max_age: spec.max_age,
-        duplicate_window,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: stream::DiscardPolicy::New,
-        num_replicas: spec.replicas,
-        ..Default::default()
-    })
-    .await
-    .map_err(ClusterError::nats)?;
+    ensure_stream(
+        js,
+        stream::Config {
+            name: format!("KV_{}", spec.name),
+            subjects: vec![format!("$KV.{}.>", spec.name)],
+            max_messages_per_subject: spec.history,
+            max_age: spec.max_age,
+            duplicate_window,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            num_replicas: spec.replicas,
+            ..Default::default()
+        },
+    )
+    .await?;
     js.get_key_value(&spec.name)
         .await
         .map_err(ClusterError::nats)

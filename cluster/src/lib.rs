@@ -22,6 +22,7 @@ pub mod membership;
 pub mod node;
 pub mod routing;
 pub mod shards;
+mod streams;
 
 #[cfg(feature = "testing")]
 pub mod testing;

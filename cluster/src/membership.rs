@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -130,10 +131,7 @@ impl Membership {
         let bucket = ensure_bucket(js, &spec).await?;
         let payload = codec::encode(&record)?;
         let node_id = record.node_id;
-        bucket
-            .put(node_id.as_str(), payload.clone())
-            .await
-            .map_err(ClusterError::nats)?;
+        first_put(&bucket, node_id.as_str(), &payload).await?;
         let (sender, view) = watch::channel(scan(&bucket).await?);
         let heartbeat = tokio::spawn(heartbeat(
             bucket.clone(),
@@ -368,6 +366,29 @@ async fn scan(bucket: &kv::Store) -> Result<BTreeSet<NodeId>, ClusterError> {
         .filter_map(Result::ok)
         .filter_map(|key| NodeId::new(key).ok())
         .collect())
+}
+
+/// Writes this node's record right after the bucket was opened. When another node
+/// created the bucket's stream a moment ago, nats-server 2.9 may not route
+/// publishes to it yet ("no stream found for given subject"): such a write is
+/// tried again briefly before joining fails.
+async fn first_put(bucket: &kv::Store, key: &str, payload: &Bytes) -> Result<(), ClusterError> {
+    let mut pause = Duration::from_millis(20);
+    for _ in 0..5 {
+        match bucket.put(key, payload.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(error) => {
+                tracing::debug!(%error, "joining: the members bucket took no write yet; retrying");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+        }
+    }
+    bucket
+        .put(key, payload.clone())
+        .await
+        .map(|_| ())
+        .map_err(ClusterError::nats)
 }
 
 #[cfg(test)]

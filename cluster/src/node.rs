@@ -160,7 +160,8 @@ impl ClusterNode {
             config.shards.lease_ttl,
             config.replicas,
         )
-        .await?;
+        .await
+        .map_err(|e| e.during("opening the shard lease bucket"))?;
         let mut owner = ShardOwner::new(node_id.clone(), config.shards.clone(), table);
         let fence = owner.fence();
         let hub = Arc::new(
@@ -180,11 +181,19 @@ impl ClusterNode {
                 config.replicas,
                 config.mailbox.clone(),
             )
-            .await?,
+            .await
+            .map_err(|e| e.during("opening the mailbox ledger"))?,
         );
-        let inbox = Arc::new(KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas).await?);
-        let config_store =
-            Arc::new(NatsConfigStore::open(&js, DEFAULT_CONFIG_BUCKET, config.replicas).await?);
+        let inbox = Arc::new(
+            KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas)
+                .await
+                .map_err(|e| e.during("opening the run inbox"))?,
+        );
+        let config_store = Arc::new(
+            NatsConfigStore::open(&js, DEFAULT_CONFIG_BUCKET, config.replicas)
+                .await
+                .map_err(|e| e.during("opening the config bucket"))?,
+        );
         let membership = Membership::join(
             &js,
             &config.membership,
@@ -194,7 +203,8 @@ impl ClusterNode {
                 http_url: config.http_url.clone(),
             },
         )
-        .await?;
+        .await
+        .map_err(|e| e.during("joining the membership bucket"))?;
         let placement = {
             let fence = fence.clone();
             Arc::new(move |thread_id: &ThreadId| fence.owns(thread_id))
@@ -229,7 +239,8 @@ impl ClusterNode {
                 ..config.decisions.clone()
             },
         )
-        .await?;
+        .await
+        .map_err(|e| e.during("opening the decision bus"))?;
         let host = ThreadHost::new(runtime.clone(), fence.clone(), Arc::clone(&buffers));
         let calls = ShardServer::start(
             client.clone(),

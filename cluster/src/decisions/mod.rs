@@ -37,6 +37,7 @@ pub use wire::{
 };
 
 use crate::error::ClusterError;
+use crate::streams::ensure_stream;
 
 /// The stream that keeps published decisions until they are applied.
 pub const DECISIONS_STREAM: &str = "AWAKEN_DECISIONS";
@@ -143,8 +144,9 @@ impl DecisionBus {
     }
 
     async fn stream(&self) -> Result<stream::Stream, ClusterError> {
-        self.js
-            .get_or_create_stream(stream::Config {
+        ensure_stream(
+            &self.js,
+            stream::Config {
                 name: DECISIONS_STREAM.to_owned(),
                 subjects: vec![format!("{DECISION_SUBJECT_PREFIX}>")],
                 retention: stream::RetentionPolicy::WorkQueue,
@@ -153,9 +155,9 @@ impl DecisionBus {
                 duplicate_window: Duration::from_secs(120),
                 num_replicas: self.config.replicas,
                 ..Default::default()
-            })
-            .await
-            .map_err(ClusterError::nats)
+            },
+        )
+        .await
     }
 
     /// Publishes a decision as JSON and waits for the stream to accept it. The

@@ -41,6 +41,7 @@ use self::wire::{MAX_COMMAND, OpRef};
 use self::writer::Submission;
 use crate::codec;
 use crate::error::ClusterError;
+use crate::streams::ensure_stream;
 
 /// The name the ledger's stream and snapshot bucket derive from, unless configured.
 pub const DEFAULT_LEDGER_NAME: &str = "awaken_mailbox";
@@ -208,16 +209,17 @@ impl LedgerMailbox {
         options: LedgerOptions,
         config: MailboxConfig,
     ) -> Result<Self, ClusterError> {
-        let stream = js
-            .get_or_create_stream(stream::Config {
+        let stream = ensure_stream(
+            js,
+            stream::Config {
                 name: stream_name(name),
                 subjects: vec![subject(name)],
                 storage: stream::StorageType::File,
                 num_replicas: options.replicas.max(1),
                 ..Default::default()
-            })
-            .await
-            .map_err(ClusterError::nats)?;
+            },
+        )
+        .await?;
         let snapshots = Snapshots::open(js, &snapshot_bucket(name), options.replicas).await?;
         let folded = snapshots.load().await?;
         let first = stream.get_info().await.map_err(ClusterError::nats)?.state;

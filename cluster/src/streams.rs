@@ -1,0 +1,42 @@
+//! Creating a JetStream stream when several nodes start at once.
+//!
+//! `get_or_create_stream` looks the stream up and creates it when missing. Two
+//! nodes starting together both find it missing and both create it; nats-server
+//! 2.9 refuses the second create ("subjects overlap with an existing stream"),
+//! although the stream it wanted now exists. So a refused create is followed by
+//! another look-up, and the stream that is there is used.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+
+use crate::error::ClusterError;
+
+/// Look-up-or-create attempts before a refusal is final.
+const ATTEMPTS: u32 = 5;
+/// The pause after the first refused attempt; it doubles each time.
+const FIRST_PAUSE: Duration = Duration::from_millis(20);
+
+/// The stream named in `config`, created if no node has created it yet.
+pub(crate) async fn ensure_stream(
+    js: &jetstream::Context,
+    config: stream::Config,
+) -> Result<stream::Stream, ClusterError> {
+    let mut pause = FIRST_PAUSE;
+    let mut attempt = 1;
+    loop {
+        match js.get_or_create_stream(config.clone()).await {
+            Ok(stream) => return Ok(stream),
+            Err(error) if attempt < ATTEMPTS => {
+                tracing::debug!(stream = %config.name, %error, attempt, "creating the stream raced another node; looking again");
+                if let Ok(stream) = js.get_stream(&config.name).await {
+                    return Ok(stream);
+                }
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                attempt += 1;
+            }
+            Err(error) => return Err(ClusterError::nats(error)),
+        }
+    }
+}
