@@ -131,7 +131,7 @@ impl Membership {
         let bucket = ensure_bucket(js, &spec).await?;
         let payload = codec::encode(&record)?;
         let node_id = record.node_id;
-        first_put(&bucket, node_id.as_str(), &payload).await?;
+        Box::pin(first_put(&bucket, node_id.as_str(), &payload)).await?;
         let (sender, view) = watch::channel(scan(&bucket).await?);
         let heartbeat = tokio::spawn(heartbeat(
             bucket.clone(),

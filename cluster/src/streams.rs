@@ -25,11 +25,12 @@ pub(crate) async fn ensure_stream(
     let mut pause = FIRST_PAUSE;
     let mut attempt = 1;
     loop {
-        match js.get_or_create_stream(config.clone()).await {
+        // Boxed: the client's futures are large, and every node start awaits this.
+        match Box::pin(js.get_or_create_stream(config.clone())).await {
             Ok(stream) => return Ok(stream),
             Err(error) if attempt < ATTEMPTS => {
                 tracing::debug!(stream = %config.name, %error, attempt, "creating the stream raced another node; looking again");
-                if let Ok(stream) = js.get_stream(&config.name).await {
+                if let Ok(stream) = Box::pin(js.get_stream(&config.name)).await {
                     return Ok(stream);
                 }
                 tokio::time::sleep(pause).await;
