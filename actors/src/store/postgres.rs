@@ -365,6 +365,28 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
+        // The URL may name a schema (`search_path`) that does not exist yet:
+        // PostgreSQL then has nowhere to create the tables, so create it first.
+        let (missing, search_path): (bool, String) =
+            sqlx::query_as("SELECT current_schema() IS NULL, current_setting('search_path')")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        if missing {
+            let schema = first_schema(&search_path).ok_or_else(|| {
+                StorageError::InvalidInput(format!(
+                    "the search_path `{search_path}` names no schema to create the tables in: \
+                     name one (`?options=-c%20search_path%3DNAME`)"
+                ))
+            })?;
+            sqlx::query(sql(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                quote_identifier(&schema)
+            )))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
         for statement in &self.sql.schema {
             sqlx::query(sql(statement))
                 .execute(&mut *tx)
@@ -881,6 +903,26 @@ fn begin_write(limit: Duration) -> String {
     )
 }
 
+/// The first schema a `search_path` setting names, unquoted (`$user` skipped).
+fn first_schema(search_path: &str) -> Option<String> {
+    search_path
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty() && *name != "\"$user\"" && *name != "$user")
+        .map(
+            |name| match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+                Some(quoted) => quoted.replace("\"\"", "\""),
+                None => name.to_owned(),
+            },
+        )
+        .next()
+}
+
+/// `name` as a quoted SQL identifier.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// Connection options for `url`, as a clear error rather than sqlx's.
 fn connect_options(url: &str) -> Result<PgConnectOptions, StorageError> {
     PgConnectOptions::from_str(url)
@@ -1017,6 +1059,43 @@ mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_schema_of_a_search_path_is_found_and_quoted() {
+        assert_eq!(first_schema("tenant_a").as_deref(), Some("tenant_a"));
+        assert_eq!(first_schema("\"$user\", public").as_deref(), Some("public"));
+        assert_eq!(
+            first_schema("\"My \"\"App\"\"\"").as_deref(),
+            Some("My \"App\"")
+        );
+        assert_eq!(first_schema("\"$user\""), None);
+        assert_eq!(quote_identifier("My \"App\""), "\"My \"\"App\"\"\"");
+    }
+
+    #[tokio::test]
+    async fn a_schema_named_by_the_search_path_is_created_when_missing() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let missing = format!("{}_fresh", schema.name());
+        let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let options = connect_options(&url)
+            .unwrap()
+            .options([("search_path", missing.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let fresh = PostgresStore::new(pool.clone());
+        let result = fresh.ensure_schema().await;
+        // Dropped whatever happened, before the assertions.
+        let _ = sqlx::query(sql(&format!("DROP SCHEMA IF EXISTS {missing} CASCADE")))
+            .execute(store.pool())
+            .await;
+        result.unwrap();
+        drop(fresh);
+        pool.close().await;
+    }
 
     #[test]
     fn prefixes_must_be_identifiers() {
