@@ -302,8 +302,9 @@ async fn api_keys_guard_the_endpoint_and_tenants_keep_their_threads() {
     ]});
     let (_, stolen) = rpc(&server, Some("key-b"), call(2, "demo", decisions.clone())).await;
     assert_eq!(stolen["result"]["isError"], true, "{stolen}");
+    // The other tenant's thread is an unknown thread to this caller.
     assert!(
-        text_of(&stolen["result"]).contains("another tenant"),
+        text_of(&stolen["result"]).contains("unknown thread"),
         "{stolen}"
     );
     let listed = client(&server, "legacy", &["--token", "key-a", "list"]).await;

@@ -36,14 +36,15 @@ impl Caller {
         }
     }
 
-    /// 403 unless the caller may touch `thread`: with API keys, only the tenant
-    /// that created it may.
+    /// 404 unless the caller may touch `thread` (with API keys, only the tenant
+    /// that created it may): the same answer as for a thread that does not exist,
+    /// so a tenant cannot learn which ids other tenants use.
     pub(crate) fn authorize(&self, thread: &Thread) -> Result<(), ApiError> {
         if self.owns(thread) {
             return Ok(());
         }
-        Err(ApiError::Forbidden(format!(
-            "thread `{}` belongs to another tenant",
+        Err(ApiError::NotFound(format!(
+            "unknown thread `{}`",
             thread.id
         )))
     }

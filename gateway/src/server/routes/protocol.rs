@@ -349,7 +349,7 @@ async fn snapshot(state: &AppState, thread_id: &ThreadId) -> Option<ThreadSnapsh
 }
 
 /// The thread's log as users see it (internal messages left out): 404 for an
-/// unknown thread, 403 for another tenant's.
+/// unknown thread or another tenant's.
 pub(crate) async fn visible_messages(
     state: &AppState,
     caller: &Caller,

@@ -14,7 +14,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::input::{InputBody, StartRunBody, user_messages};
-use super::shared::{accept_input, cancel, check_agent, check_thread, decide, thread_of_run};
+use super::shared::{
+    accept_input, cancel, check_agent, check_run_thread, check_thread, decide, thread_of_run,
+};
 use super::table::Routes;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
@@ -125,12 +127,12 @@ async fn get_run(
     ApiPath(run_id): ApiPath<RunId>,
 ) -> Result<Response, ApiError> {
     if let Some(record) = state.control.store().load_run(&run_id).await? {
-        check_thread(&state, &caller, &record.thread_id).await?;
+        check_run_thread(&state, &caller, &run_id, &record.thread_id).await?;
         return Ok(Json(record).into_response());
     }
     match state.control.accepted_run(&run_id).await? {
         Some(request) => {
-            check_thread(&state, &caller, &request.thread_id).await?;
+            check_run_thread(&state, &caller, &run_id, &request.thread_id).await?;
             Ok((
                 StatusCode::ACCEPTED,
                 Json(serde_json::json!({

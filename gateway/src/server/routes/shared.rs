@@ -47,7 +47,7 @@ pub(crate) async fn check_agent(
     })
 }
 
-/// The thread: 404 unless it exists, 403 unless the caller may touch it.
+/// The thread: 404 unless it exists and the caller may touch it.
 pub(crate) async fn check_thread(
     state: &AppState,
     caller: &Caller,
@@ -62,8 +62,8 @@ pub(crate) async fn check_thread(
     }
 }
 
-/// The thread of a run that exists (started, or accepted and queued): 404
-/// otherwise, 403 unless the caller may touch the thread.
+/// The thread of a run that exists (started, or accepted and queued) on a
+/// thread the caller may touch: 404 otherwise, the same either way.
 pub(crate) async fn thread_of_run(
     state: &AppState,
     caller: &Caller,
@@ -77,8 +77,23 @@ pub(crate) async fn thread_of_run(
             None => return Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
         }
     };
-    check_thread(state, caller, &thread_id).await?;
+    check_run_thread(state, caller, run_id, &thread_id).await?;
     Ok(thread_id)
+}
+
+/// 404 `unknown run` unless the caller may touch `thread_id`, the run's thread:
+/// another tenant's run is answered as one that does not exist.
+pub(crate) async fn check_run_thread(
+    state: &AppState,
+    caller: &Caller,
+    run_id: &RunId,
+    thread_id: &ThreadId,
+) -> Result<(), ApiError> {
+    match check_thread(state, caller, thread_id).await {
+        Ok(_) => Ok(()),
+        Err(ApiError::NotFound(_)) => Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
+        Err(other) => Err(other),
+    }
 }
 
 /// What a background submission answers (202).

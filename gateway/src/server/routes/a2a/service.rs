@@ -126,9 +126,8 @@ async fn start_task(
         ),
         None => None,
     };
-    let thread_id = open_thread(state, &scope.caller, thread_id, Some(&scope.agent))
-        .await
-        .map_err(context_error)?;
+    // Another tenant's context is an unknown thread to this caller.
+    let thread_id = open_thread(state, &scope.caller, thread_id, Some(&scope.agent)).await?;
     let run_id = RunId::generate();
     let request = RunRequest::new(thread_id.clone(), vec![input])
         .with_agent_id(scope.agent.clone())
@@ -531,15 +530,5 @@ fn history_length(length: Option<i32>) -> Result<Option<usize>, A2aError> {
         Some(length) => usize::try_from(length)
             .map(Some)
             .map_err(|_| A2aError::InvalidParams("historyLength must not be negative".into())),
-    }
-}
-
-/// A context the caller may not use, or cannot name, is a parameter error.
-fn context_error(error: ApiError) -> A2aError {
-    match error {
-        ApiError::Forbidden(_) => {
-            A2aError::InvalidParams("contextId names another caller's context".to_owned())
-        }
-        other => other.into(),
     }
 }
