@@ -10,16 +10,25 @@ use http_support::{TestServer, json, python_client};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+/// The client's push receiver listens on loopback, which push URLs may name only
+/// when allowed.
+fn push_to_loopback() -> ServerConfig {
+    ServerConfig {
+        a2a_push_allowed_hosts: vec!["127.0.0.1".into()],
+        ..ServerConfig::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_client_passes_every_operation_over_http_json() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(push_to_loopback()).await;
     let seen = python_client("a2a_client.py", &[&server.base, "http-json"]).await;
     assert_eq!(seen["ok"], true, "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_client_passes_every_operation_over_jsonrpc() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(push_to_loopback()).await;
     let seen = python_client("a2a_client.py", &[&server.base, "jsonrpc"]).await;
     assert_eq!(seen["ok"], true, "{seen}");
 }
@@ -363,4 +372,43 @@ async fn cards_are_public_and_the_extended_card_needs_its_token() {
         .map(|s| s["id"].as_str().unwrap())
         .collect();
     assert!(skills.contains(&"tool:delete_file"), "{skills:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_urls_to_internal_hosts_are_refused_and_never_called() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    // An internal service the node can reach and the caller cannot.
+    let internal = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = internal.local_addr().unwrap().port();
+    let (status, sent) = send_to(&server, "bench-text", send("hello")).await;
+    assert_eq!(status, StatusCode::OK, "{sent}");
+    let task_id = sent["task"]["id"].as_str().unwrap().to_owned();
+    let (_, before) = rest(&server, Method::GET, "/v1/a2a/bench-text/tasks", None).await;
+
+    for url in [
+        format!("http://127.0.0.1:{port}/hook"),
+        format!("http://localhost:{port}/hook"),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "http://10.0.0.1/hook".to_owned(),
+    ] {
+        let path = format!("/v1/a2a/bench-text/tasks/{task_id}/pushNotificationConfigs");
+        let (status, body) = rest(&server, Method::POST, &path, Some(json!({"url": url}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {body}");
+        assert!(
+            body.to_string().contains("a2a_push_allowed_hosts"),
+            "{body}"
+        );
+        // Sending a message with such a config is refused before a task starts.
+        let mut message = send("with a push url");
+        message["configuration"] = json!({"taskPushNotificationConfig": {"url": url}});
+        let (status, body) = send_to(&server, "bench-text", message).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {body}");
+    }
+    let (_, after) = rest(&server, Method::GET, "/v1/a2a/bench-text/tasks", None).await;
+    assert_eq!(before["tasks"], after["tasks"], "no task was started");
+    assert!(
+        futures::FutureExt::now_or_never(internal.accept()).is_none(),
+        "the internal service was contacted"
+    );
 }

@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub a2a_extended_card_bearer_token: Option<String>,
     /// The MCP endpoint's DNS-rebinding checks.
     pub mcp: McpEndpointConfig,
+    /// Hosts (names or literal addresses) A2A push notifications may go to even
+    /// though they are loopback, private or link-local; others must be public.
+    pub a2a_push_allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +56,7 @@ impl Default for ServerConfig {
             config_api: ConfigApiConfig::default(),
             a2a_extended_card_bearer_token: None,
             mcp: McpEndpointConfig::default(),
+            a2a_push_allowed_hosts: Vec::new(),
         }
     }
 }

@@ -61,6 +61,7 @@ impl AppState {
     ) -> Self {
         let mcp = mcp_service(&config);
         let in_flight = Semaphore::new(config.max_concurrent_requests.max(1));
+        let a2a_push = Arc::new(PushNotifications::new(&config.a2a_push_allowed_hosts));
         Self(Arc::new(SharedState {
             in_flight,
             control,
@@ -68,7 +69,7 @@ impl AppState {
             config: Arc::new(config),
             runtime_config,
             metrics: Arc::new(Metrics::new()),
-            a2a_push: Arc::new(PushNotifications::default()),
+            a2a_push,
             stopping: watch::Sender::new(false),
         }))
     }

@@ -178,7 +178,7 @@ async fn call(
                     decode(raw)?
                 }
             };
-            unary(json!(state.a2a_push.create(state, &task, input)?))
+            unary(json!(state.a2a_push.create(state, &task, input).await?))
         }
         "GetTaskPushNotificationConfig" => {
             let p: PushParams = decode(params)?;

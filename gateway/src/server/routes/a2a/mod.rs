@@ -11,6 +11,7 @@ mod error;
 mod jsonrpc;
 mod ops;
 mod push;
+mod push_target;
 mod rest;
 mod service;
 mod stream;

@@ -22,9 +22,13 @@ pub(crate) async fn send(
     framing: Framing,
 ) -> Result<Response, A2aError> {
     let configuration = request.configuration.clone().unwrap_or_default();
+    // A push URL that will be refused is refused before the task starts.
+    if let Some(push) = &configuration.task_push_notification_config {
+        state.a2a_push.check_url(&push.url).await?;
+    }
     let mut accepted = accept(state, scope, &request).await?;
     if let Some(push) = configuration.task_push_notification_config {
-        state.a2a_push.create(state, &accepted.task, push)?;
+        state.a2a_push.create(state, &accepted.task, push).await?;
     }
     if stream {
         let encoder = TaskStream::new(accepted.task, framing);

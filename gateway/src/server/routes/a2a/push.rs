@@ -12,6 +12,7 @@ use dashmap::DashMap;
 use reqwest::header::AUTHORIZATION;
 
 use super::error::A2aError;
+use super::push_target::PushTargets;
 use super::stream::TaskStream;
 use super::wire::{PushConfigInput, StreamResponse, Task, TaskPushNotificationConfig};
 use crate::server::state::AppState;
@@ -34,6 +35,8 @@ pub(crate) struct PushNotifications {
     configs: DashMap<String, Vec<TaskPushNotificationConfig>>,
     watchers: DashMap<String, tokio::task::AbortHandle>,
     client: reqwest::Client,
+    /// Where URLs may point.
+    targets: PushTargets,
 }
 
 impl std::fmt::Debug for PushNotifications {
@@ -44,40 +47,33 @@ impl std::fmt::Debug for PushNotifications {
     }
 }
 
-impl Default for PushNotifications {
-    fn default() -> Self {
+impl PushNotifications {
+    /// Push notifications to public hosts and `allowed_hosts`.
+    pub(crate) fn new(allowed_hosts: &[String]) -> Self {
+        let targets = PushTargets::new(allowed_hosts);
         Self {
             configs: DashMap::new(),
             watchers: DashMap::new(),
+            // Every connection resolves through the policy, and a redirect could
+            // point anywhere, so none is followed.
             client: reqwest::Client::builder()
                 .timeout(ATTEMPT_TIMEOUT)
+                .dns_resolver(targets.resolver())
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default(),
+            targets,
         }
     }
-}
 
-impl PushNotifications {
     /// Stores a config for `task` and makes sure a watcher delivers its changes.
-    pub(crate) fn create(
+    pub(crate) async fn create(
         self: &Arc<Self>,
         state: &AppState,
         task: &Task,
         input: PushConfigInput,
     ) -> Result<TaskPushNotificationConfig, A2aError> {
-        if input.url.len() > MAX_URL_LEN {
-            return Err(A2aError::InvalidParams(format!(
-                "the url is longer than {MAX_URL_LEN} bytes"
-            )));
-        }
-        let url = reqwest::Url::parse(&input.url)
-            .map_err(|e| A2aError::InvalidParams(format!("url `{}`: {e}", input.url)))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(A2aError::InvalidParams(format!(
-                "url `{}` is not http(s)",
-                input.url
-            )));
-        }
+        self.check_url(&input.url).await?;
         if let Some(named) = &input.task_id
             && !named.is_empty()
             && *named != task.id
@@ -116,6 +112,27 @@ impl PushNotifications {
             self.watch(state, task);
         }
         Ok(config)
+    }
+
+    /// Refuses a URL that is too long, not http(s), or points at an internal
+    /// host (see `push_target`); checked before a task is started with it.
+    pub(crate) async fn check_url(&self, url: &str) -> Result<(), A2aError> {
+        if url.len() > MAX_URL_LEN {
+            return Err(A2aError::InvalidParams(format!(
+                "the url is longer than {MAX_URL_LEN} bytes"
+            )));
+        }
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| A2aError::InvalidParams(format!("url `{url}`: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(A2aError::InvalidParams(format!(
+                "url `{url}` is not http(s)"
+            )));
+        }
+        self.targets
+            .check(&parsed)
+            .await
+            .map_err(A2aError::InvalidParams)
     }
 
     /// One config of `task_id`.

@@ -138,7 +138,7 @@ pub(crate) async fn create_push(
 ) -> Result<Response, A2aError> {
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
     let input: PushConfigInput = body(&bytes)?;
-    let config = state.a2a_push.create(&state, &task, input)?;
+    let config = state.a2a_push.create(&state, &task, input).await?;
     Ok((StatusCode::OK, Json(config)).into_response())
 }
 
