@@ -129,3 +129,29 @@ fn the_default_address_is_loopback() {
     let address: std::net::SocketAddr = ServerConfig::default().address.parse().unwrap();
     assert!(address.ip().is_loopback(), "{address}");
 }
+
+#[tokio::test]
+async fn image_blocks_must_be_web_urls_or_base64_images() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    for image in [
+        json!({"type": "image", "url": "javascript:alert(1)"}),
+        json!({"type": "image", "url": "file:///etc/passwd"}),
+        json!({"type": "image", "data": "not base64!", "media_type": "image/png"}),
+        json!({"type": "image", "data": "aGk=", "media_type": "text/html"}),
+    ] {
+        let body = json!({"agentId": "demo", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "look"}, image.clone()]}]});
+        expect_error(
+            server.post("/v1/runs", body).await,
+            StatusCode::BAD_REQUEST,
+            "image",
+        )
+        .await;
+    }
+    let (_, threads) = json(server.get("/v1/threads").await).await;
+    assert_eq!(
+        threads["threads"],
+        json!([]),
+        "a refused run created no thread"
+    );
+}

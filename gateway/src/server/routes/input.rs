@@ -96,7 +96,70 @@ pub(crate) fn user_messages(input: Vec<InputMessage>) -> Result<Vec<Message>, Ap
     if messages.iter().any(|message| !has_content(message)) {
         return Err(ApiError::BadRequest("a message has no content".into()));
     }
+    for block in messages.iter().flat_map(|message| &message.content) {
+        if let ContentBlock::Image {
+            url,
+            data,
+            media_type,
+        } = block
+        {
+            check_image(url.as_deref(), data.as_deref(), media_type.as_deref())
+                .map_err(ApiError::BadRequest)?;
+        }
+    }
     Ok(messages)
+}
+
+/// Checks an image a client sends, whichever protocol it came by: exactly one of
+/// an http(s) or `data:image/…;base64,` URL and base64 `data` (which needs an
+/// `image/…` media type). Anything else — `javascript:` or `file:` URLs, bytes that
+/// are not base64 — would reach a model provider or a browser as it was sent.
+pub(crate) fn check_image(
+    url: Option<&str>,
+    data: Option<&str>,
+    media_type: Option<&str>,
+) -> Result<(), String> {
+    if let Some(media_type) = media_type
+        && !(media_type.starts_with("image/") && media_type.len() <= 255)
+    {
+        return Err(format!("image media type `{media_type}` is not image/…"));
+    }
+    match (url, data) {
+        (Some(url), None) => check_image_url(url),
+        (None, Some(data)) => {
+            if media_type.is_none() {
+                return Err("an image with `data` needs its media type".into());
+            }
+            check_base64(data)
+        }
+        _ => Err("an image needs exactly one of `url` and `data`".into()),
+    }
+}
+
+fn check_image_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("image url is not a URL: {e}"))?;
+    match parsed.scheme() {
+        "http" | "https" => Ok(()),
+        "data" => {
+            let (header, payload) = parsed.path().split_once(',').unwrap_or_default();
+            match header.strip_suffix(";base64") {
+                Some(media) if media.starts_with("image/") => check_base64(payload),
+                _ => Err("an image data URL must be `data:image/…;base64,…`".into()),
+            }
+        }
+        other => Err(format!(
+            "image url scheme `{other}:` is not http, https or data"
+        )),
+    }
+}
+
+fn check_base64(data: &str) -> Result<(), String> {
+    use base64::Engine;
+    match base64::engine::general_purpose::STANDARD.decode(data) {
+        Ok(bytes) if !bytes.is_empty() => Ok(()),
+        Ok(_) => Err("image data is empty".into()),
+        Err(error) => Err(format!("image data is not base64: {error}")),
+    }
 }
 
 /// Whether a message says anything: blank text alone does not count.
@@ -139,6 +202,43 @@ pub(crate) struct InputBody {
     /// A second submission with the same key is refused with 409 (mailbox route).
     #[serde(default, alias = "dedupe_key")]
     pub dedupe_key: Option<String>,
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::check_image;
+
+    #[test]
+    fn images_are_checked_whichever_way_they_come() {
+        let png = "iVBORw0KGgo=";
+        for good in [
+            (Some("https://example.com/cat.png"), None, None),
+            (Some("http://example.com/cat.png"), None, Some("image/png")),
+            (Some("data:image/png;base64,iVBORw0KGgo="), None, None),
+            (None, Some(png), Some("image/png")),
+        ] {
+            assert!(check_image(good.0, good.1, good.2).is_ok(), "{good:?}");
+        }
+        for bad in [
+            (Some("javascript:alert(1)"), None, None),
+            (Some("file:///etc/passwd"), None, None),
+            (Some("data:text/html;base64,PGI+"), None, None),
+            (Some("data:image/png;base64,not base64!"), None, None),
+            (Some("not a url"), None, None),
+            (None, Some("not base64!"), Some("image/png")),
+            (None, Some(png), None),
+            (None, Some(""), Some("image/png")),
+            (None, Some(png), Some("text/html")),
+            (
+                Some("https://example.com/a.png"),
+                Some(png),
+                Some("image/png"),
+            ),
+            (None, None, Some("image/png")),
+        ] {
+            assert!(check_image(bad.0, bad.1, bad.2).is_err(), "{bad:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use super::wire::{
 };
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
+use crate::server::routes::input::check_image;
 use crate::server::routes::protocol::{RunEvents, open_thread, resume_followed, submit_followed};
 use crate::server::routes::shared::check_thread;
 use crate::server::state::AppState;
@@ -498,6 +499,16 @@ fn content_block(part: &Part) -> Result<ContentBlock, A2aError> {
         .media_type
         .as_deref()
         .is_some_and(|media| media.starts_with("image/"));
+    if image {
+        let (url, raw) = match part {
+            Part { url: Some(url), .. } => (Some(url.as_str()), None),
+            Part { raw: Some(raw), .. } => (None, Some(raw.as_str())),
+            _ => (None, None),
+        };
+        if url.is_some() || raw.is_some() {
+            check_image(url, raw, part.media_type.as_deref()).map_err(A2aError::InvalidParams)?;
+        }
+    }
     Ok(match part {
         Part {
             text: Some(text), ..

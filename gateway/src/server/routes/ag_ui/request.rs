@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::server::error::ApiError;
+use crate::server::routes::input::check_image;
 use crate::server::routes::protocol::user_input;
 
 /// The request body. Unknown fields are allowed, as the protocol's schema does;
@@ -169,6 +170,7 @@ fn user_message(message: &AgUiMessage) -> Result<Message, ApiError> {
                             .ok_or_else(|| {
                                 ApiError::BadRequest("an image part has no URL".into())
                             })?;
+                        check_image(Some(url), None, None).map_err(ApiError::BadRequest)?;
                         blocks.push(ContentBlock::Image {
                             url: Some(url.to_owned()),
                             data: None,

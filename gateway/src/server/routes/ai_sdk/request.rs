@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::server::error::ApiError;
+use crate::server::routes::input::check_image;
 use crate::server::routes::protocol::user_input;
 
 /// Most messages one request may carry (clients send the whole chat).
@@ -192,6 +193,8 @@ fn user_message(message: &UiMessage) -> Result<Message, ApiError> {
                 let url = part.get("url").and_then(JsonValue::as_str);
                 match (media_type, url) {
                     (Some(media_type), Some(url)) if media_type.starts_with("image/") => {
+                        check_image(Some(url), None, Some(media_type))
+                            .map_err(ApiError::BadRequest)?;
                         blocks.push(ContentBlock::Image {
                             url: Some(url.to_owned()),
                             data: None,
