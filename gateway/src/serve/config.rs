@@ -162,6 +162,20 @@ impl ServeConfig {
         if self.server.max_body_bytes == 0 {
             return refuse("server.max_body_bytes must be at least 1");
         }
+        if self.server.header_read_timeout_secs == 0 {
+            return refuse("server.header_read_timeout_secs must be at least 1");
+        }
+        if self.server.body_read_timeout_secs == 0 {
+            return refuse("server.body_read_timeout_secs must be at least 1");
+        }
+        if self.server.idle_timeout_secs <= 15 {
+            return refuse(
+                "server.idle_timeout_secs must be above 15 (the keep-alive of event streams)",
+            );
+        }
+        if self.server.max_connections_per_address == 0 {
+            return refuse("server.max_connections_per_address must be at least 1");
+        }
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
@@ -274,6 +288,14 @@ mod tests {
             ),
             ("[store]\nkind = \"redis\"\n", "redis"),
             ("[server]\nmax_body_bytes = 0\n", "max_body_bytes"),
+            (
+                "[server]\nmax_connections_per_address = 0\n",
+                "max_connections_per_address",
+            ),
+            (
+                "[server]\nbody_read_timeout_secs = 0\n",
+                "body_read_timeout_secs",
+            ),
             ("[cluster]\nnats_url = \"nats://x\"\n", "postgres"),
             ("[server\n", "TOML"),
         ] {

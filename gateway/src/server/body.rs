@@ -10,6 +10,8 @@
 //! body over the limit is handed on unread past it. It runs inside the in-flight
 //! limit: a request whose body is still arriving is in flight.
 
+use std::time::Duration;
+
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
 use futures::StreamExt;
@@ -24,12 +26,24 @@ pub(crate) struct NulInBody;
 /// `request` with its body read whole (up to `limit` bytes; a larger body is
 /// handed on unread past that point, for the route's limit to refuse), or a 400
 /// when the body could not be read.
-pub(crate) async fn read_first(request: Request, limit: usize) -> Result<Request, ApiError> {
+pub(crate) async fn read_first(
+    request: Request,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Request, ApiError> {
     if request.body().is_end_stream() {
         return Ok(request);
     }
     let (mut parts, body) = request.into_parts();
-    match read_up_to(body, limit).await {
+    // A client trickling its body would hold its in-flight place for as long
+    // as it likes; past the deadline it gets 408 and the place is free again.
+    let Ok(read) = tokio::time::timeout(deadline, read_up_to(body, limit)).await else {
+        return Err(ApiError::RequestTimeout(format!(
+            "the request body did not arrive within {} s",
+            deadline.as_secs()
+        )));
+    };
+    match read {
         Ok((body, nul)) => {
             if nul {
                 parts.extensions.insert(NulInBody);

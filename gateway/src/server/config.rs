@@ -22,6 +22,16 @@ pub struct ServerConfig {
     pub max_concurrent_requests: usize,
     /// Largest request body, in bytes; larger ones get 413.
     pub max_body_bytes: usize,
+    /// Seconds a client may take to send a request head, or stay silent between
+    /// requests on a kept-alive connection; then the connection is closed.
+    pub header_read_timeout_secs: u64,
+    /// Seconds a client may take to send a request body; then 408.
+    pub body_read_timeout_secs: u64,
+    /// Seconds a connection may carry no byte either way before it is closed
+    /// (above the 15 s keep-alive of event streams).
+    pub idle_timeout_secs: u64,
+    /// Connections one client address may hold at once; more are closed at once.
+    pub max_connections_per_address: usize,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
     /// API keys: key → tenant. Empty means no authentication (a warning is logged
@@ -50,6 +60,10 @@ impl Default for ServerConfig {
             replay_buffer_capacity: 1024,
             max_concurrent_requests: 100,
             max_body_bytes: 1024 * 1024,
+            header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
+            idle_timeout_secs: 60,
+            max_connections_per_address: 256,
             shutdown: ShutdownConfig::default(),
             api_keys: BTreeMap::new(),
             admin_tenants: Vec::new(),

@@ -7,6 +7,8 @@
 //! instructions and ~50 allocations per request (decision 0041). As one layer,
 //! only the steps themselves are paid for.
 
+use std::time::Duration;
+
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header::CONNECTION;
@@ -78,7 +80,8 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
         None
     };
     let limit = state.config.max_body_bytes;
-    let mut request = match body::read_first(request, limit).await {
+    let deadline = Duration::from_secs(state.config.body_read_timeout_secs);
+    let mut request = match body::read_first(request, limit, deadline).await {
         Ok(request) => request,
         Err(refused) => return refused.into_response(),
     };

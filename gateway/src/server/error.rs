@@ -27,6 +27,9 @@ pub enum ApiError {
     /// The path exists, not with this method (405).
     #[error("{0}")]
     MethodNotAllowed(String),
+    /// The body did not arrive within `server.body_read_timeout_secs` (408).
+    #[error("{0}")]
+    RequestTimeout(String),
     /// The resource is not in a state that allows the request (409).
     #[error("{0}")]
     Conflict(String),
@@ -53,6 +56,7 @@ impl ApiError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -6,6 +6,7 @@
 pub mod auth;
 mod body;
 pub mod config;
+mod connections;
 mod edge;
 pub mod error;
 mod extract;
@@ -19,8 +20,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 pub use config::{McpEndpointConfig, ServerConfig};
+use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use routes::{router, served_routes};
 pub use state::{AppState, SharedState};
@@ -55,27 +56,25 @@ impl Server {
         let deadline = Duration::from_secs(self.state.config.shutdown.timeout_secs);
         let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
         let state = self.state.clone();
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(self.state.config.header_read_timeout_secs),
+            idle_timeout: Duration::from_secs(self.state.config.idle_timeout_secs),
+            per_address: self.state.config.max_connections_per_address,
+        };
         let app = router(self.state);
-        // SSE writes many small frames: without TCP_NODELAY, Nagle's algorithm
-        // holds each behind the client's delayed ACK (~40 ms per stream).
-        let listener = self.listener.tap_io(|stream| {
-            if let Err(error) = stream.set_nodelay(true) {
-                tracing::warn!(%error, "TCP_NODELAY not set");
-            }
-        });
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let server = connections::serve(self.listener, app, limits, async move {
             shutdown.await;
             state.stop_streams();
             let _ = stopping.send(());
         });
-        let server = tokio::spawn(async move { server.await });
+        let server = tokio::spawn(server);
         tokio::pin!(server);
         tokio::select! {
-            finished = &mut server => return finished.map_err(std::io::Error::other)?.map(|()| true),
+            finished = &mut server => return finished.map_err(std::io::Error::other).map(|()| true),
             _ = stopped => {}
         }
         match tokio::time::timeout(deadline, &mut server).await {
-            Ok(finished) => finished.map_err(std::io::Error::other)?.map(|()| true),
+            Ok(finished) => finished.map_err(std::io::Error::other).map(|()| true),
             Err(_) => {
                 server.abort();
                 Ok(false)

@@ -1,4 +1,5 @@
-//! `/health` (readiness: the store and NATS answer), `/health/live`, and
+//! `/health` (readiness: the store and NATS answer, and a request place is free),
+//! `/health/live`, and
 //! `/metrics` (Prometheus).
 
 use axum::Json;
@@ -19,6 +20,16 @@ pub(crate) fn routes() -> Routes {
 }
 
 async fn ready(State(state): State<AppState>) -> Response {
+    // Every request place taken: the node would answer 503 to real work, so it
+    // is not ready for more (a load balancer sends it elsewhere meanwhile).
+    if state.in_flight.available_permits() == 0 {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "saturated",
+                "error": "every in-flight request place is taken"})),
+        )
+            .into_response();
+    }
     match state.control.check_ready().await {
         Ok(()) => Json(serde_json::json!({"status": "ok"})).into_response(),
         Err(reason) => (

@@ -200,7 +200,9 @@ impl From<ApiError> for A2aError {
                 Self::UnsupportedOperation(message)
             }
             ApiError::UnsupportedMediaType(message) => Self::ContentTypeNotSupported(message),
-            ApiError::Unavailable(message) => Self::Unavailable(message),
+            ApiError::Unavailable(message) | ApiError::RequestTimeout(message) => {
+                Self::Unavailable(message)
+            }
             ApiError::Internal(message) => Self::Internal(message),
         }
     }

@@ -1,0 +1,322 @@
+//! The accept loop: every connection is served by hyper (HTTP/1.1) with a
+//! deadline for its request head (which also closes connections idle between
+//! requests, or silent from the start), and no client address may hold more than
+//! `max_connections_per_address` at once.
+//!
+//! `axum::serve` sets no timer, so a client that never finishes its headers, or
+//! keeps a connection open without sending anything, holds it (and its memory)
+//! forever; a few hundred such connections from one host starve every other
+//! client. Bodies have their own deadline (`edge`, while the body is read).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+/// What the accept loop enforces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnectionLimits {
+    /// How long a client may take to send a request head once it started one,
+    /// and to send its first byte after connecting.
+    pub header_read_timeout: Duration,
+    /// How long a connection may carry no byte either way (a kept-alive one
+    /// between requests; an event stream sends keep-alives well within it).
+    pub idle_timeout: Duration,
+    /// Connections one client address may hold at once; more are closed at once.
+    pub per_address: usize,
+}
+
+/// Open connections per client address.
+#[derive(Debug, Default)]
+struct Tally(Mutex<HashMap<IpAddr, usize>>);
+
+impl Tally {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        // Critical sections never panic midway; a poisoned map is consistent.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts a connection from `address` unless it already holds `limit`.
+    fn admit(self: &Arc<Self>, address: IpAddr, limit: usize) -> Option<Admitted> {
+        let mut open = self.lock();
+        let count = open.entry(address).or_default();
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(Admitted {
+            tally: Arc::clone(self),
+            address,
+        })
+    }
+}
+
+/// One counted connection; dropping it frees its place.
+struct Admitted {
+    tally: Arc<Tally>,
+    address: IpAddr,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut open = self.tally.lock();
+        if let Some(count) = open.get_mut(&self.address) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then lets every open
+/// connection finish its requests (the caller bounds how long that may take).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let tally = Arc::new(Tally::default());
+    // Closed when the server stops accepting: connections then finish gracefully.
+    let (stopping, stop) = watch::channel(());
+    // Every connection holds a receiver; once all are dropped, all are done.
+    let (open, all_closed) = watch::channel(());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of descriptors and the like: wait a moment, keep serving.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Some(admitted) = tally.admit(peer.ip(), limits.per_address) else {
+            tracing::debug!(%peer, "connection refused: too many from this address");
+            drop(stream);
+            continue;
+        };
+        // SSE writes many small frames: without TCP_NODELAY, Nagle's algorithm
+        // holds each behind the client's delayed ACK (~40 ms per stream).
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::warn!(%error, "TCP_NODELAY not set");
+        }
+        let service = connection_service(app.clone(), peer);
+        let mut stop = stop.clone();
+        let closed = all_closed.clone();
+        tokio::spawn(async move {
+            // hyper's head deadline starts with the first byte of a request: a
+            // client that connects and says nothing is held to it here.
+            if tokio::time::timeout(limits.header_read_timeout, stream.readable())
+                .await
+                .is_err()
+            {
+                drop((admitted, closed));
+                return;
+            }
+            // HTTP/1.1 only: detecting HTTP/2 first waits for bytes with no
+            // deadline, so a silent connection would never be closed.
+            let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            let (stream, activity) = Watched::new(stream);
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let idle = activity.idle_for(limits.idle_timeout);
+            tokio::pin!(idle);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = &mut idle => {
+                    tracing::debug!(%peer, "closing an idle connection");
+                    Ok(())
+                }
+                _ = stop.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(error) = result {
+                tracing::trace!(%error, "connection ended with an error");
+            }
+            drop((admitted, closed));
+        });
+    }
+    drop(stopping);
+    drop(listener);
+    drop(all_closed);
+    open.closed().await;
+}
+
+/// When a connection last carried a byte, in milliseconds since it opened.
+#[derive(Debug)]
+struct Activity {
+    opened: tokio::time::Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Resolves once the connection carried nothing for `limit`.
+    async fn idle_for(self: Arc<Self>, limit: Duration) {
+        loop {
+            let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            let due = self.opened + last + limit;
+            if tokio::time::Instant::now() >= due {
+                return;
+            }
+            tokio::time::sleep_until(due).await;
+        }
+    }
+}
+
+/// A stream that notes when it last read or wrote a byte.
+struct Watched {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl Watched {
+    fn new(stream: TcpStream) -> (Self, Arc<Activity>) {
+        let activity = Arc::new(Activity {
+            opened: tokio::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+        });
+        let watched = Self {
+            stream,
+            activity: Arc::clone(&activity),
+        };
+        (watched, activity)
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// The router as hyper's service for one connection, with its peer address
+/// available to handlers (`ConnectInfo`).
+fn connection_service(
+    app: Router,
+    peer: SocketAddr,
+) -> TowerToHyperService<
+    impl tower::Service<
+        Request<Incoming>,
+        Response = axum::response::Response,
+        Error = Infallible,
+        Future = impl Send,
+    > + Clone,
+> {
+    let service = app.map_request(move |mut request: Request<Incoming>| {
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        request.map(axum::body::Body::new)
+    });
+    TowerToHyperService::new(service)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_holds_at_most_its_limit_and_frees_places_on_close() {
+        let tally = Arc::new(Tally::default());
+        let one: IpAddr = "127.0.0.2".parse().unwrap_or(IpAddr::from([127, 0, 0, 2]));
+        let other: IpAddr = IpAddr::from([127, 0, 0, 3]);
+        let first = tally.admit(one, 2);
+        let second = tally.admit(one, 2);
+        assert!(first.is_some() && second.is_some());
+        assert!(
+            tally.admit(one, 2).is_none(),
+            "a third from the same address"
+        );
+        assert!(
+            tally.admit(other, 2).is_some(),
+            "another address is not affected"
+        );
+        drop(first);
+        assert!(
+            tally.admit(one, 2).is_some(),
+            "a closed connection frees its place"
+        );
+    }
+}
