@@ -11,14 +11,16 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use awaken_actors::contract::RunDispatch;
+use awaken_actors::contract::{RunDispatch, RunStatus};
 use awaken_actors::mailbox::{
     InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxError, MailboxStore,
     MailboxWorker, RunInbox, SubmitOptions, submit,
 };
 use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
+use awaken_actors::store::RunQuery;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 
@@ -117,6 +119,62 @@ impl LocalNode {
     pub async fn shutdown(self) {
         self.worker.stop_claiming();
         self.runtime.shutdown().await;
+    }
+
+    /// Stops claiming, lets the runs executing now finish (or reach a wait) for
+    /// at most `deadline`, then stops every thread at its last checkpoint.
+    /// `false` when runs were still executing at the deadline (a durable store
+    /// resumes them at the next start, see [`Self::resume_unfinished`]).
+    pub async fn drain(self, deadline: Duration) -> bool {
+        self.worker.stop_claiming();
+        let drained = tokio::time::timeout(deadline, self.runtime.all_stopped())
+            .await
+            .is_ok();
+        self.runtime.shutdown().await;
+        drained
+    }
+
+    /// Takes up the runs the store holds as running: a single node that stopped
+    /// mid-run (killed, or past its drain deadline) left them with no actor and,
+    /// its mailbox being in memory, no dispatch to deliver them again. Each
+    /// continues from its last checkpoint. How many were taken up; a run that
+    /// cannot be (its thread has a later run) is logged and left as it is.
+    pub async fn resume_unfinished(&self) -> Result<usize, ClusterError> {
+        let store = self.runtime.store();
+        // Listed whole first: runs taken up finish and leave the listing.
+        let mut unfinished = Vec::new();
+        loop {
+            let page = store
+                .list_runs(&RunQuery {
+                    status: Some(RunStatus::Running),
+                    offset: unfinished.len(),
+                    limit: 200,
+                    ..RunQuery::default()
+                })
+                .await
+                .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
+            if page.runs.is_empty() {
+                break;
+            }
+            unfinished.extend(page.runs);
+        }
+        let mut taken_up = 0;
+        for run in unfinished {
+            match self
+                .runtime
+                .activate(&run.thread_id, run.run_id.clone(), None, None)
+                .await
+            {
+                Ok(_) => {
+                    taken_up += 1;
+                    tracing::info!(run_id = %run.run_id, thread_id = %run.thread_id, "unfinished run taken up");
+                }
+                Err(error) => {
+                    tracing::warn!(run_id = %run.run_id, %error, "an unfinished run could not be taken up");
+                }
+            }
+        }
+        Ok(taken_up)
     }
 }
 

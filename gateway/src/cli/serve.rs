@@ -1,5 +1,6 @@
 //! `awaken serve`: the HTTP gateway until SIGTERM or Ctrl-C.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,9 +88,17 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
             let node = LocalNode::start(builder, local_config)
                 .await
                 .map_err(|e| GatewayError::Cluster(e.to_string()))?;
+            node.resume_unfinished()
+                .await
+                .map_err(|e| GatewayError::Cluster(e.to_string()))?;
+            let drain = Duration::from_secs(config.server.shutdown.timeout_secs);
             let node = serve(Arc::new(node), config.server, file_entries, mcp, "local").await?;
-            if let Some(node) = node {
-                node.shutdown().await;
+            // Runs in flight finish before the process exits (a durable store
+            // takes up what the deadline cuts off at the next start).
+            if let Some(node) = node
+                && !node.drain(drain).await
+            {
+                eprintln!("drain deadline passed with runs still executing");
             }
         }
         Some(cluster) => {
@@ -105,7 +114,12 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
             }
         }
     }
-    println!("{}", serde_json::json!({"event": "stopped"}));
+    // Whoever read the start may be gone by now: a closed stdout is no failure.
+    let _ = writeln!(
+        std::io::stdout(),
+        "{}",
+        serde_json::json!({"event": "stopped"})
+    );
     Ok(0)
 }
 
