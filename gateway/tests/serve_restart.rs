@@ -17,30 +17,28 @@ fn config(store: &std::path::Path) -> String {
     )
 }
 
+/// POSTs `body` as JSON and reads the JSON answer.
+async fn post(url: String, body: Value) -> Value {
+    reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Starts a `slow` run (its tool sleeps 1.5 s) in the background; its id.
 async fn slow_run(base: &str) -> String {
-    let client = reqwest::Client::new();
-    let thread: Value = client
-        .post(format!("{base}/v1/threads"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let queued: Value = client
-        .post(format!(
-            "{base}/v1/threads/{}/messages",
-            thread["id"].as_str().unwrap()
-        ))
-        .json(&json!({"agentId": "slow", "messages": user("take your time")}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let thread = post(format!("{base}/v1/threads"), json!({})).await;
+    let thread_id = thread["id"].as_str().unwrap();
+    let queued = post(
+        format!("{base}/v1/threads/{thread_id}/messages"),
+        json!({"agentId": "slow", "messages": user("take your time")}),
+    )
+    .await;
     queued["run_id"].as_str().unwrap().to_owned()
 }
 
