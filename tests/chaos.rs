@@ -3,7 +3,10 @@
 //! every node while one node is killed (SIGKILL) and another paused past its
 //! lease (SIGSTOP, then SIGCONT). Whatever happens, every accepted run ends: none
 //! is left `running` or `waiting` with nobody on it, none ends in error, and the
-//! input delivered last on each thread runs to its natural end.
+//! input delivered last on each thread runs to its natural end. And runs waiting
+//! for approval outlive a restart of every node and of NATS: each decision,
+//! sent twice through different nodes, is applied once (the repeat answered as a
+//! duplicate) and its call runs once.
 //!
 //! Needs PostgreSQL (`AWAKEN_TEST_POSTGRES_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/test`), `nats-server` on the PATH, and the
@@ -221,5 +224,112 @@ async fn every_run_ends_through_concurrent_inputs_a_kill_and_a_pause() {
             }
         }
         assert!(natural >= 1, "no run of thread {thread} ran to its end");
+    }
+}
+
+/// The first waiting call of a run's record, once the run waits.
+async fn waiting_call(client: &reqwest::Client, base: &str, run_id: &str) -> String {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        if let Some(run) = record(client, base, run_id).await
+            && run["status"] == "waiting"
+        {
+            return run["waiting"]["tickets"][0]["tool_call_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run {run_id} never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_runs_outlive_every_node_and_nats_and_their_retried_decisions_apply_once() {
+    let mut nats = NatsServer::start().await.unwrap();
+    let (postgres_url, _schema) = database().await;
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2", "n3"] {
+        nodes.push(Node::start(id, &nats.url(), &postgres_url).await);
+    }
+    let client = reqwest::Client::new();
+
+    // Runs that ask for approval, on threads spread over the nodes.
+    let mut runs = Vec::new();
+    for i in 0..THREADS {
+        let base = &nodes[i % nodes.len()].base;
+        let (status, thread) = post(&client, format!("{base}/v1/threads"), json!({})).await;
+        assert_eq!(status, 201, "{thread}");
+        let thread_id = thread["id"].as_str().unwrap().to_owned();
+        let body = json!({"agentId": "demo",
+            "messages": [{"role": "user", "content": "delete notes.txt"}]});
+        let (status, queued) = post(
+            &client,
+            format!("{base}/v1/threads/{thread_id}/messages"),
+            body,
+        )
+        .await;
+        assert_eq!(status, 202, "{queued}");
+        let run_id = queued["run_id"].as_str().unwrap().to_owned();
+        let call = waiting_call(&client, base, &run_id).await;
+        runs.push((thread_id, run_id, call));
+    }
+
+    // Every node and the NATS server go down while the runs wait; all come back.
+    for node in &mut nodes {
+        node.child.kill().await.unwrap();
+    }
+    nats.restart().await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2", "n3"] {
+        nodes.push(Node::start(id, &nats.url(), &postgres_url).await);
+    }
+
+    // Each decision is sent, then sent again through another node: applied once,
+    // the repeat a duplicate, and the run finishes.
+    for (i, (thread_id, run_id, call)) in runs.iter().enumerate() {
+        let decision = json!({"call_id": call, "decision_id": format!("d-{i}"),
+            "action": "resume", "result": {"approved": true}});
+        let first = &nodes[i % nodes.len()].base;
+        let again = &nodes[(i + 1) % nodes.len()].base;
+        let (status, applied) = post(
+            &client,
+            format!("{first}/v1/runs/{run_id}/decision"),
+            decision.clone(),
+        )
+        .await;
+        assert_eq!(status, 200, "{applied}");
+        assert_eq!(applied["duplicate"], false, "{applied}");
+        let (status, repeated) = post(
+            &client,
+            format!("{again}/v1/runs/{run_id}/decision"),
+            decision,
+        )
+        .await;
+        assert_eq!(status, 200, "{repeated}");
+        assert_eq!(repeated["duplicate"], true, "{repeated}");
+
+        let run = record(&client, again, run_id).await.unwrap();
+        assert_eq!(run["status"], "done", "{run}");
+        assert_eq!(run["termination"]["type"], "natural_end", "{run}");
+        // The approved call ran once: one result for it in the thread's log.
+        let log: Value = client
+            .get(format!("{again}/v1/threads/{thread_id}/messages?limit=200"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let results = log["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["message"]["tool_call_id"] == call.as_str())
+            .count();
+        assert_eq!(results, 1, "{log}");
     }
 }
