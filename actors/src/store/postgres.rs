@@ -407,7 +407,7 @@ impl PostgresStore {
     async fn begin(&self) -> Result<Tx, StorageError> {
         self.ready().await?;
         self.pool
-            .begin_with(AssertSqlSafe(self.begin_write.to_string()))
+            .begin_with(AssertSqlSafe(Arc::clone(&self.begin_write)))
             .await
             .map_err(db_error)
     }
