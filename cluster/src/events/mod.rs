@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use awaken_actors::contract::StreamEvent;
-use awaken_actors::thread::EventHub;
+use awaken_actors::thread::{EventHub, FenceSource};
 use awaken_actors::{RunId, ThreadId};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -136,7 +136,7 @@ impl ClusterEventHub {
 impl EventHub for ClusterEventHub {
     fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
         if let Some(fence) = &self.fence
-            && !fence.owns(thread_id)
+            && !fence.holds(thread_id)
         {
             tracing::debug!(%thread_id, %run_id, "event of a thread this node no longer holds dropped");
             return;

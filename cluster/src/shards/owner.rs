@@ -226,7 +226,11 @@ impl FenceSource for ShardedFence {
         true
     }
 
-    fn holds(&self, thread_id: &ThreadId) -> bool {
-        self.owns(thread_id)
+    /// The tenure alone, without hashing the thread id to its shard (this runs
+    /// for every message a thread actor takes and every event it publishes): a
+    /// lease this node holds cannot pass to another node while the tenure runs,
+    /// and the threads of shards it gives up or loses are evicted.
+    fn holds(&self, _thread_id: &ThreadId) -> bool {
+        self.tenure.holds()
     }
 }
