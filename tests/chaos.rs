@@ -21,6 +21,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use awaken_actors::store::{PostgresStore, TestSchema};
+use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable};
 use awaken_cluster::testing::NatsServer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -31,6 +32,9 @@ const THREADS: usize = 4;
 const INPUTS_PER_THREAD: usize = 5;
 /// How long the whole suite may take to settle after the faults.
 const SETTLE: Duration = Duration::from_secs(90);
+/// The cluster's shards and lease TTL (as in each node's config).
+const SHARDS: usize = 16;
+const LEASE_TTL: Duration = Duration::from_secs(2);
 
 /// The `awaken` binary of this build (next to this test's own directory).
 fn awaken_binary() -> PathBuf {
@@ -61,8 +65,9 @@ impl Node {
             format!(
                 "[server]\naddress = \"127.0.0.1:0\"\n\n\
                  [store]\nkind = \"postgres\"\nurl = \"{postgres_url}\"\n\n\
-                 [cluster]\nnats_url = \"{nats_url}\"\nnode_id = \"{id}\"\nshards = 16\n\
-                 lease_ttl_secs = 2\nclaim_lease_ms = 3000\ndrain_timeout_secs = 5\n"
+                 [cluster]\nnats_url = \"{nats_url}\"\nnode_id = \"{id}\"\nshards = {SHARDS}\n\
+                 lease_ttl_secs = {ttl}\nclaim_lease_ms = 3000\ndrain_timeout_secs = 5\n",
+                ttl = LEASE_TTL.as_secs()
             ),
         )
         .unwrap();
@@ -134,6 +139,57 @@ async fn record(client: &reqwest::Client, base: &str, run_id: &str) -> Option<Va
     response.json().await.ok()
 }
 
+/// A new thread through `base`; its id.
+async fn new_thread(client: &reqwest::Client, base: &str) -> String {
+    let (status, thread) = post(client, format!("{base}/v1/threads"), json!({})).await;
+    assert_eq!(status, 201, "{thread}");
+    thread["id"].as_str().unwrap().to_owned()
+}
+
+/// Waits (bounded) until one of `runs` is seen executing, or all have ended.
+async fn some_run_executes(client: &reqwest::Client, base: &str, runs: &[String]) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let mut ended = 0;
+        for run_id in runs {
+            match record(client, base, run_id).await {
+                Some(run) if run["status"] == "running" => return,
+                Some(run) if run["status"] == "done" => ended += 1,
+                _ => {}
+            }
+        }
+        if ended == runs.len() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no run executed: {runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (bounded) until `node` holds every shard lease: the others' leases
+/// expired and were taken over.
+async fn survivor_holds_every_shard(nats: &NatsServer, node: &str) {
+    let js = async_nats::jetstream::new(nats.connect().await.unwrap());
+    let leases = LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, LEASE_TTL, 1)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let holders = leases.holders().await.unwrap();
+        if holders.len() == SHARDS && holders.values().all(|h| h.node_id.as_str() == node) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{node} never took every shard: {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_run_ends_through_concurrent_inputs_a_kill_and_a_pause() {
     let nats = NatsServer::start().await.unwrap();
@@ -147,10 +203,7 @@ async fn every_run_ends_through_concurrent_inputs_a_kill_and_a_pause() {
     // Hot threads, created through the first node.
     let mut threads = Vec::new();
     for _ in 0..THREADS {
-        let (status, thread) =
-            post(&client, format!("{}/v1/threads", nodes[0].base), json!({})).await;
-        assert_eq!(status, 201, "{thread}");
-        threads.push(thread["id"].as_str().unwrap().to_owned());
+        threads.push(new_thread(&client, &nodes[0].base).await);
     }
 
     // Every input of every thread at once, spread over the nodes.
@@ -179,12 +232,16 @@ async fn every_run_ends_through_concurrent_inputs_a_kill_and_a_pause() {
         runs.entry(thread).or_default().push(run_id);
     }
 
-    // Faults while the runs execute: one node killed, one paused past its lease.
+    // Faults while runs execute (a run of every thread seen running): one node
+    // killed, one paused until the survivor holds every shard (its leases
+    // expired and were taken), then resumed.
     let survivor = nodes[0].base.clone();
+    for thread_runs in runs.values() {
+        some_run_executes(&client, &survivor, thread_runs).await;
+    }
     nodes[2].child.kill().await.unwrap();
     nodes[1].signal("STOP");
-    let paused_for = Duration::from_secs(4);
-    tokio::time::sleep(paused_for).await;
+    survivor_holds_every_shard(&nats, "n1").await;
     nodes[1].signal("CONT");
 
     // Every run ends, seen from the node that stayed up.
@@ -261,9 +318,7 @@ async fn waiting_runs_outlive_every_node_and_nats_and_their_retried_decisions_ap
     let mut runs = Vec::new();
     for i in 0..THREADS {
         let base = &nodes[i % nodes.len()].base;
-        let (status, thread) = post(&client, format!("{base}/v1/threads"), json!({})).await;
-        assert_eq!(status, 201, "{thread}");
-        let thread_id = thread["id"].as_str().unwrap().to_owned();
+        let thread_id = new_thread(&client, base).await;
         let body = json!({"agentId": "demo",
             "messages": [{"role": "user", "content": "delete notes.txt"}]});
         let (status, queued) = post(
