@@ -164,9 +164,11 @@ impl ClusterNode {
         .map_err(|e| e.during("opening the shard lease bucket"))?;
         let mut owner = ShardOwner::new(node_id.clone(), config.shards.clone(), table);
         let fence = owner.fence();
-        let hub = Arc::new(
-            ClusterEventHub::start(client.clone(), &config.events).fenced_by(fence.clone()),
-        );
+        let hub = Arc::new(ClusterEventHub::start(
+            client.clone(),
+            &config.events,
+            fence.clone(),
+        ));
         let buffers = Arc::clone(hub.buffers());
         let runtime = builder
             .with_fence_source(Arc::new(fence.clone()))

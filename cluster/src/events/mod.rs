@@ -88,15 +88,26 @@ pub struct ClusterEventHub {
     outbox: mpsc::Sender<(String, Bytes)>,
     dropped: AtomicU64,
     /// Events of threads this node no longer holds are not published.
-    fence: Option<ShardedFence>,
+    fence: ShardedFence,
 }
 
 impl ClusterEventHub {
-    /// A hub publishing on `client`; the publishing task ends with the hub.
-    pub fn start(client: async_nats::Client, config: &EventsConfig) -> Self {
+    /// A hub publishing on `client` the events of threads `fence` says this node
+    /// holds; the publishing task ends with the hub.
+    ///
+    /// The fence is asked twice: when an event is emitted, and again just before
+    /// it goes out, because a node paused with events queued must not publish
+    /// them once it wakes past its lease: the thread's new owner may have
+    /// continued (or ended) the run meanwhile.
+    pub fn start(client: async_nats::Client, config: &EventsConfig, fence: ShardedFence) -> Self {
         let (outbox, mut queued) = mpsc::channel::<(String, Bytes)>(config.publish_queue.max(1));
+        let held = fence.clone();
         tokio::spawn(async move {
             while let Some((subject, payload)) = queued.recv().await {
+                if !held.holds_any() {
+                    tracing::debug!(%subject, "run event of a lapsed tenure dropped");
+                    continue;
+                }
                 if let Err(error) = client.publish(subject, payload).await {
                     tracing::debug!(%error, "run event not published");
                 }
@@ -109,17 +120,8 @@ impl ClusterEventHub {
             )),
             outbox,
             dropped: AtomicU64::new(0),
-            fence: None,
+            fence,
         }
-    }
-
-    /// Publishes only the events of threads `fence` says this node holds: a node
-    /// that resumes after a pause past its lease must not add events to a run its
-    /// thread's new owner continued (or ended).
-    #[must_use]
-    pub fn fenced_by(mut self, fence: ShardedFence) -> Self {
-        self.fence = Some(fence);
-        self
     }
 
     /// The replay buffers this hub fills.
@@ -135,9 +137,7 @@ impl ClusterEventHub {
 
 impl EventHub for ClusterEventHub {
     fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
-        if let Some(fence) = &self.fence
-            && !fence.holds(thread_id)
-        {
+        if !self.fence.holds(thread_id) {
             tracing::debug!(%thread_id, %run_id, "event of a thread this node no longer holds dropped");
             return;
         }

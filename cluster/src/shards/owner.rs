@@ -199,6 +199,12 @@ impl ShardedFence {
                 .contains_key(&self.count.shard_of(thread_id))
     }
 
+    /// Whether this node's tenure over its leases still runs (whichever shards
+    /// they are): what [`FenceSource::holds`] answers for every thread.
+    pub fn holds_any(&self) -> bool {
+        self.tenure.holds()
+    }
+
     /// Resolves once this node does not own the thread's shard (at once if it does
     /// not now, or if the shard owner stopped).
     pub async fn moved_away(&self, thread_id: &ThreadId) {
@@ -231,6 +237,6 @@ impl FenceSource for ShardedFence {
     /// lease this node holds cannot pass to another node while the tenure runs,
     /// and the threads of shards it gives up or loses are evicted.
     fn holds(&self, _thread_id: &ThreadId) -> bool {
-        self.tenure.holds()
+        self.holds_any()
     }
 }

@@ -5,7 +5,7 @@
 //! awaken node --postgres-url URL [--nats-url URL] [--node-id ID] [--shards N]
 //!             [--lease-ttl-s S] [--claim-lease-ms MS] [--replicas N]
 //!             [--drain-timeout-s S] [--tool-journal PATH]
-//! awaken serve [--config PATH] [--address HOST:PORT]
+//! awaken serve [--config PATH] [--address HOST:PORT] [--tool-journal PATH]
 //! awaken bench local [--scenario NAME]... [--runs N] [--concurrency C] [--threads N]
 //!                    [--timeout-s S] [--run-timeout-s S] [--quiet]
 //! ```
@@ -14,6 +14,7 @@
 //! carry their own ([`GatewayError::exit_code`](crate::GatewayError::exit_code)).
 
 mod bench;
+mod nats;
 mod node;
 mod run;
 mod serve;

@@ -83,9 +83,7 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
         journal,
     )?
     .with_thread_run_store(Arc::new(store));
-    let client = async_nats::connect(args.nats_url.as_str())
-        .await
-        .map_err(|e| invalid("--nats-url", e))?;
+    let client = super::nats::connect(&args.nats_url, "--nats-url").await?;
     let node = ClusterNode::start(client, builder, config)
         .await
         .map_err(|e| GatewayError::Cluster(e.to_string()))?;

@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// Overrides `server.address`.
     #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
+    /// Append one line per execution of the demo tools `echo` and `sleep` to this
+    /// file (`<tool> <idempotency key>`): how tests count executions across nodes.
+    #[arg(long, value_name = "PATH")]
+    pub tool_journal: Option<PathBuf>,
 }
 
 fn invalid(what: &str, error: impl std::fmt::Display) -> GatewayError {
@@ -69,7 +73,8 @@ pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
         .mcp_tools(&mcp)
         .await
         .map_err(|e| GatewayError::Config(e.to_string()))?;
-    let builder = runtime_builder(&config, &file_entries, mcp_tools)?
+    let journal = args.tool_journal.map(Journal::at).unwrap_or_default();
+    let builder = runtime_builder(&config, &file_entries, mcp_tools, journal)?
         .with_thread_run_store(store)
         .discover_remote_agents()
         .await
@@ -173,6 +178,7 @@ fn runtime_builder(
     config: &ServeConfig,
     file_entries: &ConfigDocument,
     mcp_tools: Vec<Arc<McpTool>>,
+    journal: Journal,
 ) -> Result<awaken_actors::runtime::AgentRuntimeBuilder> {
     let rules = match &config.permissions {
         Some(rules) => rules.compile().map_err(|e| invalid("permissions", e))?,
@@ -181,7 +187,7 @@ fn runtime_builder(
     let mut builder = demo::tools_builder(
         ThreadConfig::default(),
         Arc::new(FakeFiles::with_demo_files()),
-        Journal::default(),
+        journal,
         rules,
     );
     if config.demo_agents {
@@ -249,9 +255,7 @@ async fn join_cluster(
     config.mailbox.lease_ms = cluster.claim_lease_ms;
     config.mailbox.lease_renewal_interval = Duration::from_millis(cluster.claim_lease_ms / 5);
     config.events = events;
-    let client = async_nats::connect(cluster.nats_url.as_str())
-        .await
-        .map_err(|e| invalid("cluster.nats_url", e))?;
+    let client = super::nats::connect(&cluster.nats_url, "cluster.nats_url").await?;
     ClusterNode::start(client, builder, config)
         .await
         .map_err(|e| GatewayError::Cluster(e.to_string()))

@@ -1,0 +1,398 @@
+//! What the end-to-end suites share: `awaken serve` nodes as processes, a
+//! PostgreSQL schema, HTTP helpers, and two witnesses that watch a cluster from
+//! outside: every run event published on NATS ([`EventLog`]) and every tool
+//! execution the nodes journal ([`tool_starts_per_call`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use awaken_actors::contract::{AgentEvent, StreamEvent, TerminationReason};
+use awaken_actors::store::{PostgresStore, TestSchema};
+use awaken_cluster::events::EVENTS_SUBJECT_PREFIX;
+use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long a suite waits for the cluster to settle after its faults.
+pub(crate) const SETTLE: Duration = Duration::from_secs(90);
+/// The cluster's shards and lease TTL (as in each node's config).
+pub(crate) const SHARDS: usize = 16;
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(2);
+
+/// The `awaken` binary of this build (next to this test's own directory).
+fn awaken_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let binary = dir.join("awaken");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace first (cargo build -p awaken-gateway)",
+        binary.display()
+    );
+    binary
+}
+
+/// Where a node connects and what it records.
+#[derive(Debug, Clone)]
+pub(crate) struct Cluster {
+    /// NATS URL(s), comma-separated.
+    pub(crate) nats_url: String,
+    pub(crate) postgres_url: String,
+    /// Copies of every bucket and stream.
+    pub(crate) replicas: usize,
+    /// The file every node appends its tool executions to.
+    pub(crate) journal: PathBuf,
+}
+
+/// One `awaken serve` cluster node.
+pub(crate) struct Node {
+    pub(crate) child: Child,
+    pub(crate) base: String,
+    _config: tempfile::TempDir,
+}
+
+impl Node {
+    pub(crate) async fn start(id: &str, cluster: &Cluster) -> Self {
+        let config = tempfile::tempdir().unwrap();
+        let path = config.path().join("awaken.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\naddress = \"127.0.0.1:0\"\n\n\
+                 [store]\nkind = \"postgres\"\nurl = \"{postgres}\"\n\n\
+                 [cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nshards = {SHARDS}\n\
+                 lease_ttl_secs = {ttl}\nclaim_lease_ms = 3000\ndrain_timeout_secs = 5\n\
+                 replicas = {replicas}\n",
+                postgres = cluster.postgres_url,
+                nats = cluster.nats_url,
+                ttl = LEASE_TTL.as_secs(),
+                replicas = cluster.replicas,
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(awaken_binary())
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .arg("--tool-journal")
+            .arg(&cluster.journal)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let base = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Ok(event) = serde_json::from_str::<Value>(&line)
+                    && event["event"] == "listening"
+                {
+                    return format!("http://{}", event["address"].as_str().unwrap());
+                }
+            }
+            panic!("node {id} exited before listening");
+        })
+        .await
+        .expect("the node listens in time");
+        // Keep reading stdout so the node never writes into a closed pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            child,
+            base,
+            _config: config,
+        }
+    }
+
+    /// Starts nodes `n1`, `n2`, … of `cluster`.
+    pub(crate) async fn start_all(count: usize, cluster: &Cluster) -> Vec<Self> {
+        let mut nodes = Vec::with_capacity(count);
+        for i in 1..=count {
+            nodes.push(Self::start(&format!("n{i}"), cluster).await);
+        }
+        nodes
+    }
+
+    pub(crate) fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.child.id().unwrap().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// A PostgreSQL schema for the cluster's store, and its URL.
+pub(crate) async fn database() -> (String, TestSchema) {
+    let (store, schema) = PostgresStore::for_tests().await;
+    store.ensure_schema().await.unwrap();
+    let base = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = format!("{base}?options=-c%20search_path%3D{}", schema.name());
+    (url, schema)
+}
+
+pub(crate) async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
+    let response = client.post(url).json(&body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A run's record as `base` serves it (`None` while the node does not answer).
+pub(crate) async fn record(client: &reqwest::Client, base: &str, run_id: &str) -> Option<Value> {
+    let response = client
+        .get(format!("{base}/v1/runs/{run_id}"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    response.json().await.ok()
+}
+
+/// A new thread through `base`; its id.
+pub(crate) async fn new_thread(client: &reqwest::Client, base: &str) -> String {
+    let (status, thread) = post(client, format!("{base}/v1/threads"), json!({})).await;
+    assert_eq!(status, 201, "{thread}");
+    thread["id"].as_str().unwrap().to_owned()
+}
+
+/// Sends `per_thread` inputs for agent `slow` to each of `threads` new threads,
+/// all at once and spread over `nodes`; the queued run ids by thread.
+pub(crate) async fn hot_threads(
+    client: &reqwest::Client,
+    nodes: &[Node],
+    threads: usize,
+    per_thread: usize,
+) -> BTreeMap<String, Vec<String>> {
+    let mut ids = Vec::new();
+    for _ in 0..threads {
+        ids.push(new_thread(client, &nodes[0].base).await);
+    }
+    let sends: Vec<_> = (0..threads * per_thread)
+        .map(|i| {
+            let thread = ids[i % threads].clone();
+            let base = nodes[i % nodes.len()].base.clone();
+            let client = client.clone();
+            tokio::spawn(async move {
+                let body = json!({"agentId": "slow",
+                    "messages": [{"role": "user", "content": format!("input {i}")}]});
+                let url = format!("{base}/v1/threads/{thread}/messages");
+                let (status, queued) = post(&client, url, body).await;
+                assert_eq!(status, 202, "{queued}");
+                (thread, queued["run_id"].as_str().unwrap().to_owned())
+            })
+        })
+        .collect();
+    let mut runs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for send in sends {
+        let (thread, run_id) = send.await.unwrap();
+        runs.entry(thread).or_default().push(run_id);
+    }
+    runs
+}
+
+/// Waits (bounded) until a run of every thread of `runs` is seen executing (or
+/// all its runs ended): the moment to inject a fault.
+pub(crate) async fn every_thread_executes(
+    client: &reqwest::Client,
+    base: &str,
+    runs: &BTreeMap<String, Vec<String>>,
+) {
+    for thread_runs in runs.values() {
+        some_run_executes(client, base, thread_runs).await;
+    }
+}
+
+async fn some_run_executes(client: &reqwest::Client, base: &str, runs: &[String]) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let mut ended = 0;
+        for run_id in runs {
+            match record(client, base, run_id).await {
+                Some(run) if run["status"] == "running" => return,
+                Some(run) if run["status"] == "done" => ended += 1,
+                _ => {}
+            }
+        }
+        if ended == runs.len() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no run executed: {runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (bounded) until every run of `runs` is `done` as `base` serves it; the
+/// records by run id.
+pub(crate) async fn all_end(
+    client: &reqwest::Client,
+    base: &str,
+    runs: &BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, Value> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut pending: Vec<String> = runs.values().flatten().cloned().collect();
+    let mut ended = BTreeMap::new();
+    while !pending.is_empty() {
+        let mut still = Vec::new();
+        let mut last_seen = Vec::new();
+        for run_id in pending {
+            match record(client, base, &run_id).await {
+                Some(run) if run["status"] == "done" => {
+                    ended.insert(run_id, run);
+                }
+                seen => {
+                    last_seen.push(seen);
+                    still.push(run_id);
+                }
+            }
+        }
+        pending = still;
+        if !pending.is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "runs never ended: {last_seen:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    ended
+}
+
+/// Every run ended cancelled (by the input delivered after it) or on its own,
+/// none in error, and on each thread at least one ran to its end (the input
+/// delivered last).
+pub(crate) fn assert_hot_threads_ended_well(
+    runs: &BTreeMap<String, Vec<String>>,
+    ended: &BTreeMap<String, Value>,
+) {
+    for (thread, thread_runs) in runs {
+        let mut natural = 0;
+        for run_id in thread_runs {
+            let run = &ended[run_id];
+            match run["termination"]["type"].as_str().unwrap_or_default() {
+                "natural_end" => natural += 1,
+                "cancelled" => {}
+                _ => panic!("thread {thread}: {run}"),
+            }
+        }
+        assert!(natural >= 1, "no run of thread {thread} ran to its end");
+    }
+}
+
+/// Waits (bounded) until `node` holds every shard lease: the others' leases
+/// expired and were taken over.
+pub(crate) async fn holds_every_shard(nats: async_nats::Client, node: &str) {
+    leases_until(nats, &format!("{node} holds every shard"), |holders| {
+        holders.len() == SHARDS && holders.iter().all(|holder| holder == node)
+    })
+    .await;
+}
+
+/// Waits (bounded) until `node` holds a shard lease: it (re)joined and took its
+/// share, so its runtime has been running for a renewal cycle at least.
+pub(crate) async fn holds_a_shard(nats: async_nats::Client, node: &str) {
+    leases_until(nats, &format!("{node} holds a shard"), |holders| {
+        holders.iter().any(|holder| holder == node)
+    })
+    .await;
+}
+
+/// Waits (bounded) until the holders of the shard leases (node ids) satisfy `done`.
+async fn leases_until(nats: async_nats::Client, what: &str, done: impl Fn(&[String]) -> bool) {
+    let js = async_nats::jetstream::new(nats);
+    let leases = LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, LEASE_TTL, 1)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let holders: Vec<String> = leases
+            .holders()
+            .await
+            .unwrap()
+            .values()
+            .map(|holder| holder.node_id.as_str().to_owned())
+            .collect();
+        if done(&holders) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never true: {what} ({holders:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every run event the nodes publish on NATS, as a subscriber of
+/// `awaken.events.>` receives them, by run id in arrival order. What the
+/// subscriber misses while its server is down is missing here too, so the log
+/// can only under-report.
+pub(crate) struct EventLog {
+    runs: Arc<Mutex<BTreeMap<String, Vec<StreamEvent>>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl EventLog {
+    /// Starts recording on `client` (subscribed once this returns).
+    pub(crate) async fn record(client: async_nats::Client) -> Self {
+        let mut events = client
+            .subscribe(format!("{EVENTS_SUBJECT_PREFIX}>"))
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        let runs: Arc<Mutex<BTreeMap<String, Vec<StreamEvent>>>> = Arc::default();
+        let sink = Arc::clone(&runs);
+        let task = tokio::spawn(async move {
+            while let Some(message) = events.next().await {
+                let run_id = message.subject.as_str()[EVENTS_SUBJECT_PREFIX.len()..].to_owned();
+                let event: StreamEvent = awaken_cluster::codec::decode(&message.payload).unwrap();
+                sink.lock().unwrap().entry(run_id).or_default().push(event);
+            }
+        });
+        Self { runs, _task: task }
+    }
+
+    /// The events that arrived for a run after it ended (a `run_finish` other
+    /// than a suspension), by run id: a fenced owner's late work shows here.
+    pub(crate) fn after_the_end(&self) -> BTreeMap<String, Vec<StreamEvent>> {
+        let runs = self.runs.lock().unwrap();
+        runs.iter()
+            .filter_map(|(run_id, events)| {
+                let end = events.iter().position(|e| {
+                    matches!(&e.event, AgentEvent::RunFinish { termination, .. }
+                        if *termination != TerminationReason::Suspended)
+                })?;
+                let late = events[end + 1..].to_vec();
+                (!late.is_empty()).then(|| (run_id.clone(), late))
+            })
+            .collect()
+    }
+
+    /// How many events were recorded in all.
+    pub(crate) fn len(&self) -> usize {
+        self.runs.lock().unwrap().values().map(Vec::len).sum()
+    }
+}
+
+/// The executions of the demo tools `echo` and `sleep` the nodes journaled
+/// (`--tool-journal`), counted by run and call (`<run>:<call>`): a call started
+/// again after a failover counts twice.
+pub(crate) fn tool_starts_per_call(journal: &Path) -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(journal).unwrap_or_default();
+    let mut calls = BTreeMap::new();
+    for line in text.lines() {
+        let (_tool, key) = line.split_once(' ').unwrap();
+        // The key is `<run>:<call>:<attempt>`.
+        let call = key.rsplit_once(':').map_or(key, |(call, _attempt)| call);
+        *calls.entry(call.to_owned()).or_insert(0) += 1;
+    }
+    calls
+}
