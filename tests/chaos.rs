@@ -18,7 +18,8 @@
 //! Needs PostgreSQL (`AWAKEN_TEST_POSTGRES_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/test`), `nats-server` on the PATH, and the
 //! `awaken` binary built beside this test (`cargo nextest run --workspace` builds
-//! it).
+//! it). `AWAKEN_E2E_LOG` sets the nodes' `RUST_LOG` (default `warn`); their
+//! log lines are marked with the node they came from.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 

@@ -8,7 +8,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use awaken_actors::contract::{
@@ -20,8 +20,9 @@ use awaken_actors::mailbox::{
     SubmitOptions, now_ms, submit,
 };
 use awaken_actors::runtime::AgentRuntime;
-use awaken_actors::thread::RunRequest;
-use awaken_actors::{AgentId, RunId};
+use awaken_actors::store::FencingToken;
+use awaken_actors::thread::{FenceSource, RunRequest};
+use awaken_actors::{AgentId, RunId, ThreadId};
 use support::*;
 
 struct Node {
@@ -368,4 +369,68 @@ async fn a_redelivered_dispatch_of_a_run_that_already_ended_leaves_the_thread_al
         .unwrap();
     assert_eq!(old.termination, Some(TerminationReason::Cancelled));
     assert_eq!(echo.calls.load(Ordering::SeqCst), 0);
+}
+
+/// A node's hold on its threads, switched by the test (a lapsed tenure).
+#[derive(Default)]
+struct Tenure(AtomicBool);
+
+impl FenceSource for Tenure {
+    fn token(&self, _thread_id: &ThreadId) -> FencingToken {
+        FencingToken(1)
+    }
+
+    fn holds(&self, _thread_id: &ThreadId) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn a_run_whose_thread_actor_was_fenced_off_mid_run_is_given_back_and_finishes() {
+    let gate = Arc::new(Gate::default());
+    let tenure = Arc::new(Tenure(AtomicBool::new(true)));
+    let runtime = scripted_builder(ScriptedLlm::new(vec![
+        Turn::Calls(vec![("gate", serde_json::json!({}))]),
+        Turn::Text("done"),
+    ]))
+    .with_tool("gate", gate.clone())
+    .with_fence_source(tenure.clone())
+    .with_agent_spec(agent_spec(ToolExecutionMode::Sequential))
+    .build()
+    .unwrap();
+    // The node keeps the thread's shard throughout: only its tenure lapses for a
+    // moment (a pause, a NATS outage), and its thread actor stops mid-run.
+    let n = node(runtime).await;
+    let started = gate.started.notified();
+    let request = RunRequest::new(tid("w-fenced"), user("hi"));
+    let queued = submit(&*n.mailbox, &*n.inbox, request, SubmitOptions::default())
+        .await
+        .unwrap();
+    started.await;
+    tenure.0.store(false, Ordering::SeqCst);
+    gate.release.notify_one();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while n.runtime.supervised_threads() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the actor never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // The tenure is back: the run no one drives any more is activated again from
+    // its checkpoint and ends, rather than its claim being renewed forever.
+    tenure.0.store(true, Ordering::SeqCst);
+    gate.release.notify_one();
+    let done = settled(&*n.mailbox, &queued.dispatch_id).await;
+    assert_eq!(done.status, RunDispatchStatus::Acked);
+    assert_eq!(done.attempt_count, 2, "{done:?}");
+    assert_eq!(done.run_status, Some(RunStatus::Done));
+    let record = n.runtime.store().load_run(&queued.run_id).await.unwrap();
+    assert_eq!(
+        done.termination,
+        Some(TerminationReason::NaturalEnd),
+        "{record:?}"
+    );
+    assert_eq!(record.unwrap().status, RunStatus::Done);
 }

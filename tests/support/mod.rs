@@ -81,12 +81,23 @@ impl Node {
             .arg(&path)
             .arg("--tool-journal")
             .arg(&cluster.journal)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("AWAKEN_E2E_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        // The node's log, each line marked with the node it came from.
+        let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+        let node = id.to_owned();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = log.next_line().await {
+                eprintln!("[{node}] {line}");
+            }
+        });
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let base = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.unwrap() {

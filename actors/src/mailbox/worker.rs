@@ -356,6 +356,7 @@ impl Shared {
         {
             tracing::warn!(dispatch_id = %id, %error, "recording the dispatch start failed");
         }
+        tracing::debug!(dispatch_id = %id, run_id = %dispatch.run_id, attempt = dispatch.attempt_count, "delivering a dispatch");
         if dispatch.attempt_count > 1 && self.ended_before(&dispatch).await {
             return;
         }
@@ -371,6 +372,7 @@ impl Shared {
             .runtime
             .activate(&dispatch.thread_id, dispatch.run_id.clone(), request, None)
             .await;
+        tracing::debug!(dispatch_id = %id, run_id = %dispatch.run_id, ?activation, "activated");
         match activation {
             Ok(Activation::Started | Activation::Running) => {
                 // A run that completed while it was activated needs no claim holder.
@@ -382,7 +384,13 @@ impl Shared {
                 tokio::spawn(async move { shared.hold(dispatch, watch).await });
             }
             Ok(Activation::Waiting) => self.finish(&dispatch, RunStatus::Waiting, None).await,
-            Ok(Activation::Finished) => self.finish(&dispatch, RunStatus::Done, None).await,
+            Ok(Activation::Finished) => {
+                // It ended before this activation reached it (e.g. it continued
+                // from its checkpoint as its thread was loaded): report its end.
+                if !self.ended_before(&dispatch).await {
+                    self.finish(&dispatch, RunStatus::Done, None).await;
+                }
+            }
             Err(ControlError::Unavailable(reason)) => self.give_back(&dispatch, &reason).await,
             Err(ControlError::RunNotFound { .. }) => {
                 self.dead_letter(&dispatch, "the run's input is gone").await;
@@ -391,11 +399,11 @@ impl Shared {
         }
     }
 
-    /// Whether a repeated delivery finds its run already waiting or ended (its
-    /// claimer died before acking); then the dispatch is completed from the run's
-    /// record. Activating it instead would start the run anew as new input, which
-    /// cancels whatever runs on the thread now. A first delivery cannot have a
-    /// record yet, so it skips the read.
+    /// Whether the run's record says it already waits or ended; then the
+    /// dispatch is completed from that record. A repeated delivery checks this
+    /// first (its claimer died before acking): activating it instead would start
+    /// the run anew as new input, which cancels whatever runs on the thread now.
+    /// A first delivery cannot have a record yet, so it skips the read.
     async fn ended_before(&self, dispatch: &RunDispatch) -> bool {
         let record = match self.runtime.store().load_run(&dispatch.run_id).await {
             Ok(Some(record)) if record.status != RunStatus::Running => record,
@@ -429,7 +437,7 @@ impl Shared {
                 end = watch.ended() => {
                     match end {
                         Some(end) => self.finish(&dispatch, end.status(), Some(&end)).await,
-                        None => self.give_back(&dispatch, "the runtime stopped").await,
+                        None => self.give_back(&dispatch, "the run stopped on this node without ending").await,
                     }
                     return;
                 }
@@ -475,6 +483,7 @@ impl Shared {
     /// Records the run's result, acks the dispatch and drops the run's input.
     async fn complete(&self, dispatch: &RunDispatch, result: RunDispatchResult) {
         let id = &dispatch.dispatch_id;
+        tracing::debug!(dispatch_id = %id, run_id = %dispatch.run_id, status = ?result.status, "completing a dispatch");
         match self
             .mailbox
             .complete(id, claim_token(dispatch), result, now_ms())
@@ -496,6 +505,7 @@ impl Shared {
     /// attempts are used up).
     async fn give_back(self: &Arc<Self>, dispatch: &RunDispatch, reason: &str) {
         let id = &dispatch.dispatch_id;
+        tracing::debug!(dispatch_id = %id, run_id = %dispatch.run_id, %reason, "giving a dispatch back");
         match self
             .mailbox
             .nack(id, claim_token(dispatch), reason, now_ms())
@@ -512,7 +522,7 @@ impl Shared {
 
     async fn dead_letter(&self, dispatch: &RunDispatch, reason: &str) {
         let id = &dispatch.dispatch_id;
-        tracing::warn!(dispatch_id = %id, %reason, "dead-lettering dispatch");
+        tracing::warn!(dispatch_id = %id, run_id = %dispatch.run_id, %reason, "dead-lettering dispatch");
         if let Err(error) = self
             .mailbox
             .dead_letter(id, claim_token(dispatch), reason, now_ms())

@@ -100,6 +100,12 @@ impl EventHub for WatchingHub {
             }
         }
     }
+
+    fn abandoned(&self, thread_id: &ThreadId, run_id: &RunId) {
+        // Dropping the senders answers every watcher `None` at once.
+        lock(&self.waiters).remove(run_id);
+        self.inner.abandoned(thread_id, run_id);
+    }
 }
 
 /// Resolves when the watched run's activation ends; unregisters when dropped.
@@ -112,7 +118,9 @@ pub struct RunWatch {
 }
 
 impl RunWatch {
-    /// Waits for the end of the activation; `None` if the runtime went away.
+    /// Waits for the end of the activation; `None` if it stopped on this node
+    /// without ending (the runtime went away, or the thread actor was fenced off
+    /// or stopped mid-run): then the run is someone else's to continue.
     pub async fn ended(&mut self) -> Option<RunEnd> {
         (&mut self.rx).await.ok()
     }

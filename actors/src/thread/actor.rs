@@ -353,7 +353,7 @@ impl Actor for ThreadActor {
             // past its lease): no further step, event or tool start here. Pending
             // callers see the actor gone; the owner continues from the checkpoint.
             tracing::warn!(thread_id = %state.thread_id, "this node no longer holds the thread; stopping");
-            state.ctl = None;
+            state.abandon_runs();
             myself.stop(Some("fenced".to_owned()));
             return Ok(());
         }
@@ -495,6 +495,7 @@ impl Actor for ThreadActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        state.abandon_runs();
         state.region.stopped(&state.thread_id, &myself);
         if let Some(supervisor) = myself.try_get_supervisor() {
             myself.get_cell().unlink(supervisor);
@@ -678,6 +679,7 @@ impl ThreadActorState {
                 self.ctl.as_ref().map(|c| c.run_id.clone())
             }
         };
+        tracing::debug!(thread_id = %self.thread_id, run_id = ?request.run_id, ?previous, "new input");
         if let Some(run_id) = &previous {
             self.queue.push_back(Input::Cancel {
                 run_id: run_id.clone(),
@@ -724,6 +726,26 @@ impl ThreadActorState {
             Input::Start { run, .. } => Some(&**run),
             _ => None,
         })
+    }
+
+    /// Lets go of the runs this actor drives or has queued, which stop here
+    /// without ending: the hub tells whoever waits for their end (the mailbox
+    /// worker holding their dispatches gives them back, so they are activated
+    /// again, from their checkpoint, wherever the thread lives next). A waiting
+    /// run has told its watchers already.
+    fn abandon_runs(&mut self) {
+        let current = self
+            .ctl
+            .take()
+            .filter(|ctl| ctl.status == RunStatus::Running)
+            .map(|ctl| ctl.run_id);
+        let queued = self.queue.drain(..).filter_map(|input| match input {
+            Input::Start { run, .. } => Some(run.identity.run_id.clone()),
+            _ => None,
+        });
+        for run_id in current.into_iter().chain(queued) {
+            self.deps.hub.abandoned(&self.thread_id, &run_id);
+        }
     }
 
     /// Signals cancellation to everything the current run has in flight.

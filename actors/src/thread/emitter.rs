@@ -17,6 +17,12 @@ pub trait EventHub: Send + Sync {
     /// One event of `run_id` on `thread_id`; a hub that keeps it keeps the shared
     /// copy (a clone of the `Arc`), so buffers and followers never copy events.
     fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>);
+
+    /// An activation of `run_id` stopped on this node without ending: its thread
+    /// actor was fenced off or stopped mid-run. The run goes on from its last
+    /// checkpoint wherever the thread is activated next, so nobody here may wait
+    /// for this activation's end any longer.
+    fn abandoned(&self, _thread_id: &ThreadId, _run_id: &RunId) {}
 }
 
 /// A hub that drops everything, for runtimes nobody observes globally.
