@@ -36,8 +36,8 @@ use support::{
 };
 
 /// Hot threads, and inputs sent to each of them together.
-const THREADS: usize = 4;
-const INPUTS_PER_THREAD: usize = 5;
+const THREADS: usize = 16;
+const INPUTS_PER_THREAD: usize = 10;
 
 /// A cluster description whose journal lives in `dir`.
 fn cluster(nats_url: String, postgres_url: &str, replicas: usize, dir: &Path) -> Cluster {

@@ -4,6 +4,7 @@
 //! Key `run.<base64url run id>`, value the [`RunRequest`] (MessagePack, named
 //! fields). The mailbox worker deletes the entry once the run's dispatch is acked.
 
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, kv};
 use async_trait::async_trait;
 use awaken_actors::RunId;
@@ -11,6 +12,7 @@ use awaken_actors::mailbox::{MailboxError, RunInbox};
 use awaken_actors::thread::RunRequest;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
 
 use crate::codec;
 use crate::error::ClusterError;
@@ -47,6 +49,26 @@ impl KvRunInbox {
     }
 }
 
+impl KvRunInbox {
+    /// The entry as the bucket's stream leader has it. A KV read is a direct
+    /// get, which any replica may answer: one that restarted or lags says "not
+    /// found" for an entry written moments ago, and a run whose input seems gone
+    /// is dead-lettered. So "not found" is only believed from the leader.
+    async fn get_from_leader(&self, run_id: &RunId) -> Result<Option<Bytes>, MailboxError> {
+        let subject = format!("{}{}", self.bucket.prefix, key(run_id));
+        match self
+            .bucket
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
+            Ok(message) => Ok(Some(message.payload)),
+            Err(error) if error.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(error) => Err(unavailable(error)),
+        }
+    }
+}
+
 #[async_trait]
 impl RunInbox for KvRunInbox {
     async fn put(&self, run_id: &RunId, request: &RunRequest) -> Result<(), MailboxError> {
@@ -59,8 +81,12 @@ impl RunInbox for KvRunInbox {
     }
 
     async fn get(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
-        let Some(payload) = self.bucket.get(key(run_id)).await.map_err(unavailable)? else {
-            return Ok(None);
+        let payload = match self.bucket.get(key(run_id)).await.map_err(unavailable)? {
+            Some(payload) => payload,
+            None => match self.get_from_leader(run_id).await? {
+                Some(payload) => payload,
+                None => return Ok(None),
+            },
         };
         codec::decode(&payload).map(Some).map_err(unavailable)
     }
