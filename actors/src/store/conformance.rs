@@ -56,6 +56,7 @@ macro_rules! thread_run_store_conformance {
             fencing_rules,
             fence_on_unknown_thread_holds,
             runs_create_load_latest,
+            an_unfinished_run_is_the_latest,
             list_runs_filters_and_pages,
             snapshot_is_complete,
             odd_ids_round_trip
@@ -972,6 +973,39 @@ pub async fn runs_create_load_latest<S: ThreadRunStore + ?Sized>(store: &S) {
         rid("r-b")
     );
     assert_eq!(store.load_run(&d.run_id).await.unwrap(), Some(earlier));
+}
+
+/// A thread's unfinished run is its latest, whatever its `created_at` and id: a
+/// run the thread took after another within the same second may have the smaller
+/// id, and a node taking the thread over must continue that one.
+pub async fn an_unfinished_run_is_the_latest<S: ThreadRunStore + ?Sized>(store: &S) {
+    let id = tid("t-unfinished");
+    let mut before = run(&id, "r-z", 10);
+    before.status = RunStatus::Done;
+    store
+        .checkpoint(checkpoint(&id, 0, 0, user_messages("z", 1), before.clone()))
+        .await
+        .unwrap();
+    let after = run(&id, "r-a", 10);
+    store
+        .checkpoint(checkpoint(&id, 0, 1, user_messages("a", 1), after.clone()))
+        .await
+        .unwrap();
+
+    assert_eq!(store.latest_run(&id).await.unwrap(), Some(after.clone()));
+    let snapshot = store.load_thread_snapshot(&id).await.unwrap().unwrap();
+    assert_eq!(snapshot.latest_run, Some(after.clone()));
+    let summaries = store.list_thread_summaries(0, 10).await.unwrap();
+    assert_eq!(summaries[0].latest_run, Some(after.clone()));
+
+    // Once it ends, the order by `created_at` and id holds again.
+    let mut ended = after;
+    ended.status = RunStatus::Done;
+    store
+        .checkpoint(checkpoint(&id, 0, 2, vec![], ended))
+        .await
+        .unwrap();
+    assert_eq!(store.latest_run(&id).await.unwrap(), Some(before));
 }
 
 /// Runs list by `created_at` then id, filtered by thread and status, paged, with a total.

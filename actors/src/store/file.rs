@@ -44,7 +44,7 @@
 //!
 //! [`load_thread_snapshot`]: ThreadRunStore::load_thread_snapshot
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -116,6 +116,9 @@ struct Head {
     /// The thread's runs, by id, with their `created_at` (to find the latest).
     #[serde(default)]
     runs: BTreeMap<RunId, u64>,
+    /// Those of them not done yet (the latest run is one of these when any is).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    unfinished: BTreeSet<RunId>,
     /// The run this head's write stored; rolled forward into `runs/` on open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_run: Option<RunRecord>,
@@ -131,19 +134,27 @@ impl Head {
             log_bytes: 0,
             state: None,
             runs: BTreeMap::new(),
+            unfinished: BTreeSet::new(),
             last_run: None,
         }
     }
 
+    /// The greatest run by `latest_order_key`.
     fn latest_run_id(&self) -> Option<&RunId> {
         self.runs
             .iter()
-            .max_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)))
-            .map(|(id, _)| id)
+            .map(|(id, created_at)| (self.unfinished.contains(id), *created_at, id))
+            .max()
+            .map(|(_, _, id)| id)
     }
 
     fn record_run(&mut self, run: RunRecord) {
         self.runs.insert(run.run_id.clone(), run.created_at);
+        if run.status.is_terminal() {
+            self.unfinished.remove(&run.run_id);
+        } else {
+            self.unfinished.insert(run.run_id.clone());
+        }
         self.last_run = Some(run);
     }
 }

@@ -15,9 +15,9 @@ use async_trait::async_trait;
 
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread, now_millis,
-    page_of, page_runs, run_order_key, run_owned_elsewhere, stamped_new_thread, thread_not_found,
-    updated_metadata,
+    ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread,
+    latest_order_key, now_millis, page_of, page_runs, run_owned_elsewhere, stamped_new_thread,
+    thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -84,22 +84,23 @@ impl ThreadData {
             .map(Box::as_ref)
     }
 
-    /// Inserts or replaces a run, keeping `latest` the greatest by `(created_at, run_id)`.
+    /// Inserts or replaces a run, keeping `latest` the greatest by [`latest_order_key`].
     fn upsert_run(&mut self, run: RunRecord) {
         let run_id = run.run_id.clone();
         let was_latest = self.latest.as_ref() == Some(&run_id);
         let beats_latest = self
             .latest_run()
-            .is_none_or(|latest| run_order_key(&run) >= run_order_key(latest));
+            .is_none_or(|latest| latest_order_key(&run) >= latest_order_key(latest));
         self.runs.insert(run_id.clone(), Box::new(run));
         if beats_latest {
             self.latest = Some(run_id);
         } else if was_latest {
-            // The latest run moved back in time: find the new maximum.
+            // The latest run moved back (it ended, or back in time): find the
+            // new maximum.
             self.latest = self
                 .runs
                 .values()
-                .max_by(|a, b| run_order_key(a).cmp(&run_order_key(b)))
+                .max_by(|a, b| latest_order_key(a).cmp(&latest_order_key(b)))
                 .map(|run| run.run_id.clone());
         }
     }

@@ -265,7 +265,12 @@ pub trait ThreadRunStore: Send + Sync + 'static {
     /// The run, if it exists.
     async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError>;
 
-    /// The thread's run with the greatest `created_at`, ties broken by the greater run id.
+    /// The thread's current run: its unfinished (running or waiting) run if it has
+    /// one, else the run with the greatest `created_at`, ties broken by the greater
+    /// run id. `created_at` is in seconds and run ids are chosen by submitters, so
+    /// among runs accepted within one second their order is not the order the
+    /// thread took them in; the unfinished one (a thread has at most one, as new
+    /// input ends the run before it) is the one the thread is on.
     async fn latest_run(&self, thread_id: &ThreadId) -> Result<Option<RunRecord>, StorageError>;
 
     /// Runs matching the query's filters, by `created_at` then run id, with the total count.
@@ -325,9 +330,15 @@ pub(crate) fn updated_metadata(
     metadata
 }
 
-/// The order runs are listed in, and the "latest" one is the greatest of.
+/// The order runs are listed in.
 pub(crate) fn run_order_key(run: &RunRecord) -> (u64, &RunId) {
     (run.created_at, &run.run_id)
+}
+
+/// The order a thread's "latest" run is the greatest of (see
+/// [`ThreadRunStore::latest_run`]): unfinished runs first.
+pub(crate) fn latest_order_key(run: &RunRecord) -> (bool, u64, &RunId) {
+    (!run.status.is_terminal(), run.created_at, &run.run_id)
 }
 
 /// The fence and count checks every store runs before a checkpoint writes anything.

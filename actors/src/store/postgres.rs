@@ -107,9 +107,7 @@ struct Statements {
 
 impl Statements {
     fn new(p: &str) -> Self {
-        let latest = format!(
-            "SELECT data FROM {p}_runs WHERE thread_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1"
-        );
+        let latest = latest_run_of(p, "$1");
         Self {
             prefix: p.to_owned(),
             schema: vec![
@@ -149,6 +147,10 @@ impl Statements {
                     "CREATE INDEX IF NOT EXISTS {p}_runs_by_creation ON {p}_runs (created_at, id)"
                 ),
                 format!(
+                    "CREATE INDEX IF NOT EXISTS {p}_runs_unfinished
+                     ON {p}_runs (thread_id, created_at, id) WHERE status <> 'done'"
+                ),
+                format!(
                     "CREATE TABLE IF NOT EXISTS {p}_state (
                         thread_id TEXT COLLATE \"C\" PRIMARY KEY
                             REFERENCES {p}_threads (id) ON DELETE CASCADE,
@@ -176,11 +178,9 @@ impl Statements {
             list_threads: format!("SELECT id FROM {p}_threads ORDER BY seq OFFSET $1 LIMIT $2"),
             list_summaries: format!(
                 "SELECT t.data, t.message_count, r.data FROM {p}_threads t
-                 LEFT JOIN LATERAL (
-                     SELECT data FROM {p}_runs WHERE thread_id = t.id
-                     ORDER BY created_at DESC, id DESC LIMIT 1
-                 ) r ON true
-                 ORDER BY t.seq OFFSET $1 LIMIT $2"
+                 LEFT JOIN LATERAL ({latest_of_t}) r ON true
+                 ORDER BY t.seq OFFSET $1 LIMIT $2",
+                latest_of_t = latest_run_of(p, "t.id"),
             ),
             lock_thread_counters: format!(
                 "SELECT fence, message_count FROM {p}_threads WHERE id = $1 FOR UPDATE"
@@ -900,6 +900,21 @@ fn begin_write(limit: Duration) -> String {
     let ms = limit.as_millis().clamp(1, i32::MAX as u128);
     format!(
         "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
+    )
+}
+
+/// The latest run of thread `thread` (a parameter or column), as
+/// `ThreadRunStore::latest_run` defines it: its unfinished run if any, else the
+/// greatest by `created_at` and id; each part one index read.
+fn latest_run_of(p: &str, thread: &str) -> String {
+    format!(
+        "SELECT data FROM (
+             (SELECT data, 0 AS part FROM {p}_runs WHERE thread_id = {thread} AND status <> 'done'
+              ORDER BY created_at DESC, id DESC LIMIT 1)
+             UNION ALL
+             (SELECT data, 1 AS part FROM {p}_runs WHERE thread_id = {thread}
+              ORDER BY created_at DESC, id DESC LIMIT 1)
+         ) latest ORDER BY part LIMIT 1"
     )
 }
 
