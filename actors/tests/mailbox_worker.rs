@@ -80,6 +80,17 @@ async fn settled(mailbox: &dyn MailboxStore, id: &DispatchId) -> RunDispatch {
     }
 }
 
+/// Submits a run on `thread` and waits until its `gate` call has started.
+async fn submit_until_the_gate(n: &Node, gate: &Gate, thread: &str) -> RunDispatch {
+    let started = gate.started.notified();
+    let request = RunRequest::new(tid(thread), user("hi"));
+    let queued = submit(&*n.mailbox, &*n.inbox, request, SubmitOptions::default())
+        .await
+        .unwrap();
+    started.await;
+    queued
+}
+
 #[tokio::test]
 async fn a_submitted_run_executes_and_its_dispatch_is_acked_with_the_result() {
     let llm = ScriptedLlm::new(vec![Turn::Text("hello from the mailbox")]);
@@ -105,12 +116,7 @@ async fn a_submitted_run_executes_and_its_dispatch_is_acked_with_the_result() {
 async fn a_run_still_executing_after_its_activation_holds_its_claim_until_it_finishes() {
     let (runtime, gate) = gated_runtime();
     let n = node(runtime).await;
-    let started = gate.started.notified();
-    let request = RunRequest::new(tid("w-held"), user("hi"));
-    let queued = submit(&*n.mailbox, &*n.inbox, request, SubmitOptions::default())
-        .await
-        .unwrap();
-    started.await;
+    let queued = submit_until_the_gate(&n, &gate, "w-held").await;
 
     let running = n
         .mailbox
@@ -401,12 +407,7 @@ async fn a_run_whose_thread_actor_was_fenced_off_mid_run_is_given_back_and_finis
     // The node keeps the thread's shard throughout: only its tenure lapses for a
     // moment (a pause, a NATS outage), and its thread actor stops mid-run.
     let n = node(runtime).await;
-    let started = gate.started.notified();
-    let request = RunRequest::new(tid("w-fenced"), user("hi"));
-    let queued = submit(&*n.mailbox, &*n.inbox, request, SubmitOptions::default())
-        .await
-        .unwrap();
-    started.await;
+    let queued = submit_until_the_gate(&n, &gate, "w-fenced").await;
     tenure.0.store(false, Ordering::SeqCst);
     gate.release.notify_one();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
