@@ -1,10 +1,13 @@
 //! A thread owner paused in the middle of a checkpoint (SIGSTOP, a long GC, a
-//! frozen VM) must not keep the thread locked, nor commit once it resumes after
+//! frozen VM) must not keep the thread locked, nor write once it resumes after
 //! another node took the thread over (invariant 1, single writer).
 //!
 //! The pause is real from PostgreSQL's side: the old owner's connection goes
-//! through a proxy that holds back its `COMMIT` — the server sees a client that
-//! went silent inside its transaction, exactly as with a stopped process.
+//! through a proxy that holds back the bytes of its checkpoint — the server hears
+//! nothing more from a client that was about to write, exactly as with a stopped
+//! process. (A checkpoint is one statement: there is no open transaction to hold.
+//! When checkpoints were transactions, the proxy held back their `COMMIT`, and
+//! the server rolled the silent transaction back after the write hold limit.)
 //! Needs PostgreSQL (`AWAKEN_TEST_POSTGRES_URL`, as the store conformance tests).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
@@ -15,14 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use awaken_actors::store::conformance::{checkpoint, run, tid, user_messages};
-use awaken_actors::store::{FencingToken, MessageQuery, PostgresStore, ThreadRunStore};
+use awaken_actors::store::{
+    FencingToken, MessageQuery, PoolSettings, PostgresStore, ThreadRunStore,
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-/// Forwards TCP to PostgreSQL; while `hold` is set, a client chunk carrying a
-/// `COMMIT` waits until `release` (the client looks paused mid-transaction).
+/// Forwards TCP to PostgreSQL; while `hold` is set, a client chunk carrying
+/// [`HELD`] waits until `release` (the client looks paused mid-write).
 struct StallingProxy {
     port: u16,
     hold: Arc<AtomicBool>,
@@ -51,7 +56,7 @@ impl StallingProxy {
                             break;
                         }
                         let chunk = &buf[..n];
-                        if h.load(Ordering::SeqCst) && contains(chunk, b"COMMIT") {
+                        if h.load(Ordering::SeqCst) && contains(chunk, HELD) {
                             let released = r.notified();
                             d.notify_one();
                             released.await;
@@ -75,6 +80,9 @@ impl StallingProxy {
     }
 }
 
+/// What the held write carries: the text of its message.
+const HELD: &[u8] = b"stale ";
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -87,19 +95,22 @@ async fn a_paused_owner_neither_blocks_the_next_owner_nor_commits_after_it() {
     let options = PgConnectOptions::from_str(&url).unwrap();
     let upstream = format!("{}:{}", options.get_host(), options.get_port());
     let proxy = StallingProxy::start(upstream).await;
+    let settings = PoolSettings {
+        max_connections: 1,
+        write_hold_limit: Duration::from_millis(500),
+    };
     let stale_pool = PgPoolOptions::new()
-        .max_connections(1)
+        .max_connections(settings.max_connections)
         .connect_with(
             options
                 .port(proxy.port)
                 .application_name(schema.name())
-                .options([("search_path", schema.name())]),
+                .options([("search_path", schema.name())])
+                .options(settings.session_options()),
         )
         .await
         .unwrap();
-    let limit = Duration::from_millis(500);
-    let old_owner = PostgresStore::new(stale_pool).with_write_hold_limit(limit);
-    let new_owner = new_owner.with_write_hold_limit(limit);
+    let old_owner = PostgresStore::new(stale_pool);
 
     let thread = tid("t-paused");
     old_owner
@@ -113,7 +124,7 @@ async fn a_paused_owner_neither_blocks_the_next_owner_nor_commits_after_it() {
         .await
         .unwrap();
 
-    // The old owner pauses right before its next checkpoint commits.
+    // The old owner pauses in the middle of its next checkpoint.
     proxy.hold.store(true, Ordering::SeqCst);
     let held = proxy.held.notified();
     let stale_write = tokio::spawn(async move {
@@ -129,8 +140,8 @@ async fn a_paused_owner_neither_blocks_the_next_owner_nor_commits_after_it() {
     });
     held.await;
 
-    // Its lease expires; the next owner raises the fence, bounded by the hold
-    // limit rather than by the pause.
+    // Its lease expires; the next owner raises the fence, at once rather than
+    // after the pause.
     let thread = tid("t-paused");
     let started = Instant::now();
     let fenced = loop {

@@ -25,10 +25,10 @@ mod postgres;
 
 pub use file::FileStore;
 pub use memory::InMemoryStore;
-#[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
 #[cfg(all(feature = "postgres", any(test, feature = "testsuite")))]
 pub use postgres::TestSchema;
+#[cfg(feature = "postgres")]
+pub use postgres::{PoolSettings, PostgresStore};
 
 /// Largest page any listing returns; `limit`s are clamped to `1..=MAX_PAGE_LIMIT`.
 pub const MAX_PAGE_LIMIT: usize = 200;

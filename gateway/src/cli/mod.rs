@@ -28,11 +28,16 @@ pub use serve::ServeArgs;
 
 use crate::error::Result;
 
-/// How long a cluster node's PostgreSQL writes may hold a thread's row lock: half
-/// the shard lease TTL (so a paused owner's open transaction is rolled back before
-/// another node can own its threads), and no more than the store's default.
-fn write_hold_limit(lease_ttl: std::time::Duration) -> std::time::Duration {
-    (lease_ttl / 2).min(awaken_actors::store::PostgresStore::DEFAULT_WRITE_HOLD_LIMIT)
+/// The PostgreSQL pool of a node. In a cluster (`lease_ttl` set) its writes may
+/// hold a thread's row lock for half the shard lease TTL at most, and no more than
+/// the default (so a paused owner's open transaction is rolled back before another
+/// node can own its threads).
+fn pool_settings(lease_ttl: Option<std::time::Duration>) -> awaken_actors::store::PoolSettings {
+    let mut settings = awaken_actors::store::PoolSettings::default();
+    if let Some(ttl) = lease_ttl {
+        settings.write_hold_limit = settings.write_hold_limit.min(ttl / 2);
+    }
+    settings
 }
 
 /// `awaken`: run agents on an embedded single-node runtime, and measure it.

@@ -68,10 +68,12 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
     config.mailbox.lease_ms = args.claim_lease_ms;
     config.mailbox.lease_renewal_interval = Duration::from_millis(args.claim_lease_ms / 5);
 
-    let store = PostgresStore::connect(&args.postgres_url)
-        .await
-        .map_err(|e| invalid("--postgres-url", e))?
-        .with_write_hold_limit(super::write_hold_limit(config.shards.lease_ttl));
+    let store = PostgresStore::connect(
+        &args.postgres_url,
+        super::pool_settings(Some(config.shards.lease_ttl)),
+    )
+    .await
+    .map_err(|e| invalid("--postgres-url", e))?;
     store
         .ensure_schema()
         .await

@@ -220,12 +220,9 @@ async fn open_store(
                 .map_err(|e| invalid("store.path", e))?,
         ),
         StoreConfig::Postgres { url } => {
-            let mut store = PostgresStore::connect(url)
+            let store = PostgresStore::connect(url, super::pool_settings(lease_ttl))
                 .await
                 .map_err(|e| invalid("store.url", e))?;
-            if let Some(ttl) = lease_ttl {
-                store = store.with_write_hold_limit(super::write_hold_limit(ttl));
-            }
             store
                 .ensure_schema()
                 .await

@@ -21,18 +21,24 @@
 //!
 //! # Checkpoints
 //!
-//! One transaction: lock the thread row with `SELECT … FOR UPDATE` (inserting it first
-//! if absent), check the fence and the message count, insert the messages, upsert the run and the
-//! state, store the new fence and count, commit. A refused checkpoint rolls back, so it
-//! also leaves an absent thread absent. Concurrent writers of one thread queue on the
-//! row lock; the second sees the first's count and gets `VersionConflict`.
+//! One statement, committed on its own (module `write`): lock the thread row, check
+//! the fence and the message count (and that the run is not another thread's), and
+//! only then insert the messages, upsert the run and the state and store the new
+//! fence and count. A refused checkpoint writes nothing, so it also leaves an absent
+//! thread absent. Concurrent writers of one thread queue on the row lock; the second
+//! sees the first's count and gets `VersionConflict`. One round trip and one commit
+//! flush per checkpoint.
 //!
-//! Every writing transaction opens with limits (`SET LOCAL` in the `BEGIN` round
-//! trip): the server rolls it back when its client stays silent inside it longer
-//! than the write hold limit, and a writer waits that long at most for a row lock.
-//! So a node paused mid-checkpoint cannot keep a thread locked, and cannot commit
-//! after a new owner raised the fence (see [`PostgresStore::with_write_hold_limit`]).
+//! A statement sent whole cannot be left half-done by a paused client, so a node
+//! paused mid-checkpoint holds no lock: its statement either ran before the pause
+//! or reaches the server after it, where the next owner's fence refuses it. The
+//! other writes (thread metadata, runs created outside a checkpoint) are
+//! transactions; every session runs with `idle_in_transaction_session_timeout` and
+//! `lock_timeout` set to the write hold limit ([`PoolSettings`]), so a client silent
+//! inside one cannot keep a thread locked from the next owner.
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
+
+mod write;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -46,8 +52,8 @@ use tokio::sync::OnceCell;
 
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoredMessage,
-    ThreadRunStore, ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread,
-    now_millis, stamped_new_thread, thread_not_found, updated_metadata,
+    ThreadRunStore, ThreadSnapshot, ThreadSummary, now_millis, stamped_new_thread,
+    thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -65,9 +71,44 @@ pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
     schema_ready: Arc<OnceCell<()>>,
-    /// Opens every writing transaction, with its hold limit (see
-    /// [`PostgresStore::with_write_hold_limit`]).
-    begin_write: Arc<str>,
+}
+
+/// How [`PostgresStore::connect`] sets up its connection pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Connections at most: checkpoints of different threads run in parallel over
+    /// them, each one statement.
+    pub max_connections: u32,
+    /// How long a transaction may stay open while its client says nothing
+    /// (`idle_in_transaction_session_timeout`: the server ends the session and
+    /// rolls it back) and how long a writer waits for a thread's row lock
+    /// (`lock_timeout`). A node paused in the middle of a write would otherwise
+    /// keep the thread's row locked for the whole pause, so the next owner could
+    /// not raise the fence, and commit after it resumed. Keep it below the shard
+    /// lease TTL: then a paused owner's write is gone before another node can own
+    /// the thread. At least one millisecond.
+    pub write_hold_limit: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            write_hold_limit: Duration::from_secs(2),
+        }
+    }
+}
+
+impl PoolSettings {
+    /// The session settings every connection of the pool starts with, for
+    /// [`PgConnectOptions::options`] (pools built by hand should add them too).
+    pub fn session_options(&self) -> [(&'static str, u128); 2] {
+        let ms = self.write_hold_limit.as_millis().clamp(1, i32::MAX as u128);
+        [
+            ("idle_in_transaction_session_timeout", ms),
+            ("lock_timeout", ms),
+        ]
+    }
 }
 
 /// Every statement, with the table prefix filled in once.
@@ -82,23 +123,19 @@ struct Statements {
     delete_thread: String,
     list_threads: String,
     list_summaries: String,
-    lock_thread_counters: String,
-    update_thread_counters: String,
-    update_fence: String,
+    checkpoint: String,
+    fence: String,
+    current_fence: String,
     share_lock_thread: String,
     thread_exists: String,
     load_head: String,
     page_messages: String,
     all_messages: String,
-    insert_messages: String,
     insert_run: String,
-    upsert_run: String,
-    run_owner: String,
     load_run: String,
     latest_run: String,
     count_runs: String,
     page_runs: String,
-    upsert_state: String,
     load_state: String,
     get_profile: String,
     put_profile: String,
@@ -182,16 +219,9 @@ impl Statements {
                  ORDER BY t.seq OFFSET $1 LIMIT $2",
                 latest_of_t = latest_run_of(p, "t.id"),
             ),
-            lock_thread_counters: format!(
-                "SELECT fence, message_count FROM {p}_threads WHERE id = $1 FOR UPDATE"
-            ),
-            update_thread_counters: format!(
-                "UPDATE {p}_threads SET fence = $2, message_count = $3, updated_at = now()
-                 WHERE id = $1"
-            ),
-            update_fence: format!(
-                "UPDATE {p}_threads SET fence = $2, updated_at = now() WHERE id = $1"
-            ),
+            checkpoint: write::checkpoint_statement(p),
+            fence: write::fence_statement(p),
+            current_fence: format!("SELECT fence FROM {p}_threads WHERE id = $1"),
             share_lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR SHARE"),
             thread_exists: format!("SELECT EXISTS (SELECT 1 FROM {p}_threads WHERE id = $1)"),
             load_head: format!("SELECT data, fence FROM {p}_threads WHERE id = $1"),
@@ -203,23 +233,10 @@ impl Statements {
             all_messages: format!(
                 "SELECT data FROM {p}_messages WHERE thread_id = $1 ORDER BY seq"
             ),
-            insert_messages: format!(
-                "INSERT INTO {p}_messages (thread_id, seq, internal, data)
-                 SELECT $1, $2 + m.ord, m.internal, m.data
-                 FROM UNNEST($3::jsonb[], $4::bool[]) WITH ORDINALITY AS m(data, internal, ord)"
-            ),
             insert_run: format!(
                 "INSERT INTO {p}_runs (id, thread_id, status, created_at, data)
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING"
             ),
-            upsert_run: format!(
-                "INSERT INTO {p}_runs AS r (id, thread_id, status, created_at, data)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,
-                     created_at = EXCLUDED.created_at, data = EXCLUDED.data, updated_at = now()
-                 WHERE r.thread_id = EXCLUDED.thread_id"
-            ),
-            run_owner: format!("SELECT thread_id FROM {p}_runs WHERE id = $1"),
             load_run: format!("SELECT data FROM {p}_runs WHERE id = $1"),
             latest_run: latest,
             count_runs: format!(
@@ -232,10 +249,6 @@ impl Statements {
                  WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
                    AND ($3::text IS NULL OR data->>'agent_id' = $3)
                  ORDER BY created_at, id OFFSET $4 LIMIT $5"
-            ),
-            upsert_state: format!(
-                "INSERT INTO {p}_state (thread_id, data) VALUES ($1, $2)
-                 ON CONFLICT (thread_id) DO UPDATE SET data = EXCLUDED.data, updated_at = now()"
             ),
             load_state: format!("SELECT data FROM {p}_state WHERE thread_id = $1"),
             get_profile: format!(
@@ -318,32 +331,12 @@ impl PostgresStore {
         Ok(Self::build(pool, prefix))
     }
 
-    /// How long a writing transaction may hold a thread's row lock while its
-    /// client is silent, and how long a writer waits for that lock, unless
-    /// [`PostgresStore::with_write_hold_limit`] says otherwise.
-    pub const DEFAULT_WRITE_HOLD_LIMIT: Duration = Duration::from_secs(2);
-
     fn build(pool: PgPool, prefix: &str) -> Self {
         Self {
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
-            begin_write: begin_write(Self::DEFAULT_WRITE_HOLD_LIMIT).into(),
         }
-    }
-
-    /// Bounds how long a writing transaction may stay open while its client says
-    /// nothing (`idle_in_transaction_session_timeout`: the server ends the session
-    /// and rolls it back) and how long a writer waits for a thread's row lock
-    /// (`lock_timeout`). A node paused in the middle of a checkpoint would
-    /// otherwise keep the thread's row locked for the whole pause, so the next
-    /// owner could not raise the fence, and commit after it resumed. Keep it below
-    /// the shard lease TTL: then a paused owner's transaction is gone before
-    /// another node can own the thread. At least one millisecond.
-    #[must_use]
-    pub fn with_write_hold_limit(mut self, limit: Duration) -> Self {
-        self.begin_write = begin_write(limit).into();
-        self
     }
 
     /// The table prefix.
@@ -403,13 +396,10 @@ impl PostgresStore {
             .map(|_| ())
     }
 
-    /// A writing transaction, bounded by the write hold limit.
+    /// A writing transaction (bounded by the pool's write hold limit).
     async fn begin(&self) -> Result<Tx, StorageError> {
         self.ready().await?;
-        self.pool
-            .begin_with(AssertSqlSafe(Arc::clone(&self.begin_write)))
-            .await
-            .map_err(db_error)
+        self.pool.begin().await.map_err(db_error)
     }
 
     /// A read-only transaction that sees one snapshot for all its statements.
@@ -419,33 +409,6 @@ impl PostgresStore {
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(db_error)
-    }
-
-    /// Locks the thread row and reads `(fence, message_count)`, first inserting an empty
-    /// thread if there is none (checkpoint and fence create threads). The insert is rolled
-    /// back with the transaction if the write is then refused.
-    async fn lock_counters(&self, tx: &mut Tx, id: &ThreadId) -> Result<(u64, u64), StorageError> {
-        for _ in 0..2 {
-            let row: Option<(i64, i64)> = sqlx::query_as(sql(&self.sql.lock_thread_counters))
-                .bind(id.as_str())
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(db_error)?;
-            if let Some((fence, message_count)) = row {
-                return Ok((unsigned(fence), unsigned(message_count)));
-            }
-            // Absent: insert it. A concurrent creator makes this a no-op that waits for
-            // the other transaction, after which the row is there to lock.
-            sqlx::query(sql(&self.sql.insert_thread))
-                .bind(id.as_str())
-                .bind(Json(implicit_thread(id, now_millis())))
-                .execute(&mut **tx)
-                .await
-                .map_err(db_error)?;
-        }
-        Err(StorageError::Io(format!(
-            "postgres: thread `{id}` vanished while being written"
-        )))
     }
 
     async fn latest_run_in(
@@ -462,91 +425,6 @@ impl PostgresStore {
     }
 
     /// Upserts `run` for its thread; `AlreadyExists` if another thread owns the run id.
-    async fn upsert_run(&self, tx: &mut Tx, run: &RunRecord) -> Result<(), StorageError> {
-        let upserted = sqlx::query(sql(&self.sql.upsert_run))
-            .bind(run.run_id.as_str())
-            .bind(run.thread_id.as_str())
-            .bind(run.status.as_str())
-            .bind(bigint("run created_at", run.created_at)?)
-            .bind(Json(run))
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        if upserted.rows_affected() == 1 {
-            return Ok(());
-        }
-        let owner: Option<String> = sqlx::query_scalar(sql(&self.sql.run_owner))
-            .bind(run.run_id.as_str())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        Err(StorageError::AlreadyExists(match owner {
-            Some(owner) => format!("run `{}` belongs to thread `{owner}`", run.run_id),
-            None => format!("run `{}`", run.run_id),
-        }))
-    }
-
-    async fn checkpoint_in(
-        &self,
-        tx: &mut Tx,
-        checkpoint: &Checkpoint,
-    ) -> Result<(), StorageError> {
-        let id = &checkpoint.thread_id;
-        let fencing = bigint("fencing token", checkpoint.fencing.0)?;
-        let (fence, message_count) = self.lock_counters(tx, id).await?;
-        check_checkpoint(checkpoint, FencingToken(fence), message_count)?;
-        if !checkpoint.new_messages.is_empty() {
-            let data: Vec<Json<&Message>> = checkpoint.new_messages.iter().map(Json).collect();
-            let internal: Vec<bool> = checkpoint
-                .new_messages
-                .iter()
-                .map(Message::is_internal)
-                .collect();
-            sqlx::query(sql(&self.sql.insert_messages))
-                .bind(id.as_str())
-                .bind(bigint("message count", message_count)?)
-                .bind(data)
-                .bind(internal)
-                .execute(&mut **tx)
-                .await
-                .map_err(db_error)?;
-        }
-        self.upsert_run(tx, &checkpoint.run).await?;
-        sqlx::query(sql(&self.sql.upsert_state))
-            .bind(id.as_str())
-            .bind(Json(&checkpoint.state))
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        let new_count = message_count + checkpoint.new_messages.len() as u64;
-        sqlx::query(sql(&self.sql.update_thread_counters))
-            .bind(id.as_str())
-            .bind(fencing)
-            .bind(bigint("message count", new_count)?)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        Ok(())
-    }
-
-    async fn fence_in(
-        &self,
-        tx: &mut Tx,
-        id: &ThreadId,
-        token: FencingToken,
-    ) -> Result<(), StorageError> {
-        let value = bigint("fencing token", token.0)?;
-        let (fence, _) = self.lock_counters(tx, id).await?;
-        check_fence(token, FencingToken(fence))?;
-        sqlx::query(sql(&self.sql.update_fence))
-            .bind(id.as_str())
-            .bind(value)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        Ok(())
-    }
-
     async fn snapshot_in(
         &self,
         tx: &mut Tx,
@@ -847,13 +725,11 @@ impl ThreadRunStore for PostgresStore {
     }
 
     async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
-        let mut tx = self.begin().await?;
-        in_transaction!(tx, self.checkpoint_in(&mut tx, &checkpoint).await)
+        self.write_checkpoint(&checkpoint).await
     }
 
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
-        let mut tx = self.begin().await?;
-        in_transaction!(tx, self.fence_in(&mut tx, id, token).await)
+        self.write_fence(id, token).await
     }
 }
 
@@ -892,15 +768,6 @@ impl ProfileStore for PostgresStore {
             .map_err(db_error)?;
         Ok(())
     }
-}
-
-/// The statement that opens a writing transaction: `BEGIN` and, in the same round
-/// trip, the transaction's limits on silent clients and lock waits.
-fn begin_write(limit: Duration) -> String {
-    let ms = limit.as_millis().clamp(1, i32::MAX as u128);
-    format!(
-        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
-    )
 }
 
 /// The latest run of thread `thread` (a parameter or column), as
@@ -945,11 +812,14 @@ fn connect_options(url: &str) -> Result<PgConnectOptions, StorageError> {
 }
 
 impl PostgresStore {
-    /// Connects a small pool to `url` and returns a store using the default prefix.
-    pub async fn connect(url: &str) -> Result<Self, StorageError> {
+    /// Connects a pool to `url` as `settings` say and returns a store using the
+    /// default prefix.
+    pub async fn connect(url: &str, settings: PoolSettings) -> Result<Self, StorageError> {
+        let options = connect_options(url)?.options(settings.session_options());
         let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(connect_options(url)?)
+            .connect_with(options)
             .await
             .map_err(db_error)?;
         Ok(Self::new(pool))
