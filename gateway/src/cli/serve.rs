@@ -219,8 +219,10 @@ async fn open_store(
                 .await
                 .map_err(|e| invalid("store.path", e))?,
         ),
-        StoreConfig::Postgres { url } => {
-            let store = PostgresStore::connect(url, super::pool_settings(lease_ttl))
+        StoreConfig::Postgres { url, pool_size } => {
+            let mut settings = super::pool_settings(lease_ttl);
+            settings.max_connections = *pool_size;
+            let store = PostgresStore::connect(url, settings)
                 .await
                 .map_err(|e| invalid("store.url", e))?;
             store

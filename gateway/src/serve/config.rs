@@ -76,8 +76,21 @@ pub enum StoreConfig {
     Postgres {
         /// Connection URL; `?options=-c%20search_path%3DSCHEMA` picks a schema.
         url: String,
+        /// Connections at most: checkpoints of different threads run in
+        /// parallel over them.
+        #[serde(default = "default_pool_size")]
+        pool_size: u32,
     },
 }
+
+/// The PostgreSQL pool's size unless configured.
+fn default_pool_size() -> u32 {
+    awaken_actors::store::PoolSettings::default().max_connections
+}
+
+/// The largest pool a node may ask for (PostgreSQL's own default
+/// `max_connections` is 100, shared by every node).
+const MAX_POOL_SIZE: u32 = 1000;
 
 /// Cluster membership.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +192,13 @@ impl ServeConfig {
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
+        if let StoreConfig::Postgres { pool_size, .. } = self.store
+            && !(1..=MAX_POOL_SIZE).contains(&pool_size)
+        {
+            return Err(ConfigError(format!(
+                "store.pool_size must be between 1 and {MAX_POOL_SIZE}"
+            )));
+        }
         if self.cluster.is_some() && !matches!(self.store, StoreConfig::Postgres { .. }) {
             return refuse(
                 "a cluster needs a store every node shares: set store.kind = \"postgres\"",
@@ -279,6 +299,26 @@ mod tests {
     }
 
     #[test]
+    fn the_postgres_pool_size_defaults_and_can_be_set() {
+        let toml = file("[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\n");
+        let config = ServeConfig::load(Some(toml.path()), env(&[])).unwrap();
+        assert_eq!(
+            config.store,
+            StoreConfig::Postgres {
+                url: "postgres://x".into(),
+                pool_size: 16
+            }
+        );
+        let config =
+            ServeConfig::load(Some(toml.path()), env(&[("AWAKEN_STORE__POOL_SIZE", "40")]))
+                .unwrap();
+        assert!(matches!(
+            config.store,
+            StoreConfig::Postgres { pool_size: 40, .. }
+        ));
+    }
+
+    #[test]
     fn mistakes_are_refused_with_what_is_wrong() {
         for (text, expected) in [
             ("[server]\nadress = \"x\"\n", "adress"),
@@ -297,6 +337,14 @@ mod tests {
                 "body_read_timeout_secs",
             ),
             ("[cluster]\nnats_url = \"nats://x\"\n", "postgres"),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\npool_size = 0\n",
+                "store.pool_size",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\npool_size = 5000\n",
+                "store.pool_size",
+            ),
             ("[server\n", "TOML"),
         ] {
             let error = ServeConfig::load(Some(file(text).path()), env(&[]))
