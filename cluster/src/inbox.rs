@@ -47,9 +47,7 @@ impl KvRunInbox {
             bucket: ensure_bucket(js, &spec).await?,
         })
     }
-}
 
-impl KvRunInbox {
     /// The entry as the bucket's stream leader has it. A KV read is a direct
     /// get, which any replica may answer: one that restarted or lags says "not
     /// found" for an entry written moments ago, and a run whose input seems gone
@@ -82,11 +80,11 @@ impl RunInbox for KvRunInbox {
 
     async fn get(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
         let payload = match self.bucket.get(key(run_id)).await.map_err(unavailable)? {
-            Some(payload) => payload,
-            None => match self.get_from_leader(run_id).await? {
-                Some(payload) => payload,
-                None => return Ok(None),
-            },
+            Some(payload) => Some(payload),
+            None => self.get_from_leader(run_id).await?,
+        };
+        let Some(payload) = payload else {
+            return Ok(None);
         };
         codec::decode(&payload).map(Some).map_err(unavailable)
     }
