@@ -139,7 +139,7 @@ impl Head {
         }
     }
 
-    /// The greatest run by `latest_order_key`.
+    /// The latest run: the greatest unfinished one, else the greatest.
     fn latest_run_id(&self) -> Option<&RunId> {
         self.runs
             .iter()

@@ -7,17 +7,17 @@
 //! the catalog (`RwLock`: which threads exist, in creation order), a thread's slot
 //! (`Mutex`), and the run index (`RwLock`: which thread owns each run id).
 
-use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
 
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread,
-    latest_order_key, now_millis, page_of, page_runs, run_owned_elsewhere, stamped_new_thread,
-    thread_not_found, updated_metadata,
+    ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread, now_millis,
+    page_of, page_runs, run_order_key, run_owned_elsewhere, stamped_new_thread, thread_not_found,
+    updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -60,7 +60,11 @@ struct ThreadData {
     /// Boxed: most threads hold one or two runs, and a map sized for a few
     /// records inline kept ~1 KB of empty slots per thread.
     runs: FastHashMap<RunId, Box<RunRecord>>,
+    /// The greatest run by [`run_order_key`].
     latest: Option<RunId>,
+    /// The runs not done yet (usually none or one): the latest run is the
+    /// greatest of these when there is any (see `ThreadRunStore::latest_run`).
+    unfinished: BTreeSet<RunId>,
     deleted: bool,
 }
 
@@ -73,34 +77,52 @@ impl ThreadData {
             fence: FencingToken::ZERO,
             runs: FastHashMap::default(),
             latest: None,
+            unfinished: BTreeSet::new(),
             deleted: false,
         }
     }
 
     fn latest_run(&self) -> Option<&RunRecord> {
+        let unfinished = self
+            .unfinished
+            .iter()
+            .filter_map(|id| self.runs.get(id))
+            .max_by(|a, b| run_order_key(a).cmp(&run_order_key(b)));
+        unfinished
+            .or_else(|| self.latest.as_ref().and_then(|id| self.runs.get(id)))
+            .map(Box::as_ref)
+    }
+
+    /// The greatest run by [`run_order_key`].
+    fn greatest_run(&self) -> Option<&RunRecord> {
         self.latest
             .as_ref()
             .and_then(|id| self.runs.get(id))
             .map(Box::as_ref)
     }
 
-    /// Inserts or replaces a run, keeping `latest` the greatest by [`latest_order_key`].
+    /// Inserts or replaces a run, keeping `latest` the greatest by `(created_at,
+    /// run_id)` and `unfinished` the runs not done.
     fn upsert_run(&mut self, run: RunRecord) {
         let run_id = run.run_id.clone();
         let was_latest = self.latest.as_ref() == Some(&run_id);
         let beats_latest = self
-            .latest_run()
-            .is_none_or(|latest| latest_order_key(&run) >= latest_order_key(latest));
+            .greatest_run()
+            .is_none_or(|latest| run_order_key(&run) >= run_order_key(latest));
+        if run.status.is_terminal() {
+            self.unfinished.remove(&run_id);
+        } else {
+            self.unfinished.insert(run_id.clone());
+        }
         self.runs.insert(run_id.clone(), Box::new(run));
         if beats_latest {
             self.latest = Some(run_id);
         } else if was_latest {
-            // The latest run moved back (it ended, or back in time): find the
-            // new maximum.
+            // The latest run moved back in time: find the new maximum.
             self.latest = self
                 .runs
                 .values()
-                .max_by(|a, b| latest_order_key(a).cmp(&latest_order_key(b)))
+                .max_by(|a, b| run_order_key(a).cmp(&run_order_key(b)))
                 .map(|run| run.run_id.clone());
         }
     }

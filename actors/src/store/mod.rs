@@ -330,15 +330,10 @@ pub(crate) fn updated_metadata(
     metadata
 }
 
-/// The order runs are listed in.
+/// The order runs are listed in; a thread's latest run is the greatest of its
+/// unfinished runs, else of all (see [`ThreadRunStore::latest_run`]).
 pub(crate) fn run_order_key(run: &RunRecord) -> (u64, &RunId) {
     (run.created_at, &run.run_id)
-}
-
-/// The order a thread's "latest" run is the greatest of (see
-/// [`ThreadRunStore::latest_run`]): unfinished runs first.
-pub(crate) fn latest_order_key(run: &RunRecord) -> (bool, u64, &RunId) {
-    (!run.status.is_terminal(), run.created_at, &run.run_id)
 }
 
 /// The fence and count checks every store runs before a checkpoint writes anything.
