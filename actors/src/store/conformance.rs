@@ -70,6 +70,13 @@ macro_rules! thread_run_store_conformance {
             ))
             .await;
         }
+
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_snapshot_is_one_moment() {
+            let (store, _guard) = $fixture.await;
+            $crate::store::conformance::a_snapshot_is_one_moment(::std::sync::Arc::new(store))
+                .await;
+        }
     };
     (@each $fixture:expr; $($rule:ident),* $(,)?) => {
         $(
@@ -1246,6 +1253,50 @@ pub async fn concurrent_checkpoints_one_wins<S: ThreadRunStore>(store: Arc<S>) {
             None
         );
     }
+}
+
+/// A snapshot read while checkpoints land shows one moment: its messages, state and
+/// latest run are those of the same checkpoint.
+pub async fn a_snapshot_is_one_moment<S: ThreadRunStore>(store: Arc<S>) {
+    const CHECKPOINTS: u32 = 40;
+    let id = tid("t-moment");
+    let writer = {
+        let store = Arc::clone(&store);
+        let id = id.clone();
+        tokio::spawn(async move {
+            for step in 1..=CHECKPOINTS {
+                let mut record = run(&id, "r-moment", 1);
+                record.steps = step;
+                let cp = checkpoint(
+                    &id,
+                    0,
+                    u64::from(step - 1),
+                    user_messages(&format!("s{step}-"), 1),
+                    record,
+                );
+                store.checkpoint(cp).await.unwrap();
+            }
+        })
+    };
+    let mut seen = 0;
+    while seen < CHECKPOINTS {
+        let Some(snapshot) = store.load_thread_snapshot(&id).await.unwrap() else {
+            continue;
+        };
+        let steps = snapshot.latest_run.as_ref().map_or(0, |run| run.steps);
+        assert_eq!(
+            snapshot.messages.len(),
+            steps as usize,
+            "messages of another moment"
+        );
+        assert_eq!(
+            snapshot.state,
+            Some(state(u64::from(steps))),
+            "state of another moment"
+        );
+        seen = steps;
+    }
+    writer.await.unwrap();
 }
 
 // ---------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::types::Json;
-use sqlx::{AssertSqlSafe, Postgres, Transaction};
+use sqlx::{AssertSqlSafe, Connection, Postgres, Transaction};
 use tokio::sync::OnceCell;
 
 use super::{
@@ -60,6 +60,9 @@ use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
+
+/// A pooled connection idle this long is pinged before it is used again (decision 0051).
+const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
 
 /// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
 const MAX_PREFIX_LEN: usize = 40;
@@ -128,15 +131,13 @@ struct Statements {
     current_fence: String,
     share_lock_thread: String,
     thread_exists: String,
-    load_head: String,
+    snapshot: String,
     page_messages: String,
-    all_messages: String,
     insert_run: String,
     load_run: String,
     latest_run: String,
     count_runs: String,
     page_runs: String,
-    load_state: String,
     get_profile: String,
     put_profile: String,
     delete_profile: String,
@@ -224,14 +225,19 @@ impl Statements {
             current_fence: format!("SELECT fence FROM {p}_threads WHERE id = $1"),
             share_lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR SHARE"),
             thread_exists: format!("SELECT EXISTS (SELECT 1 FROM {p}_threads WHERE id = $1)"),
-            load_head: format!("SELECT data, fence FROM {p}_threads WHERE id = $1"),
+            snapshot: format!(
+                "SELECT t.data, t.fence,
+                        ARRAY(SELECT m.data FROM {p}_messages m
+                              WHERE m.thread_id = t.id ORDER BY m.seq),
+                        (SELECT s.data FROM {p}_state s WHERE s.thread_id = t.id),
+                        ({latest_of_t})
+                 FROM {p}_threads t WHERE t.id = $1",
+                latest_of_t = latest_run_of(p, "t.id"),
+            ),
             page_messages: format!(
                 "SELECT seq, data FROM {p}_messages
                  WHERE thread_id = $1 AND seq > $2 AND ($3 OR NOT internal)
                  ORDER BY seq LIMIT $4"
-            ),
-            all_messages: format!(
-                "SELECT data FROM {p}_messages WHERE thread_id = $1 ORDER BY seq"
             ),
             insert_run: format!(
                 "INSERT INTO {p}_runs (id, thread_id, status, created_at, data)
@@ -250,7 +256,6 @@ impl Statements {
                    AND ($3::text IS NULL OR data->>'agent_id' = $3)
                  ORDER BY created_at, id OFFSET $4 LIMIT $5"
             ),
-            load_state: format!("SELECT data FROM {p}_state WHERE thread_id = $1"),
             get_profile: format!(
                 "SELECT data FROM {p}_profiles WHERE namespace = $1 AND key = $2"
             ),
@@ -315,6 +320,15 @@ fn validate_prefix(prefix: &str) -> Result<(), StorageError> {
 }
 
 type Tx = Transaction<'static, Postgres>;
+
+/// A thread's snapshot as one row: data, fence, messages, state, latest run.
+type SnapshotRow = (
+    Json<Thread>,
+    i64,
+    Vec<Json<Message>>,
+    Option<Json<PersistedState>>,
+    Option<Json<RunRecord>>,
+);
 
 impl PostgresStore {
     /// The table prefix the book documents.
@@ -409,52 +423,6 @@ impl PostgresStore {
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(db_error)
-    }
-
-    async fn latest_run_in(
-        &self,
-        tx: &mut Tx,
-        thread_id: &ThreadId,
-    ) -> Result<Option<RunRecord>, StorageError> {
-        let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.latest_run))
-            .bind(thread_id.as_str())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        Ok(row.map(|Json(run)| run))
-    }
-
-    /// Upserts `run` for its thread; `AlreadyExists` if another thread owns the run id.
-    async fn snapshot_in(
-        &self,
-        tx: &mut Tx,
-        id: &ThreadId,
-    ) -> Result<Option<ThreadSnapshot>, StorageError> {
-        let head: Option<(Json<Thread>, i64)> = sqlx::query_as(sql(&self.sql.load_head))
-            .bind(id.as_str())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        let Some((Json(thread), fence)) = head else {
-            return Ok(None);
-        };
-        let messages: Vec<Json<Message>> = sqlx::query_scalar(sql(&self.sql.all_messages))
-            .bind(id.as_str())
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        let state: Option<Json<PersistedState>> = sqlx::query_scalar(sql(&self.sql.load_state))
-            .bind(id.as_str())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        Ok(Some(ThreadSnapshot {
-            thread,
-            messages: messages.into_iter().map(|Json(m)| m).collect(),
-            state: state.map(|Json(s)| s),
-            latest_run: self.latest_run_in(tx, id).await?,
-            fence: FencingToken(unsigned(fence)),
-        }))
     }
 
     async fn list_runs_in(&self, tx: &mut Tx, query: &RunQuery) -> Result<RunPage, StorageError> {
@@ -661,8 +629,23 @@ impl ThreadRunStore for PostgresStore {
         &self,
         id: &ThreadId,
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
-        let mut tx = self.begin_snapshot().await?;
-        in_transaction!(tx, self.snapshot_in(&mut tx, id).await)
+        self.ready().await?;
+        // One statement reads with one snapshot: its parts agree without a
+        // transaction, in one round trip.
+        let row: Option<SnapshotRow> = sqlx::query_as(sql(&self.sql.snapshot))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(
+            |(Json(thread), fence, messages, state, latest_run)| ThreadSnapshot {
+                thread,
+                messages: messages.into_iter().map(|Json(m)| m).collect(),
+                state: state.map(|Json(s)| s),
+                latest_run: latest_run.map(|Json(run)| run),
+                fence: FencingToken(unsigned(fence)),
+            },
+        ))
     }
 
     async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
@@ -819,6 +802,18 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
+            // sqlx pings every connection it hands out: a round trip more per
+            // statement. One used a moment ago is alive; only one idle for a while
+            // (it may have outlived a server restart) is pinged first.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_WHEN_IDLE_FOR {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await
             .map_err(db_error)?;
