@@ -290,6 +290,25 @@ pub trait ThreadRunStore: Send + Sync + 'static {
     /// with `Fenced`. An unknown thread is created empty, so the fence holds even before
     /// its first checkpoint.
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError>;
+
+    /// What this store has sent to its database so far, for benchmarks and
+    /// metrics; `None` for a store without one (memory, files).
+    fn io_counts(&self) -> Option<StoreIoCounts> {
+        None
+    }
+}
+
+/// Totals of a database-backed store's traffic since it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StoreIoCounts {
+    /// Checkpoints written or refused.
+    pub checkpoints: u64,
+    /// Statements sent and answered, `BEGIN`/`COMMIT`/`ROLLBACK` included.
+    pub statements: u64,
+    /// Waits for the server: the statements plus pings of idle connections (the
+    /// one extra round trip in which a connection first prepares a statement is
+    /// not counted).
+    pub round_trips: u64,
 }
 
 /// `limit` clamped to `1..=MAX_PAGE_LIMIT`, as the HTTP API documents.

@@ -38,6 +38,7 @@
 //! inside one cannot keep a thread locked from the next owner.
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
 
+mod stats;
 mod write;
 
 use std::str::FromStr;
@@ -45,14 +46,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, Connection, Postgres, Transaction};
 use tokio::sync::OnceCell;
 
 use super::{
-    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoredMessage,
-    ThreadRunStore, ThreadSnapshot, ThreadSummary, now_millis, stamped_new_thread,
+    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
+    StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, now_millis, stamped_new_thread,
     thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
@@ -60,6 +61,7 @@ use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
+use stats::StoreStats;
 
 /// A pooled connection idle this long is pinged before it is used again (decision 0051).
 const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
@@ -74,6 +76,7 @@ pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
     schema_ready: Arc<OnceCell<()>>,
+    stats: Arc<StoreStats>,
 }
 
 /// How [`PostgresStore::connect`] sets up its connection pool.
@@ -346,11 +349,29 @@ impl PostgresStore {
     }
 
     fn build(pool: PgPool, prefix: &str) -> Self {
+        Self::counted_by(pool, prefix, Arc::default())
+    }
+
+    fn counted_by(pool: PgPool, prefix: &str, stats: Arc<StoreStats>) -> Self {
         Self {
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
+            stats,
         }
+    }
+
+    /// The pool, to send one statement on: every statement goes through here or
+    /// [`Self::send_in`], so it is counted.
+    fn send(&self) -> &PgPool {
+        self.stats.statement();
+        &self.pool
+    }
+
+    /// The transaction's connection, to send one statement on (counted).
+    fn send_in<'t>(&self, tx: &'t mut Tx) -> &'t mut PgConnection {
+        self.stats.statement();
+        tx
     }
 
     /// The table prefix.
@@ -366,17 +387,17 @@ impl PostgresStore {
     /// Creates the tables and indexes if absent. Idempotent; safe to run from several
     /// processes at once. Operations call it themselves before their first query.
     pub async fn ensure_schema(&self) -> Result<(), StorageError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut tx = self.send().begin().await.map_err(db_error)?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
             .bind(format!("awaken-schema:{}", self.sql.prefix))
-            .execute(&mut *tx)
+            .execute(self.send_in(&mut tx))
             .await
             .map_err(db_error)?;
         // The URL may name a schema (`search_path`) that does not exist yet:
         // PostgreSQL then has nowhere to create the tables, so create it first.
         let (missing, search_path): (bool, String) =
             sqlx::query_as("SELECT current_schema() IS NULL, current_setting('search_path')")
-                .fetch_one(&mut *tx)
+                .fetch_one(self.send_in(&mut tx))
                 .await
                 .map_err(db_error)?;
         if missing {
@@ -390,16 +411,17 @@ impl PostgresStore {
                 "CREATE SCHEMA IF NOT EXISTS {}",
                 quote_identifier(&schema)
             )))
-            .execute(&mut *tx)
+            .execute(self.send_in(&mut tx))
             .await
             .map_err(db_error)?;
         }
         for statement in &self.sql.schema {
             sqlx::query(sql(statement))
-                .execute(&mut *tx)
+                .execute(self.send_in(&mut tx))
                 .await
                 .map_err(db_error)?;
         }
+        self.stats.statement();
         tx.commit().await.map_err(db_error)
     }
 
@@ -413,13 +435,13 @@ impl PostgresStore {
     /// A writing transaction (bounded by the pool's write hold limit).
     async fn begin(&self) -> Result<Tx, StorageError> {
         self.ready().await?;
-        self.pool.begin().await.map_err(db_error)
+        self.send().begin().await.map_err(db_error)
     }
 
     /// A read-only transaction that sees one snapshot for all its statements.
     async fn begin_snapshot(&self) -> Result<Tx, StorageError> {
         self.ready().await?;
-        self.pool
+        self.send()
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(db_error)
@@ -433,7 +455,7 @@ impl PostgresStore {
             .bind(thread_id)
             .bind(status)
             .bind(agent_id)
-            .fetch_one(&mut **tx)
+            .fetch_one(self.send_in(tx))
             .await
             .map_err(db_error)?;
         let runs: Vec<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.page_runs))
@@ -442,7 +464,7 @@ impl PostgresStore {
             .bind(agent_id)
             .bind(count(query.offset))
             .bind(count(query.effective_limit()))
-            .fetch_all(&mut **tx)
+            .fetch_all(self.send_in(tx))
             .await
             .map_err(db_error)?;
         Ok(RunPage {
@@ -454,8 +476,9 @@ impl PostgresStore {
 
 /// Runs `work` in `tx`, committing on success and rolling back on error.
 macro_rules! in_transaction {
-    ($tx:ident, $work:expr) => {{
+    ($store:ident, $tx:ident, $work:expr) => {{
         let result = $work;
+        $store.stats.statement();
         match result {
             Ok(value) => {
                 $tx.commit().await.map_err(db_error)?;
@@ -478,7 +501,7 @@ impl ThreadRunStore for PostgresStore {
         let inserted = sqlx::query(sql(&self.sql.insert_thread))
             .bind(thread.id.as_str())
             .bind(Json(stamped_new_thread(thread, now_millis())))
-            .execute(&self.pool)
+            .execute(self.send())
             .await
             .map_err(db_error)?;
         if inserted.rows_affected() == 0 {
@@ -494,7 +517,7 @@ impl ThreadRunStore for PostgresStore {
         self.ready().await?;
         let row: Option<Json<Thread>> = sqlx::query_scalar(sql(&self.sql.load_thread))
             .bind(id.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.send())
             .await
             .map_err(db_error)?;
         Ok(row.map(|Json(thread)| thread))
@@ -506,11 +529,11 @@ impl ThreadRunStore for PostgresStore {
         metadata: ThreadMetadata,
     ) -> Result<(), StorageError> {
         let mut tx = self.begin().await?;
-        in_transaction!(tx, {
+        in_transaction!(self, tx, {
             async {
                 let row: Option<Json<Thread>> = sqlx::query_scalar(sql(&self.sql.lock_thread_data))
                     .bind(id.as_str())
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(self.send_in(&mut tx))
                     .await
                     .map_err(db_error)?;
                 let Json(mut thread) = row.ok_or_else(|| thread_not_found(id))?;
@@ -518,7 +541,7 @@ impl ThreadRunStore for PostgresStore {
                 sqlx::query(sql(&self.sql.update_thread_data))
                     .bind(id.as_str())
                     .bind(Json(&thread))
-                    .execute(&mut *tx)
+                    .execute(self.send_in(&mut tx))
                     .await
                     .map_err(db_error)?;
                 Ok(())
@@ -531,7 +554,7 @@ impl ThreadRunStore for PostgresStore {
         self.ready().await?;
         let deleted = sqlx::query(sql(&self.sql.delete_thread))
             .bind(id.as_str())
-            .execute(&self.pool)
+            .execute(self.send())
             .await
             .map_err(db_error)?;
         if deleted.rows_affected() == 0 {
@@ -549,7 +572,7 @@ impl ThreadRunStore for PostgresStore {
         let ids: Vec<String> = sqlx::query_scalar(sql(&self.sql.list_threads))
             .bind(count(offset))
             .bind(count(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(self.send())
             .await
             .map_err(db_error)?;
         ids.into_iter()
@@ -567,7 +590,7 @@ impl ThreadRunStore for PostgresStore {
             sqlx::query_as(sql(&self.sql.list_summaries))
                 .bind(count(offset))
                 .bind(count(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(self.send())
                 .await
                 .map_err(db_error)?;
         Ok(rows
@@ -592,13 +615,13 @@ impl ThreadRunStore for PostgresStore {
             .bind(bigint("cursor", query.cursor.unwrap_or(0)).unwrap_or(i64::MAX))
             .bind(query.include_internal)
             .bind(count(limit + 1))
-            .fetch_all(&self.pool)
+            .fetch_all(self.send())
             .await
             .map_err(db_error)?;
         if rows.is_empty() {
             let exists: bool = sqlx::query_scalar(sql(&self.sql.thread_exists))
                 .bind(id.as_str())
-                .fetch_one(&self.pool)
+                .fetch_one(self.send())
                 .await
                 .map_err(db_error)?;
             if !exists {
@@ -634,7 +657,7 @@ impl ThreadRunStore for PostgresStore {
         // transaction, in one round trip.
         let row: Option<SnapshotRow> = sqlx::query_as(sql(&self.sql.snapshot))
             .bind(id.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.send())
             .await
             .map_err(db_error)?;
         Ok(row.map(
@@ -651,11 +674,11 @@ impl ThreadRunStore for PostgresStore {
     async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
         let created_at = bigint("run created_at", record.created_at)?;
         let mut tx = self.begin().await?;
-        in_transaction!(tx, {
+        in_transaction!(self, tx, {
             async {
                 let thread: Option<i32> = sqlx::query_scalar(sql(&self.sql.share_lock_thread))
                     .bind(record.thread_id.as_str())
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(self.send_in(&mut tx))
                     .await
                     .map_err(db_error)?;
                 if thread.is_none() {
@@ -667,7 +690,7 @@ impl ThreadRunStore for PostgresStore {
                     .bind(record.status.as_str())
                     .bind(created_at)
                     .bind(Json(record))
-                    .execute(&mut *tx)
+                    .execute(self.send_in(&mut tx))
                     .await
                     .map_err(db_error)?;
                 if inserted.rows_affected() == 0 {
@@ -686,7 +709,7 @@ impl ThreadRunStore for PostgresStore {
         self.ready().await?;
         let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.load_run))
             .bind(run_id.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.send())
             .await
             .map_err(db_error)?;
         Ok(row.map(|Json(run)| run))
@@ -696,7 +719,7 @@ impl ThreadRunStore for PostgresStore {
         self.ready().await?;
         let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.latest_run))
             .bind(thread_id.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.send())
             .await
             .map_err(db_error)?;
         Ok(row.map(|Json(run)| run))
@@ -704,7 +727,7 @@ impl ThreadRunStore for PostgresStore {
 
     async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
         let mut tx = self.begin_snapshot().await?;
-        in_transaction!(tx, self.list_runs_in(&mut tx, query).await)
+        in_transaction!(self, tx, self.list_runs_in(&mut tx, query).await)
     }
 
     async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
@@ -713,6 +736,10 @@ impl ThreadRunStore for PostgresStore {
 
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
         self.write_fence(id, token).await
+    }
+
+    fn io_counts(&self) -> Option<StoreIoCounts> {
+        Some(self.stats.counts())
     }
 }
 
@@ -723,7 +750,7 @@ impl ProfileStore for PostgresStore {
         let row: Option<Json<JsonValue>> = sqlx::query_scalar(sql(&self.sql.get_profile))
             .bind(namespace)
             .bind(key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.send())
             .await
             .map_err(db_error)?;
         Ok(row.map(|Json(value)| value))
@@ -735,7 +762,7 @@ impl ProfileStore for PostgresStore {
             .bind(namespace)
             .bind(key)
             .bind(Json(value))
-            .execute(&self.pool)
+            .execute(self.send())
             .await
             .map_err(db_error)?;
         Ok(())
@@ -746,7 +773,7 @@ impl ProfileStore for PostgresStore {
         sqlx::query(sql(&self.sql.delete_profile))
             .bind(namespace)
             .bind(key)
-            .execute(&self.pool)
+            .execute(self.send())
             .await
             .map_err(db_error)?;
         Ok(())
@@ -799,6 +826,8 @@ impl PostgresStore {
     /// default prefix.
     pub async fn connect(url: &str, settings: PoolSettings) -> Result<Self, StorageError> {
         let options = connect_options(url)?.options(settings.session_options());
+        let stats = Arc::new(StoreStats::default());
+        let pinged = Arc::clone(&stats);
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
@@ -806,9 +835,11 @@ impl PostgresStore {
             // statement. One used a moment ago is alive; only one idle for a while
             // (it may have outlived a server restart) is pinged first.
             .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
+            .before_acquire(move |conn, meta| {
+                let pinged = Arc::clone(&pinged);
                 Box::pin(async move {
                     if meta.idle_for >= PING_WHEN_IDLE_FOR {
+                        pinged.ping();
                         conn.ping().await?;
                     }
                     Ok(true)
@@ -817,7 +848,7 @@ impl PostgresStore {
             .connect_with(options)
             .await
             .map_err(db_error)?;
-        Ok(Self::new(pool))
+        Ok(Self::counted_by(pool, Self::DEFAULT_PREFIX, stats))
     }
 }
 
@@ -1061,5 +1092,56 @@ mod tests {
             bigint("token", u64::MAX),
             Err(StorageError::InvalidInput(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn statements_and_round_trips_are_counted_as_sent() {
+        use crate::store::conformance::{checkpoint, run, tid, user_messages};
+
+        let (store, _guard) = PostgresStore::for_tests().await;
+        store.ready().await.unwrap();
+        let id = tid("t-counted");
+        let sent = |before: StoreIoCounts| {
+            let now = store.io_counts().unwrap();
+            (
+                now.checkpoints - before.checkpoints,
+                now.statements - before.statements,
+                now.round_trips - before.round_trips,
+            )
+        };
+
+        let before = store.io_counts().unwrap();
+        store
+            .checkpoint(checkpoint(
+                &id,
+                0,
+                0,
+                user_messages("m", 2),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(sent(before), (1, 1, 1), "a checkpoint is one statement");
+
+        let before = store.io_counts().unwrap();
+        let refused = store
+            .checkpoint(checkpoint(
+                &id,
+                0,
+                0,
+                user_messages("m", 1),
+                run(&id, "r1", 1),
+            ))
+            .await;
+        assert!(matches!(refused, Err(StorageError::VersionConflict { .. })));
+        assert_eq!(sent(before), (1, 1, 1), "a refused checkpoint too");
+
+        let before = store.io_counts().unwrap();
+        assert!(store.load_thread_snapshot(&id).await.unwrap().is_some());
+        assert_eq!(sent(before), (0, 1, 1), "a snapshot is one statement");
+
+        let before = store.io_counts().unwrap();
+        store.create_run(&run(&id, "r2", 2)).await.unwrap();
+        assert_eq!(sent(before), (0, 4, 4), "BEGIN, lock, insert, COMMIT");
     }
 }

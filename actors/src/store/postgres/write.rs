@@ -119,6 +119,7 @@ impl PostgresStore {
         checkpoint: &Checkpoint,
     ) -> Result<(), StorageError> {
         self.ready().await?;
+        self.stats.checkpoint();
         let id = &checkpoint.thread_id;
         let run = &checkpoint.run;
         check_run_thread(run, id)?;
@@ -147,7 +148,7 @@ impl PostgresStore {
                 .bind(created_at)
                 .bind(Json(run))
                 .bind(Json(&checkpoint.state))
-                .fetch_one(&self.pool)
+                .fetch_one(self.send())
                 .await
                 .map_err(db_error)?;
             if seen.0 {
@@ -178,7 +179,7 @@ impl PostgresStore {
                 .bind(id.as_str())
                 .bind(&thread)
                 .bind(value)
-                .fetch_optional(&self.pool)
+                .fetch_optional(self.send())
                 .await
                 .map_err(db_error)?;
             if written.is_some() {
@@ -186,7 +187,7 @@ impl PostgresStore {
             }
             let current: Option<i64> = sqlx::query_scalar(sql(&self.sql.current_fence))
                 .bind(id.as_str())
-                .fetch_optional(&self.pool)
+                .fetch_optional(self.send())
                 .await
                 .map_err(db_error)?;
             if let Some(current) = current {
