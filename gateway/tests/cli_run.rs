@@ -319,3 +319,88 @@ fn bench_http_measures_its_own_server_and_the_in_process_run() {
     assert!(field("server_page_faults_per_run") > 0.0, "{report}");
     assert!(field("inprocess_page_faults_per_run") > 0.0, "{report}");
 }
+
+/// Where the PostgreSQL benchmark runs unless `AWAKEN_TEST_POSTGRES_URL` says otherwise.
+fn test_postgres_url() -> String {
+    std::env::var("AWAKEN_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+#[test]
+fn bench_http_on_postgres_counts_what_a_run_sends_beside_the_reference() {
+    let url = test_postgres_url();
+    let output = awaken(
+        &[
+            "bench",
+            "http",
+            "--store",
+            "postgres",
+            "--postgres-url",
+            &url,
+            "--runs",
+            "100",
+            "--concurrency",
+            "4",
+            "--quiet",
+        ],
+        None,
+    );
+    let lines = stdout_lines(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{lines:#?}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(report["store"], "postgres", "{report}");
+    assert_eq!(report["runs"], 100);
+    assert_eq!(report["errors"], 0);
+    let field = |name: &str| {
+        report[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} in {report}"))
+    };
+    // Run start, the tool step's end, run end; plus the thread's creation and
+    // the thread actor's snapshot read.
+    assert_eq!(field("checkpoints_per_run"), 3.0, "{report}");
+    assert_eq!(field("statements_per_run"), 5.0, "{report}");
+    assert!(field("round_trips_per_run") >= 5.0, "{report}");
+    assert!(field("reference_tx_per_s") > 0.0, "{report}");
+    let expected_ratio =
+        field("runs_per_s") * field("checkpoints_per_run") / field("reference_tx_per_s");
+    assert!(
+        (field("ratio_to_reference") - expected_ratio).abs() < 0.001,
+        "{report}"
+    );
+    assert!(report.get("inprocess_cpu_us_per_run").is_none(), "{report}");
+}
+
+#[test]
+fn bench_http_on_postgres_needs_a_url_and_its_own_server() {
+    let missing = awaken(&["bench", "http", "--store", "postgres", "--quiet"], None);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("--postgres-url"),
+        "{missing:?}"
+    );
+    let url = test_postgres_url();
+    let external = awaken(
+        &[
+            "bench",
+            "http",
+            "--store",
+            "postgres",
+            "--postgres-url",
+            &url,
+            "--url",
+            "http://127.0.0.1:9",
+            "--quiet",
+        ],
+        None,
+    );
+    assert_ne!(external.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&external.stderr);
+    assert!(stderr.contains("leave out --url"), "{stderr}");
+    assert!(!stderr.contains(&url), "the database URL is not echoed: {stderr}");
+}

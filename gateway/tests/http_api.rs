@@ -777,26 +777,9 @@ async fn every_stream_of_a_burst_starts_with_its_run_start_however_many_runs_end
     }
 }
 
-/// A single node with the demo agents on a PostgreSQL store (a fresh schema).
-async fn postgres_server() -> (TestServer, awaken_actors::store::TestSchema) {
-    let (store, schema) = awaken_actors::store::PostgresStore::for_tests().await;
-    let builder = awaken_gateway::demo::builder(
-        awaken_actors::thread::ThreadConfig::default(),
-        std::sync::Arc::new(awaken_gateway::demo::FakeFiles::with_demo_files()),
-        awaken_gateway::demo::Journal::default(),
-    )
-    .unwrap()
-    .with_thread_run_store(std::sync::Arc::new(store));
-    let node = awaken_cluster::local::LocalNode::start(builder, Default::default())
-        .await
-        .unwrap();
-    let server = TestServer::serve(std::sync::Arc::new(node), ServerConfig::default()).await;
-    (server, schema)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nul_characters_and_oversized_decisions_are_refused_before_they_reach_the_store() {
-    let (server, _schema) = postgres_server().await;
+    let (server, _schema) = TestServer::on_postgres().await;
     let (thread_id, run_id, call_id, _) = suspended_demo_run(&server).await;
     let path = format!("/v1/runs/{run_id}/decision");
     let nul = "bad\u{0}byte";

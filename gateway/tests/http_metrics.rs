@@ -114,3 +114,43 @@ async fn metrics_need_an_api_key_when_keys_are_configured() {
     );
     server.shutdown().await;
 }
+
+/// One W run on a new thread: the thread's creation, the actor's snapshot read
+/// and three checkpoints (run start, the tool step's end, run end), each one
+/// statement in one round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_reports_what_it_sends() {
+    let (server, _schema) = TestServer::on_postgres().await;
+    let one_run = || async {
+        let run = server
+            .post(
+                "/v1/runs",
+                json!({"agentId": "bench", "messages": user("go")}),
+            )
+            .await;
+        assert_eq!(run.status(), StatusCode::OK);
+        EventReader::new(run).rest().await;
+    };
+    let counts = |text: &str| {
+        ["checkpoints", "statements", "round_trips"]
+            .map(|name| sample(text, &format!("awaken_store_{name}_total ")).unwrap())
+    };
+    // The first run also creates the schema.
+    one_run().await;
+    let before = counts(&scrape(&server, None).await.2);
+    one_run().await;
+    let after = counts(&scrape(&server, None).await.2);
+    let sent: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        sent,
+        [3.0, 5.0, 5.0],
+        "checkpoints, statements, round trips"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_memory_store_reports_no_database_traffic() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let (_, _, text) = scrape(&server, None).await;
+    assert_eq!(sample(&text, "awaken_store_statements_total "), Some(0.0));
+}

@@ -30,10 +30,12 @@ impl AwakenChild {
     pub(crate) async fn start(
         exe: &Path,
         args: &[&str],
+        env: &[(&str, &str)],
         deadline: Duration,
     ) -> Result<(Self, String)> {
         let mut child = Command::new(exe)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -120,7 +122,7 @@ mod tests {
     async fn a_child_that_ends_unready_is_explained_by_its_stderr() {
         let script =
             "for i in $(seq 1 30); do echo noise $i >&2; done; echo 'error: no schema' >&2; exit 3";
-        let error = AwakenChild::start(Path::new("sh"), &["-c", script], DEADLINE)
+        let error = AwakenChild::start(Path::new("sh"), &["-c", script], &[], DEADLINE)
             .await
             .unwrap_err()
             .to_string();
@@ -135,7 +137,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_stdout_line_is_handed_back() {
         let script = "echo starting >&2; echo '{\"event\":\"ready\"}'; exec sleep 30";
-        let (child, first) = AwakenChild::start(Path::new("sh"), &["-c", script], DEADLINE)
+        let (child, first) = AwakenChild::start(Path::new("sh"), &["-c", script], &[], DEADLINE)
             .await
             .unwrap();
         assert_eq!(first, r#"{"event":"ready"}"#);

@@ -143,7 +143,7 @@ impl NodeSetup {
             "--lease-ttl-s",
             &ttl,
         ];
-        let (child, ready) = AwakenChild::start(&self.exe, &args, SETUP_DEADLINE).await?;
+        let (child, ready) = AwakenChild::start(&self.exe, &args, &[], SETUP_DEADLINE).await?;
         if !ready.contains(r#""event":"ready""#) {
             return Err(bench_error(format!(
                 "node {id} did not start (check --postgres-url and --nats-url): {ready:?}"

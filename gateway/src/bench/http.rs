@@ -28,9 +28,12 @@ use awaken_actors::AgentId;
 use awaken_actors::thread::ThreadConfig;
 use serde_json::{Value as JsonValue, json};
 
+use awaken_actors::store::StoreIoCounts;
+
 use super::BenchOptions;
 use super::child::AwakenChild;
 use super::driver::{RunSample, drive};
+use super::postgres::{self, BenchSchema};
 use super::report::BenchReport;
 use super::workload_w;
 use crate::demo;
@@ -50,11 +53,47 @@ fn bench_error(error: impl std::fmt::Display) -> GatewayError {
     GatewayError::Bench(error.to_string())
 }
 
-/// Drives workload W over HTTP against `url`, or against a server it starts.
-pub async fn run(url: Option<&str>, options: &BenchOptions) -> Result<BenchReport> {
+/// The store of the server `awaken bench http` starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpStore {
+    /// The embedded default: threads in memory.
+    Memory,
+    /// PostgreSQL at this URL, in a schema the benchmark creates and drops.
+    Postgres(String),
+}
+
+/// Drives workload W over HTTP against `url`, or against a server it starts on
+/// `store`.
+pub async fn run(
+    url: Option<&str>,
+    store: &HttpStore,
+    options: &BenchOptions,
+) -> Result<BenchReport> {
+    match (url, store) {
+        (_, HttpStore::Memory) => measure(url, None, options).await,
+        (Some(_), HttpStore::Postgres(_)) => Err(bench_error(
+            "--store postgres measures a server the benchmark starts: leave out --url",
+        )),
+        (None, HttpStore::Postgres(database)) => {
+            let schema = BenchSchema::create(database).await?;
+            let measured = measure(None, Some(schema.url()), options).await;
+            let dropped = schema.drop_now().await;
+            let report = measured?;
+            dropped?;
+            Ok(report)
+        }
+    }
+}
+
+/// [`run`], with the child's PostgreSQL URL (its schema set) when it runs on one.
+async fn measure(
+    url: Option<&str>,
+    postgres: Option<String>,
+    options: &BenchOptions,
+) -> Result<BenchReport> {
     let mut server = match url {
         Some(_) => None,
-        None => Some(ServerChild::start().await?),
+        None => Some(ServerChild::start(postgres.as_deref()).await?),
     };
     let base = match (&server, url) {
         (Some(server), _) => server.base.clone(),
@@ -87,14 +126,22 @@ pub async fn run(url: Option<&str>, options: &BenchOptions) -> Result<BenchRepor
         return Err(bench_error(format!("warm-up run failed: {error}")));
     }
 
+    let sent_before = match postgres {
+        Some(_) => Some(store_counts_of(&client, &base).await?),
+        None => None,
+    };
     let server_pid = server.as_ref().and_then(ServerChild::pid);
     let server_before = server_pid.map(ProcessUsage::of).transpose()?;
     let client_before = ProcessUsage::of_self()?;
     let driven = drive(NAME, options.runs, options.concurrency, options, job).await?;
-    let client = ProcessUsage::of_self()?.since(&client_before);
+    let client_usage = ProcessUsage::of_self()?.since(&client_before);
     let server_usage = match (server_pid, server_before) {
         (Some(pid), Some(before)) => Some(ProcessUsage::of(pid)?.since(&before)),
         _ => None,
+    };
+    let sent = match sent_before {
+        Some(before) => Some(since(store_counts_of(&client, &base).await?, before)),
+        None => None,
     };
     if let Some(server) = server.take() {
         server.stop().await;
@@ -104,31 +151,98 @@ pub async fn run(url: Option<&str>, options: &BenchOptions) -> Result<BenchRepor
     let mut report = driven
         .report(NAME, options.concurrency)
         .with("url", base)
-        .with("client_cpu_us_per_run", client.cpu_micros() / runs);
+        .with("client_cpu_us_per_run", client_usage.cpu_micros() / runs);
     if let Some(server) = server_usage {
-        let (inprocess, inprocess_runs) = inprocess_usage(options).await?;
-        let server_per_run = server.cpu_micros() / runs;
-        let inprocess_per_run = inprocess.cpu_micros() / inprocess_runs;
         report = report
-            .with("server_cpu_us_per_run", server_per_run)
-            .with("inprocess_cpu_us_per_run", inprocess_per_run)
-            .with(
-                "gateway_cpu_us_per_run",
-                i64::try_from(server_per_run).unwrap_or(i64::MAX)
-                    - i64::try_from(inprocess_per_run).unwrap_or(i64::MAX),
-            )
+            .with("server_cpu_us_per_run", server.cpu_micros() / runs)
             .with("server_sys_cpu_us_per_run", server.system_micros / runs)
-            .with(
-                "inprocess_sys_cpu_us_per_run",
-                inprocess.system_micros / inprocess_runs,
-            )
-            .with("server_page_faults_per_run", server.faults_per(runs))
-            .with(
-                "inprocess_page_faults_per_run",
-                inprocess.faults_per(inprocess_runs),
-            );
+            .with("server_page_faults_per_run", server.faults_per(runs));
+    }
+    match (postgres, sent) {
+        (Some(url), Some(sent)) => {
+            let checkpoints_per_run = per_run(sent.checkpoints, runs);
+            let transactions = (options.runs as f64 * checkpoints_per_run.max(1.0)).ceil() as usize;
+            let reference =
+                postgres::reference(&url, transactions, options.concurrency, options).await?;
+            let reference_tx_per_s = reference.report(NAME, options.concurrency).runs_per_s;
+            let ratio = if reference_tx_per_s > 0.0 {
+                report.runs_per_s * checkpoints_per_run / reference_tx_per_s
+            } else {
+                0.0
+            };
+            report = report
+                .with("store", "postgres")
+                .with("checkpoints_per_run", checkpoints_per_run)
+                .with("statements_per_run", per_run(sent.statements, runs))
+                .with("round_trips_per_run", per_run(sent.round_trips, runs))
+                .with("reference_tx_per_s", reference_tx_per_s)
+                .with("ratio_to_reference", (ratio * 1000.0).round() / 1000.0);
+        }
+        _ if server_usage.is_some() => {
+            report = with_inprocess_usage(report, options, server_usage, runs).await?;
+        }
+        _ => {}
     }
     Ok(report)
+}
+
+/// Adds the in-process figures beside the server's (the memory store only: the
+/// in-process run keeps its threads in memory too).
+async fn with_inprocess_usage(
+    report: BenchReport,
+    options: &BenchOptions,
+    server: Option<ProcessUsage>,
+    runs: u64,
+) -> Result<BenchReport> {
+    let Some(server) = server else {
+        return Ok(report);
+    };
+    let (inprocess, inprocess_runs) = inprocess_usage(options).await?;
+    let server_per_run = server.cpu_micros() / runs;
+    let inprocess_per_run = inprocess.cpu_micros() / inprocess_runs;
+    Ok(report
+        .with("inprocess_cpu_us_per_run", inprocess_per_run)
+        .with(
+            "gateway_cpu_us_per_run",
+            i64::try_from(server_per_run).unwrap_or(i64::MAX)
+                - i64::try_from(inprocess_per_run).unwrap_or(i64::MAX),
+        )
+        .with(
+            "inprocess_sys_cpu_us_per_run",
+            inprocess.system_micros / inprocess_runs,
+        )
+        .with(
+            "inprocess_page_faults_per_run",
+            inprocess.faults_per(inprocess_runs),
+        ))
+}
+
+/// `count / runs`, to two decimals.
+fn per_run(count: u64, runs: u64) -> f64 {
+    (count as f64 / runs.max(1) as f64 * 100.0).round() / 100.0
+}
+
+/// The counts sent after `before`.
+fn since(now: StoreIoCounts, before: StoreIoCounts) -> StoreIoCounts {
+    StoreIoCounts {
+        checkpoints: now.checkpoints.saturating_sub(before.checkpoints),
+        statements: now.statements.saturating_sub(before.statements),
+        round_trips: now.round_trips.saturating_sub(before.round_trips),
+    }
+}
+
+/// The server's store counters, from its `/metrics`.
+async fn store_counts_of(client: &reqwest::Client, base: &str) -> Result<StoreIoCounts> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .map_err(bench_error)?
+        .text()
+        .await
+        .map_err(bench_error)?;
+    postgres::store_counts(&text)
+        .ok_or_else(|| bench_error("the server's /metrics has no store counters"))
 }
 
 /// One run: POST, read the stream to its end, check the finish.
@@ -259,10 +373,18 @@ struct ServerChild {
 }
 
 impl ServerChild {
-    async fn start() -> Result<Self> {
+    /// Starts the server, on the PostgreSQL store at `postgres` if given.
+    async fn start(postgres: Option<&str>) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let args = ["serve", "--address", "127.0.0.1:0"];
-        let (child, line) = AwakenChild::start(&exe, &args, START_DEADLINE).await?;
+        let env: Vec<(&str, &str)> = match postgres {
+            Some(url) => vec![
+                ("AWAKEN_STORE__KIND", "postgres"),
+                ("AWAKEN_STORE__URL", url),
+            ],
+            None => Vec::new(),
+        };
+        let (child, line) = AwakenChild::start(&exe, &args, &env, START_DEADLINE).await?;
         let listening: JsonValue = serde_json::from_str(&line)
             .map_err(|_| bench_error(format!("awaken serve did not start: {line:?}")))?;
         let address = listening["address"]

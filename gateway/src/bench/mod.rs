@@ -37,6 +37,7 @@ pub mod hitl;
 pub mod hitl_remote;
 pub mod http;
 pub mod idle_threads;
+mod postgres;
 pub mod report;
 pub mod sequential;
 pub mod workload_w;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use crate::bench::http::HttpStore;
 use crate::bench::{self, BenchOptions, Scenario};
 use crate::error::{GatewayError, Result};
 
@@ -50,9 +51,35 @@ pub struct HttpArgs {
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The store of the server the benchmark starts. `postgres` also measures the
+    /// database's reference (single-row upserts) and counts the store's
+    /// checkpoints, statements and round trips per run.
+    #[arg(long, value_enum, default_value_t = HttpStoreKind::Memory)]
+    pub store: HttpStoreKind,
+    /// The database for `--store postgres`; the benchmark works in a schema of its
+    /// own there and drops it after.
+    #[arg(long, value_name = "URL", required_if_eq("store", "postgres"))]
+    pub postgres_url: Option<String>,
+}
+
+/// The stores `awaken bench http --store` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HttpStoreKind {
+    /// Threads in memory (the embedded default).
+    Memory,
+    /// PostgreSQL (`--postgres-url`).
+    Postgres,
 }
 
 impl HttpArgs {
+    /// The store these flags ask for.
+    pub fn store(&self) -> HttpStore {
+        match (self.store, &self.postgres_url) {
+            (HttpStoreKind::Postgres, Some(url)) => HttpStore::Postgres(url.clone()),
+            _ => HttpStore::Memory,
+        }
+    }
+
     /// The sizes and limits these flags ask for.
     pub fn options(&self) -> BenchOptions {
         BenchOptions {
@@ -224,7 +251,8 @@ pub(super) async fn execute(args: BenchArgs) -> Result<u8> {
         BenchTarget::Local(local) => local,
         BenchTarget::Cluster(cluster) => return execute_cluster(cluster).await,
         BenchTarget::Http(http) => {
-            let report = bench::http::run(http.url.as_deref(), &http.options()).await?;
+            let report =
+                bench::http::run(http.url.as_deref(), &http.store(), &http.options()).await?;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", report.to_json_line())?;
             stdout.flush()?;

@@ -1,8 +1,10 @@
 //! Prometheus metrics of one server: its HTTP traffic, recorded by a middleware,
 //! and its node's threads, read when scraped (`GET /metrics`).
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use awaken_actors::store::StoreIoCounts;
 use awaken_cluster::RunControl;
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
@@ -47,6 +49,47 @@ pub struct Metrics {
     in_flight: Gauge,
     live_threads: Gauge,
     warm_threads: Gauge,
+    store: StoreCounters,
+}
+
+/// The thread store's traffic to its database, copied from the store when scraped.
+#[derive(Debug, Default)]
+struct StoreCounters {
+    checkpoints: Counter,
+    statements: Counter,
+    round_trips: Counter,
+}
+
+impl StoreCounters {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "store_checkpoints",
+            "Checkpoints the PostgreSQL store wrote or refused (0 on other stores)",
+            self.checkpoints.clone(),
+        );
+        registry.register(
+            "store_statements",
+            "SQL statements the PostgreSQL store sent, BEGIN and COMMIT included",
+            self.statements.clone(),
+        );
+        registry.register(
+            "store_round_trips",
+            "Waits of the PostgreSQL store for its server: statements and pings",
+            self.round_trips.clone(),
+        );
+    }
+
+    fn copy(&self, counts: StoreIoCounts) {
+        self.checkpoints
+            .inner()
+            .store(counts.checkpoints, Ordering::Relaxed);
+        self.statements
+            .inner()
+            .store(counts.statements, Ordering::Relaxed);
+        self.round_trips
+            .inner()
+            .store(counts.round_trips, Ordering::Relaxed);
+    }
 }
 
 impl Default for Metrics {
@@ -91,6 +134,8 @@ impl Metrics {
             "Passivated threads whose state this node still caches",
             warm_threads.clone(),
         );
+        let store = StoreCounters::default();
+        store.register(&mut registry);
         Self {
             registry,
             requests,
@@ -98,6 +143,7 @@ impl Metrics {
             in_flight,
             live_threads,
             warm_threads,
+            store,
         }
     }
 
@@ -108,6 +154,9 @@ impl Metrics {
             .set(i64::try_from(runtime.live_threads()).unwrap_or(i64::MAX));
         self.warm_threads
             .set(i64::try_from(runtime.warm_threads()).unwrap_or(i64::MAX));
+        if let Some(counts) = control.store().io_counts() {
+            self.store.copy(counts);
+        }
         let mut text = String::new();
         encode(&mut text, &self.registry)?;
         Ok(text)

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use awaken_actors::contract::{AgentEvent, StreamEvent};
+use awaken_actors::store::{PostgresStore, TestSchema};
 use awaken_actors::thread::ThreadConfig;
 use awaken_cluster::RunControl;
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
@@ -43,6 +44,26 @@ impl TestServer {
         .unwrap();
         let node = LocalNode::start(builder, node).await.unwrap();
         Self::serve(Arc::new(node), config).await
+    }
+
+    /// A single node with the demo agents on a PostgreSQL store (a fresh schema,
+    /// dropped with the returned guard).
+    pub async fn on_postgres() -> (Self, TestSchema) {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let builder = demo::builder(
+            ThreadConfig::default(),
+            Arc::new(FakeFiles::with_demo_files()),
+            Journal::default(),
+        )
+        .unwrap()
+        .with_thread_run_store(Arc::new(store));
+        let node = LocalNode::start(builder, LocalNodeConfig::default())
+            .await
+            .unwrap();
+        (
+            Self::serve(Arc::new(node), ServerConfig::default()).await,
+            schema,
+        )
     }
 
     /// Serves `control` on a free loopback port.

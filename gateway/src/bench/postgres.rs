@@ -1,0 +1,202 @@
+//! `awaken bench http --store postgres`: a schema of the benchmark's own, the
+//! store's traffic read from the server's `/metrics`, and the database's physical
+//! reference measured in the same process run.
+//!
+//! The reference is what the database does on this machine without the runtime:
+//! single-row upserts of a 1.5 KB row, each its own transaction, through a pool set
+//! up as the server's store sets up its own ([`PostgresStore::connect`] with the
+//! default [`PoolSettings`]), at the benchmark's concurrency. The ratio the report
+//! gives (`ratio_to_reference`) is the runs' checkpoints per second over the
+//! reference's transactions per second.
+
+use awaken_actors::store::{PoolSettings, PostgresStore, StoreIoCounts};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+
+use super::BenchOptions;
+use super::driver::{Driven, RunSample, drive};
+use crate::error::{GatewayError, Result};
+
+/// The reference's name in progress lines.
+const REFERENCE: &str = "postgres-reference";
+/// Rows the reference spreads its upserts over.
+const REFERENCE_ROWS: usize = 100_000;
+/// The reference row's size: about a checkpoint's run record, state and messages.
+const REFERENCE_ROW_BYTES: usize = 1_536;
+/// Upserts before the measured ones, so connections and caches are warm.
+const REFERENCE_WARM_UP: usize = 200;
+
+fn bench_error(error: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Bench(error.to_string())
+}
+
+/// A fresh schema in the user's database, dropped by [`Self::drop_now`].
+pub(crate) struct BenchSchema {
+    url: String,
+    name: String,
+}
+
+impl BenchSchema {
+    /// Creates `awaken_bench_<uuid>` in the database `url` names.
+    pub(crate) async fn create(url: &str) -> Result<Self> {
+        if url.contains("options=") {
+            return Err(bench_error(
+                "--postgres-url: leave `options` out: the benchmark sets the search_path \
+                 to a schema of its own",
+            ));
+        }
+        let name = format!("awaken_bench_{}", uuid::Uuid::now_v7().simple());
+        let schema = Self {
+            url: url.to_owned(),
+            name,
+        };
+        let mut admin = schema.admin().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE SCHEMA {}",
+            schema.name
+        )))
+        .execute(&mut admin)
+        .await
+        .map_err(|e| bench_error(format!("cannot create the benchmark's schema: {e}")))?;
+        let _ = admin.close().await;
+        Ok(schema)
+    }
+
+    /// The user's URL with the search path set to this schema.
+    pub(crate) fn url(&self) -> String {
+        let separator = if self.url.contains('?') { '&' } else { '?' };
+        format!(
+            "{}{separator}options=-c%20search_path%3D{}",
+            self.url, self.name
+        )
+    }
+
+    /// Drops the schema with everything in it.
+    pub(crate) async fn drop_now(self) -> Result<()> {
+        let mut admin = self.admin().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            self.name
+        )))
+        .execute(&mut admin)
+        .await
+        .map_err(bench_error)?;
+        let _ = admin.close().await;
+        Ok(())
+    }
+
+    async fn admin(&self) -> Result<PgConnection> {
+        let options: PgConnectOptions = self
+            .url
+            .parse()
+            .map_err(|e| bench_error(format!("--postgres-url: {e}")))?;
+        PgConnection::connect_with(&options)
+            .await
+            .map_err(|e| bench_error(format!("--postgres-url: cannot connect: {e}")))
+    }
+}
+
+/// Upserts as [`REFERENCE`] describes, `transactions` of them at `concurrency`,
+/// in `url`'s schema.
+pub(crate) async fn reference(
+    url: &str,
+    transactions: usize,
+    concurrency: usize,
+    options: &BenchOptions,
+) -> Result<Driven> {
+    let store = PostgresStore::connect(url, PoolSettings::default())
+        .await
+        .map_err(bench_error)?;
+    let pool = store.pool().clone();
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_reference (id INT PRIMARY KEY, data TEXT NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .map_err(bench_error)?;
+    let row: std::sync::Arc<str> = "x".repeat(REFERENCE_ROW_BYTES).into();
+    let job = move |i: usize| {
+        let pool = pool.clone();
+        let row = std::sync::Arc::clone(&row);
+        async move {
+            let id = i32::try_from(i % REFERENCE_ROWS).unwrap_or_default();
+            sqlx::query(
+                "INSERT INTO bench_reference (id, data) VALUES ($1, $2)
+                 ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data",
+            )
+            .bind(id)
+            .bind(&*row)
+            .execute(&pool)
+            .await
+            .map(|_| RunSample::default())
+            .map_err(|e| e.to_string())
+        }
+    };
+    let quiet = BenchOptions {
+        progress: false,
+        ..options.clone()
+    };
+    drive(
+        REFERENCE,
+        REFERENCE_WARM_UP,
+        concurrency,
+        &quiet,
+        job.clone(),
+    )
+    .await?;
+    let driven = drive(REFERENCE, transactions, concurrency, options, job).await?;
+    store.pool().close().await;
+    match &driven.first_error {
+        Some(error) => Err(bench_error(format!("the reference failed: {error}"))),
+        None => Ok(driven),
+    }
+}
+
+/// The store counters of a `/metrics` text.
+pub(crate) fn store_counts(metrics: &str) -> Option<StoreIoCounts> {
+    let value = |name: &str| -> Option<u64> {
+        let series = format!("awaken_store_{name}_total ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&series)?.trim().parse().ok())
+    };
+    Some(StoreIoCounts {
+        checkpoints: value("checkpoints")?,
+        statements: value("statements")?,
+        round_trips: value("round_trips")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn store_counts_are_read_from_the_metrics_text() {
+        let text = "# HELP awaken_store_checkpoints Checkpoints\n\
+                    # TYPE awaken_store_checkpoints counter\n\
+                    awaken_store_checkpoints_total 30\n\
+                    awaken_store_statements_total 50\n\
+                    awaken_store_round_trips_total 52\n# EOF\n";
+        assert_eq!(
+            store_counts(text),
+            Some(StoreIoCounts {
+                checkpoints: 30,
+                statements: 50,
+                round_trips: 52
+            })
+        );
+        assert_eq!(store_counts("awaken_store_checkpoints_total 3\n"), None);
+    }
+
+    #[tokio::test]
+    async fn a_url_with_its_own_options_is_refused() {
+        let refused = BenchSchema::create("postgres://h/db?options=-c%20x%3Dy").await;
+        let Err(error) = refused else {
+            panic!("a URL with options must be refused")
+        };
+        assert!(error.to_string().contains("leave `options` out"), "{error}");
+    }
+}
