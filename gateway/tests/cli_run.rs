@@ -402,5 +402,8 @@ fn bench_http_on_postgres_needs_a_url_and_its_own_server() {
     assert_ne!(external.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&external.stderr);
     assert!(stderr.contains("leave out --url"), "{stderr}");
-    assert!(!stderr.contains(&url), "the database URL is not echoed: {stderr}");
+    assert!(
+        !stderr.contains(&url),
+        "the database URL is not echoed: {stderr}"
+    );
 }
