@@ -178,10 +178,11 @@ async fn measure(
                 .with("reference_tx_per_s", reference_tx_per_s)
                 .with("ratio_to_reference", (ratio * 1000.0).round() / 1000.0);
         }
-        _ if server_usage.is_some() => {
-            report = with_inprocess_usage(report, options, server_usage, runs).await?;
+        _ => {
+            if let Some(server) = server_usage {
+                report = with_inprocess_usage(report, options, server, runs).await?;
+            }
         }
-        _ => {}
     }
     Ok(report)
 }
@@ -191,12 +192,9 @@ async fn measure(
 async fn with_inprocess_usage(
     report: BenchReport,
     options: &BenchOptions,
-    server: Option<ProcessUsage>,
+    server: ProcessUsage,
     runs: u64,
 ) -> Result<BenchReport> {
-    let Some(server) = server else {
-        return Ok(report);
-    };
     let (inprocess, inprocess_runs) = inprocess_usage(options).await?;
     let server_per_run = server.cpu_micros() / runs;
     let inprocess_per_run = inprocess.cpu_micros() / inprocess_runs;
