@@ -50,15 +50,10 @@ impl BenchSchema {
             url: url.to_owned(),
             name,
         };
-        let mut admin = schema.admin().await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE SCHEMA {}",
-            schema.name
-        )))
-        .execute(&mut admin)
-        .await
-        .map_err(|e| bench_error(format!("cannot create the benchmark's schema: {e}")))?;
-        let _ = admin.close().await;
+        schema
+            .administer(format!("CREATE SCHEMA {}", schema.name))
+            .await
+            .map_err(|e| bench_error(format!("cannot create the benchmark's schema: {e}")))?;
         Ok(schema)
     }
 
@@ -73,26 +68,26 @@ impl BenchSchema {
 
     /// Drops the schema with everything in it.
     pub(crate) async fn drop_now(self) -> Result<()> {
-        let mut admin = self.admin().await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA IF EXISTS {} CASCADE",
-            self.name
-        )))
-        .execute(&mut admin)
-        .await
-        .map_err(bench_error)?;
-        let _ = admin.close().await;
-        Ok(())
+        self.administer(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name))
+            .await
     }
 
-    async fn admin(&self) -> Result<PgConnection> {
+    /// Runs `statement` (built from the schema's generated name) on a connection
+    /// of its own to the user's database.
+    async fn administer(&self, statement: String) -> Result<()> {
         let options: PgConnectOptions = self
             .url
             .parse()
             .map_err(|e| bench_error(format!("--postgres-url: {e}")))?;
-        PgConnection::connect_with(&options)
+        let mut admin = PgConnection::connect_with(&options)
             .await
-            .map_err(|e| bench_error(format!("--postgres-url: cannot connect: {e}")))
+            .map_err(|e| bench_error(format!("--postgres-url: cannot connect: {e}")))?;
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut admin)
+            .await
+            .map_err(bench_error)?;
+        let _ = admin.close().await;
+        Ok(())
     }
 }
 
