@@ -18,7 +18,7 @@ use async_nats::jetstream;
 use awaken_actors::RunId;
 use awaken_actors::ThreadId;
 use awaken_actors::contract::Message;
-use awaken_actors::mailbox::RunInbox;
+use awaken_actors::mailbox::{MailboxError, RunInbox};
 use awaken_actors::thread::RunRequest;
 use awaken_cluster::KvRunInbox;
 use awaken_cluster::testing::NatsCluster;
@@ -46,6 +46,25 @@ async fn put(inbox: &KvRunInbox, run_id: &RunId, request: &RunRequest) {
     }
 }
 
+/// Reads `run_id` through `inbox`, retrying (bounded) while the restarted
+/// server's stream has no leader yet, as the mailbox worker gives a dispatch
+/// back and retries when the inbox is unavailable. Only found or not found is
+/// an answer.
+async fn get(inbox: &KvRunInbox, run_id: &RunId) -> Option<RunRequest> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match inbox.get(run_id).await {
+            Ok(found) => return found,
+            Err(MailboxError::Unavailable(error)) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "get failed: {error}"
+            ),
+            Err(error) => panic!("get failed: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inputs_are_found_through_a_restarted_server_and_removed_ones_are_not() {
     let mut nats = NatsCluster::start().await.unwrap();
@@ -67,7 +86,7 @@ async fn inputs_are_found_through_a_restarted_server_and_removed_ones_are_not() 
     let behind = KvRunInbox::open(&reader, BUCKET, 3).await.unwrap();
     let mut missing = Vec::new();
     for (i, (run_id, request)) in runs.iter().enumerate() {
-        match behind.get(run_id).await.unwrap() {
+        match get(&behind, run_id).await {
             Some(found) => assert_eq!(found.messages, request.messages),
             None => missing.push(i),
         }
@@ -75,7 +94,7 @@ async fn inputs_are_found_through_a_restarted_server_and_removed_ones_are_not() 
     assert!(missing.is_empty(), "inputs not found: {missing:?}");
 
     // What is not there is still not found, and a removed input is gone.
-    assert!(behind.get(&RunId::generate()).await.unwrap().is_none());
+    assert!(get(&behind, &RunId::generate()).await.is_none());
     inbox.remove(&runs[0].0).await.unwrap();
-    assert!(behind.get(&runs[0].0).await.unwrap().is_none());
+    assert!(get(&behind, &runs[0].0).await.is_none());
 }
