@@ -98,6 +98,7 @@ async fn a_paused_owner_neither_blocks_the_next_owner_nor_commits_after_it() {
     let settings = PoolSettings {
         max_connections: 1,
         write_hold_limit: Duration::from_millis(500),
+        ..PoolSettings::default()
     };
     let stale_pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)

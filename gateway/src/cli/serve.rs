@@ -219,9 +219,14 @@ async fn open_store(
                 .await
                 .map_err(|e| invalid("store.path", e))?,
         ),
-        StoreConfig::Postgres { url, pool_size } => {
+        StoreConfig::Postgres {
+            url,
+            pool_size,
+            checkpoint_writers,
+        } => {
             let mut settings = super::pool_settings(lease_ttl);
             settings.max_connections = *pool_size;
+            settings.checkpoint_writers = *checkpoint_writers;
             let store = PostgresStore::connect(url, settings)
                 .await
                 .map_err(|e| invalid("store.url", e))?;

@@ -80,12 +80,21 @@ pub enum StoreConfig {
         /// parallel over them.
         #[serde(default = "default_pool_size")]
         pool_size: u32,
+        /// Checkpoint batches in flight at once; checkpoints arriving meanwhile
+        /// go together in the next batch (decision 0052).
+        #[serde(default = "default_checkpoint_writers")]
+        checkpoint_writers: usize,
     },
 }
 
 /// The PostgreSQL pool's size unless configured.
 fn default_pool_size() -> u32 {
     awaken_actors::store::PoolSettings::default().max_connections
+}
+
+/// Checkpoint batches in flight unless configured.
+fn default_checkpoint_writers() -> usize {
+    awaken_actors::store::PoolSettings::default().checkpoint_writers
 }
 
 /// The largest pool a node may ask for (PostgreSQL's own default
@@ -192,12 +201,22 @@ impl ServeConfig {
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
-        if let StoreConfig::Postgres { pool_size, .. } = self.store
-            && !(1..=MAX_POOL_SIZE).contains(&pool_size)
+        if let StoreConfig::Postgres {
+            pool_size,
+            checkpoint_writers,
+            ..
+        } = self.store
         {
-            return Err(ConfigError(format!(
-                "store.pool_size must be between 1 and {MAX_POOL_SIZE}"
-            )));
+            if !(1..=MAX_POOL_SIZE).contains(&pool_size) {
+                return Err(ConfigError(format!(
+                    "store.pool_size must be between 1 and {MAX_POOL_SIZE}"
+                )));
+            }
+            if !(1..=pool_size as usize).contains(&checkpoint_writers) {
+                return Err(ConfigError(format!(
+                    "store.checkpoint_writers must be between 1 and store.pool_size ({pool_size})"
+                )));
+            }
         }
         if self.cluster.is_some() && !matches!(self.store, StoreConfig::Postgres { .. }) {
             return refuse(
@@ -306,7 +325,8 @@ mod tests {
             config.store,
             StoreConfig::Postgres {
                 url: "postgres://x".into(),
-                pool_size: 16
+                pool_size: 16,
+                checkpoint_writers: 2,
             }
         );
         let config =
@@ -315,6 +335,18 @@ mod tests {
         assert!(matches!(
             config.store,
             StoreConfig::Postgres { pool_size: 40, .. }
+        ));
+        let config = ServeConfig::load(
+            Some(toml.path()),
+            env(&[("AWAKEN_STORE__CHECKPOINT_WRITERS", "1")]),
+        )
+        .unwrap();
+        assert!(matches!(
+            config.store,
+            StoreConfig::Postgres {
+                checkpoint_writers: 1,
+                ..
+            }
         ));
     }
 
@@ -344,6 +376,18 @@ mod tests {
             (
                 "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\npool_size = 5000\n",
                 "store.pool_size",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\ncheckpoint_writers = 0\n",
+                "store.checkpoint_writers",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\npool_size = 4\ncheckpoint_writers = 5\n",
+                "store.checkpoint_writers",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\ncheckpoint_writers = \"two\"\n",
+                "\"two\"",
             ),
             ("[server\n", "TOML"),
         ] {

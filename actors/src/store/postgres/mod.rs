@@ -38,6 +38,7 @@
 //! inside one cannot keep a thread locked from the next owner.
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
 
+mod group;
 mod stats;
 mod write;
 
@@ -61,6 +62,7 @@ use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
+use group::GroupCommit;
 use stats::StoreStats;
 
 /// A pooled connection idle this long is pinged before it is used again (decision 0051).
@@ -77,6 +79,7 @@ pub struct PostgresStore {
     sql: Arc<Statements>,
     schema_ready: Arc<OnceCell<()>>,
     stats: Arc<StoreStats>,
+    commits: Arc<GroupCommit>,
 }
 
 /// How [`PostgresStore::connect`] sets up its connection pool.
@@ -94,6 +97,10 @@ pub struct PoolSettings {
     /// lease TTL: then a paused owner's write is gone before another node can own
     /// the thread. At least one millisecond.
     pub write_hold_limit: Duration,
+    /// Checkpoint batches in flight at once (decision 0052): checkpoints that
+    /// arrive while these are busy wait and go together in the next batch. More
+    /// writers, smaller batches; at least one, and at most `max_connections`.
+    pub checkpoint_writers: usize,
 }
 
 impl Default for PoolSettings {
@@ -101,6 +108,7 @@ impl Default for PoolSettings {
         Self {
             max_connections: 16,
             write_hold_limit: Duration::from_secs(2),
+            checkpoint_writers: 2,
         }
     }
 }
@@ -130,6 +138,7 @@ struct Statements {
     list_threads: String,
     list_summaries: String,
     checkpoint: String,
+    one_checkpoint: String,
     fence: String,
     current_fence: String,
     share_lock_thread: String,
@@ -224,6 +233,7 @@ impl Statements {
                 latest_of_t = latest_run_of(p, "t.id"),
             ),
             checkpoint: write::checkpoint_statement(p),
+            one_checkpoint: write::one_checkpoint_statement(p),
             fence: write::fence_statement(p),
             current_fence: format!("SELECT fence FROM {p}_threads WHERE id = $1"),
             share_lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR SHARE"),
@@ -349,11 +359,18 @@ impl PostgresStore {
     }
 
     fn build(pool: PgPool, prefix: &str) -> Self {
-        Self::counted_by(pool, prefix, Arc::default())
+        let writers = PoolSettings::default().checkpoint_writers;
+        Self::counted_by(pool, prefix, Arc::default(), writers)
     }
 
-    fn counted_by(pool: PgPool, prefix: &str, stats: Arc<StoreStats>) -> Self {
+    fn counted_by(
+        pool: PgPool,
+        prefix: &str,
+        stats: Arc<StoreStats>,
+        checkpoint_writers: usize,
+    ) -> Self {
         Self {
+            commits: Arc::new(GroupCommit::new(checkpoint_writers)),
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
@@ -731,7 +748,8 @@ impl ThreadRunStore for PostgresStore {
     }
 
     async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
-        self.write_checkpoint(&checkpoint).await
+        self.stats.checkpoint();
+        self.commits.submit(self, checkpoint).await
     }
 
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
@@ -848,7 +866,12 @@ impl PostgresStore {
             .connect_with(options)
             .await
             .map_err(db_error)?;
-        Ok(Self::counted_by(pool, Self::DEFAULT_PREFIX, stats))
+        Ok(Self::counted_by(
+            pool,
+            Self::DEFAULT_PREFIX,
+            stats,
+            settings.checkpoint_writers,
+        ))
     }
 }
 

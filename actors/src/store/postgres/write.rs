@@ -1,21 +1,26 @@
 //! Checkpoints and fences, each one statement in one round trip.
 //!
-//! A checkpoint is a single data-modifying statement run outside any explicit
-//! transaction, so PostgreSQL commits it on its own: one round trip, one commit
-//! flush. Its parts:
+//! Checkpoints are written in batches ([`group`](super::group) gathers them): one
+//! data-modifying statement, run outside any explicit transaction, writes every
+//! checkpoint of the batch, so PostgreSQL commits them together: one round trip
+//! and one commit flush for the batch. Each checkpoint is still checked on its
+//! own, in the statement's parts:
 //!
-//! 1. lock the thread row (`FOR UPDATE`; a concurrent writer queues here and then
-//!    reads the row as that writer left it);
-//! 2. decide whether the write may happen: the presented fencing token is at least
-//!    the stored one, the stored message count is the expected one, and the run
-//!    does not belong to another thread; an absent thread is created (with its
-//!    final counters) only when nothing is expected of it yet;
-//! 3. only then insert the messages, upsert the run and the state and store the
-//!    new counters.
+//! 1. lock the batch's thread rows in id order (`FOR UPDATE`; a concurrent writer
+//!    queues here and then reads the rows as that writer left them; the order
+//!    keeps two batches from locking each other out);
+//! 2. decide for each checkpoint whether it may be written: the presented fencing
+//!    token is at least the stored one, the stored message count is the expected
+//!    one, and the run does not belong to another thread; an absent thread is
+//!    created (with its final counters) only when nothing is expected of it yet;
+//! 3. only for those insert the messages, upsert the run and the state and store
+//!    the new counters.
 //!
-//! When the write may not happen the statement changes nothing and returns what
-//! it saw, from which [`refusal`] builds the same error the other stores give. A
-//! statement either runs whole or not at all, so a checkpoint stays atomic.
+//! A checkpoint that may not be written changes nothing and gets back what the
+//! statement saw, from which [`refusal`] builds the same error the other stores
+//! give; the batch's other checkpoints are written. A statement either runs whole
+//! or not at all, so every checkpoint stays atomic. A batch holds at most one
+//! checkpoint per thread.
 //!
 //! A fence is one upsert of the thread row that raises the stored token only if
 //! the presented one is at least as high.
@@ -23,7 +28,7 @@
 use sqlx::types::Json;
 
 use super::{PostgresStore, bigint, db_error, sql, unsigned};
-use crate::contract::Message;
+use crate::contract::{Message, Thread};
 use crate::error::StorageError;
 use crate::ids::ThreadId;
 use crate::store::{
@@ -31,14 +36,83 @@ use crate::store::{
     now_millis,
 };
 
-/// The checkpoint statement for tables `{p}_…`.
+/// The checkpoint statement for tables `{p}_…`, for a batch of checkpoints given
+/// as parallel arrays, one element per checkpoint:
+///
+/// `$1` thread ids, `$2` each thread's data if it must be created, `$3` fencing
+/// tokens, `$4` expected message counts, `$5` new message counts, `$6`–`$9` the
+/// runs (id, status, created_at, data), `$10` the states. The new messages come
+/// flattened: `$11` the checkpoint each belongs to (1-based), `$12` its position
+/// among that checkpoint's (1-based), `$13` the message, `$14` whether it is
+/// internal. Returns one row per checkpoint, in order: its number, whether it
+/// was written, the locked row's fence and message count (null when the thread
+/// was absent), and the other thread owning the run, if any.
+pub(super) fn checkpoint_statement(p: &str) -> String {
+    format!(
+        "WITH input AS (
+             SELECT * FROM UNNEST($1::text[], $2::jsonb[], $3::bigint[], $4::bigint[],
+                                  $5::bigint[], $6::text[], $7::text[], $8::bigint[],
+                                  $9::jsonb[], $10::jsonb[])
+                 WITH ORDINALITY AS i(id, thread, fence, expected, added, run_id, status,
+                                      created_at, run, state, n)
+         ), locked AS (
+             SELECT id, fence, message_count FROM {p}_threads
+             WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE
+         ), elsewhere AS (
+             SELECT i.n, r.thread_id FROM input i
+             JOIN {p}_runs r ON r.id = i.run_id AND r.thread_id <> i.id
+         ), created AS (
+             INSERT INTO {p}_threads (id, data, fence, message_count)
+             SELECT i.id, i.thread, i.fence, i.expected + i.added FROM input i
+             WHERE i.expected = 0
+               AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = i.id)
+               AND NOT EXISTS (SELECT 1 FROM elsewhere e WHERE e.n = i.n)
+             ORDER BY i.id
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id
+         ), counted AS (
+             UPDATE {p}_threads t
+             SET fence = i.fence, message_count = i.expected + i.added, updated_at = now()
+             FROM input i, locked l
+             WHERE t.id = i.id AND l.id = i.id
+               AND l.fence <= i.fence AND l.message_count = i.expected
+               AND NOT EXISTS (SELECT 1 FROM elsewhere e WHERE e.n = i.n)
+             RETURNING t.id
+         ), ok AS (
+             SELECT i.* FROM input i
+             WHERE i.id IN (SELECT id FROM created UNION ALL SELECT id FROM counted)
+         ), messages AS (
+             INSERT INTO {p}_messages (thread_id, seq, internal, data)
+             SELECT ok.id, ok.expected + m.ord, m.internal, m.data
+             FROM UNNEST($11::bigint[], $12::bigint[], $13::jsonb[], $14::bool[])
+                 AS m(n, ord, data, internal)
+             JOIN ok ON ok.n = m.n
+         ), run AS (
+             INSERT INTO {p}_runs AS r (id, thread_id, status, created_at, data)
+             SELECT ok.run_id, ok.id, ok.status, ok.created_at, ok.run FROM ok
+             ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,
+                 created_at = EXCLUDED.created_at, data = EXCLUDED.data, updated_at = now()
+             WHERE r.thread_id = EXCLUDED.thread_id
+         ), state AS (
+             INSERT INTO {p}_state (thread_id, data) SELECT ok.id, ok.state FROM ok
+             ON CONFLICT (thread_id) DO UPDATE SET data = EXCLUDED.data, updated_at = now()
+         )
+         SELECT i.n, EXISTS (SELECT 1 FROM ok WHERE ok.n = i.n), l.fence, l.message_count,
+                (SELECT e.thread_id FROM elsewhere e WHERE e.n = i.n LIMIT 1)
+         FROM input i LEFT JOIN locked l ON l.id = i.id
+         ORDER BY i.n"
+    )
+}
+
+/// The checkpoint statement for one checkpoint alone, the common case on a
+/// store that is not busy: the same rules as [`checkpoint_statement`] on scalar
+/// parameters, which PostgreSQL runs faster than a batch of one.
 ///
 /// `$1` thread id, `$2` the thread's data if it must be created, `$3` fencing
 /// token, `$4` expected message count, `$5`/`$6` the new messages and whether each
 /// is internal, `$7`–`$10` the run (id, status, created_at, data), `$11` the state.
-/// Returns one row: whether it wrote, the locked row's fence and message count
-/// (null when the thread was absent), and the other thread owning the run, if any.
-pub(super) fn checkpoint_statement(p: &str) -> String {
+/// Returns the row [`checkpoint_statement`] returns for it, numbered 1.
+pub(super) fn one_checkpoint_statement(p: &str) -> String {
     format!(
         "WITH locked AS (
              SELECT fence, message_count FROM {p}_threads WHERE id = $1 FOR UPDATE
@@ -74,7 +148,7 @@ pub(super) fn checkpoint_statement(p: &str) -> String {
              INSERT INTO {p}_state (thread_id, data) SELECT ok.id, $11 FROM ok
              ON CONFLICT (thread_id) DO UPDATE SET data = EXCLUDED.data, updated_at = now()
          )
-         SELECT EXISTS (SELECT 1 FROM ok),
+         SELECT 1::bigint, EXISTS (SELECT 1 FROM ok),
                 (SELECT fence FROM locked), (SELECT message_count FROM locked),
                 (SELECT thread_id FROM elsewhere LIMIT 1)"
     )
@@ -91,13 +165,14 @@ pub(super) fn fence_statement(p: &str) -> String {
     )
 }
 
-/// What a checkpoint statement saw: `(written, fence, message_count, run owner)`.
-type Seen = (bool, Option<i64>, Option<i64>, Option<String>);
+/// What the checkpoint statement saw of one checkpoint:
+/// `(number, written, fence, message_count, run owner)`.
+type Seen = (i64, bool, Option<i64>, Option<i64>, Option<String>);
 
 /// Why nothing was written, as the error the other stores give; `None` when no
 /// rule refused it (the thread appeared or vanished meanwhile: try again).
 fn refusal(checkpoint: &Checkpoint, seen: &Seen) -> Option<StorageError> {
-    let (_, fence, count, owner) = seen;
+    let (_, _, fence, count, owner) = seen;
     let locked = fence.zip(*count);
     let (fence, count) = locked.map_or((0, 0), |(f, c)| (unsigned(f), unsigned(c)));
     if let Err(refused) = check_checkpoint(checkpoint, FencingToken(fence), count) {
@@ -112,55 +187,182 @@ fn refusal(checkpoint: &Checkpoint, seen: &Seen) -> Option<StorageError> {
     None
 }
 
-impl PostgresStore {
-    /// Writes `checkpoint` in one statement (see the module docs).
-    pub(super) async fn write_checkpoint(
-        &self,
-        checkpoint: &Checkpoint,
-    ) -> Result<(), StorageError> {
-        self.ready().await?;
-        self.stats.checkpoint();
-        let id = &checkpoint.thread_id;
+/// What became of `checkpoint`, from what the statement saw of it.
+fn outcome(checkpoint: &Checkpoint, seen: &Seen) -> Outcome {
+    if seen.1 {
+        Outcome::Written
+    } else if let Some(refused) = refusal(checkpoint, seen) {
+        Outcome::Refused(refused)
+    } else {
+        Outcome::Changed
+    }
+}
+
+/// What became of one checkpoint of a batch.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// Written and committed.
+    Written,
+    /// Refused by a rule; nothing of it was written.
+    Refused(StorageError),
+    /// Neither: its thread appeared or vanished between the statement's snapshot
+    /// and its lock. Written by nobody; worth another try.
+    Changed,
+}
+
+/// A batch's checkpoints as the statement's parameter arrays.
+#[derive(Default)]
+struct Columns<'a> {
+    ids: Vec<&'a str>,
+    threads: Vec<Json<Thread>>,
+    fences: Vec<i64>,
+    expected: Vec<i64>,
+    added: Vec<i64>,
+    run_ids: Vec<&'a str>,
+    statuses: Vec<&'static str>,
+    created_at: Vec<i64>,
+    runs: Vec<Json<&'a crate::contract::RunRecord>>,
+    states: Vec<Json<&'a crate::state::PersistedState>>,
+    message_of: Vec<i64>,
+    message_ord: Vec<i64>,
+    messages: Vec<Json<&'a Message>>,
+    internal: Vec<bool>,
+}
+
+impl<'a> Columns<'a> {
+    /// Adds `checkpoint` as checkpoint number `n` (1-based).
+    fn push(&mut self, n: i64, checkpoint: &'a Checkpoint, now: u64) -> Result<(), StorageError> {
         let run = &checkpoint.run;
-        check_run_thread(run, id)?;
-        let fencing = bigint("fencing token", checkpoint.fencing.0)?;
+        check_run_thread(run, &checkpoint.thread_id)?;
+        let fence = bigint("fencing token", checkpoint.fencing.0)?;
         let expected = bigint("message count", checkpoint.expected_message_count)?;
         let created_at = bigint("run created_at", run.created_at)?;
-        let data: Vec<Json<&Message>> = checkpoint.new_messages.iter().map(Json).collect();
-        let internal: Vec<bool> = checkpoint
-            .new_messages
-            .iter()
-            .map(Message::is_internal)
-            .collect();
-        let thread = Json(implicit_thread(id, now_millis()));
-        // A second try covers a thread created or deleted by another writer
-        // between this statement's snapshot and its lock.
-        for _ in 0..2 {
-            let seen: Seen = sqlx::query_as(sql(&self.sql.checkpoint))
-                .bind(id.as_str())
-                .bind(&thread)
-                .bind(fencing)
-                .bind(expected)
-                .bind(&data)
-                .bind(&internal)
-                .bind(run.run_id.as_str())
-                .bind(run.status.as_str())
-                .bind(created_at)
-                .bind(Json(run))
-                .bind(Json(&checkpoint.state))
-                .fetch_one(self.send())
-                .await
-                .map_err(db_error)?;
-            if seen.0 {
-                return Ok(());
-            }
-            if let Some(refused) = refusal(checkpoint, &seen) {
-                return Err(refused);
+        let added = i64::try_from(checkpoint.new_messages.len())
+            .map_err(|_| StorageError::InvalidInput("too many messages".to_owned()))?;
+        self.ids.push(checkpoint.thread_id.as_str());
+        self.threads
+            .push(Json(implicit_thread(&checkpoint.thread_id, now)));
+        self.fences.push(fence);
+        self.expected.push(expected);
+        self.added.push(added);
+        self.run_ids.push(run.run_id.as_str());
+        self.statuses.push(run.status.as_str());
+        self.created_at.push(created_at);
+        self.runs.push(Json(run));
+        self.states.push(Json(&checkpoint.state));
+        for (ord, message) in (1..).zip(&checkpoint.new_messages) {
+            self.message_of.push(n);
+            self.message_ord.push(ord);
+            self.messages.push(Json(message));
+            self.internal.push(message.is_internal());
+        }
+        Ok(())
+    }
+}
+
+/// Why a batch's statement wrote nothing.
+#[derive(Debug)]
+pub(super) struct BatchFailed {
+    /// What to tell the batch's callers.
+    pub(super) error: StorageError,
+    /// The database refused the statement (a value it cannot store, a deadlock):
+    /// written one by one, only the culprit would fail. Otherwise the database
+    /// was not reached, and no checkpoint would fare better alone.
+    pub(super) by_the_database: bool,
+}
+
+impl From<StorageError> for BatchFailed {
+    fn from(error: StorageError) -> Self {
+        Self {
+            error,
+            by_the_database: false,
+        }
+    }
+}
+
+impl From<sqlx::Error> for BatchFailed {
+    fn from(error: sqlx::Error) -> Self {
+        Self {
+            by_the_database: matches!(error, sqlx::Error::Database(_)),
+            error: db_error(error),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Writes `batch` (at most one checkpoint per thread) in one statement (see
+    /// the module docs) and says what became of each, in order. An error means
+    /// the statement failed and none of them was written.
+    pub(super) async fn write_checkpoints(
+        &self,
+        batch: &[&Checkpoint],
+    ) -> Result<Vec<Outcome>, BatchFailed> {
+        self.ready().await?;
+        let now = now_millis();
+        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(batch.len());
+        let mut columns = Columns::default();
+        let mut sent = Vec::with_capacity(batch.len());
+        for checkpoint in batch {
+            let n = count_of(sent.len() + 1);
+            match columns.push(n, checkpoint, now) {
+                Ok(()) => {
+                    outcomes.push(None);
+                    sent.push(outcomes.len() - 1);
+                }
+                Err(invalid) => outcomes.push(Some(Outcome::Refused(invalid))),
             }
         }
-        Err(StorageError::Io(format!(
-            "postgres: thread `{id}` changed under the checkpoint twice"
-        )))
+        if let [one] = sent.as_slice() {
+            let seen = self.write_one(batch[*one], &columns).await?;
+            outcomes[*one] = Some(outcome(batch[*one], &seen));
+        } else if !sent.is_empty() {
+            let seen: Vec<Seen> = sqlx::query_as(sql(&self.sql.checkpoint))
+                .bind(&columns.ids)
+                .bind(&columns.threads)
+                .bind(&columns.fences)
+                .bind(&columns.expected)
+                .bind(&columns.added)
+                .bind(&columns.run_ids)
+                .bind(&columns.statuses)
+                .bind(&columns.created_at)
+                .bind(&columns.runs)
+                .bind(&columns.states)
+                .bind(&columns.message_of)
+                .bind(&columns.message_ord)
+                .bind(&columns.messages)
+                .bind(&columns.internal)
+                .fetch_all(self.send())
+                .await?;
+            for (index, row) in sent.into_iter().zip(&seen) {
+                outcomes[index] = Some(outcome(batch[index], row));
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or(Outcome::Changed))
+            .collect())
+    }
+
+    /// Writes the one checkpoint in `columns` with the scalar statement.
+    async fn write_one(
+        &self,
+        checkpoint: &Checkpoint,
+        columns: &Columns<'_>,
+    ) -> Result<Seen, sqlx::Error> {
+        sqlx::query_as(sql(&self.sql.one_checkpoint))
+            .bind(checkpoint.thread_id.as_str())
+            .bind(&columns.threads[0])
+            .bind(columns.fences[0])
+            .bind(columns.expected[0])
+            .bind(&columns.messages)
+            .bind(&columns.internal)
+            .bind(columns.run_ids[0])
+            .bind(columns.statuses[0])
+            .bind(columns.created_at[0])
+            .bind(columns.runs[0])
+            .bind(columns.states[0])
+            .fetch_one(self.send())
+            .await
     }
 
     /// Raises the thread's fence to `token` in one statement, creating the thread
@@ -198,4 +400,9 @@ impl PostgresStore {
             "postgres: thread `{id}` changed under the fence twice"
         )))
     }
+}
+
+/// A checkpoint's number in its batch as a `BIGINT` (batches are small).
+fn count_of(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -1,0 +1,397 @@
+//! Group commit: checkpoints of different threads that wait together are written
+//! in one statement and one commit flush (decision 0052).
+//!
+//! A caller queues its checkpoint and waits for its own answer. Up to `writers`
+//! batches are in flight at once; when all are busy, what arrives queues, and the
+//! next free writer takes everything queued (up to [`MAX_BATCH`], one checkpoint
+//! per thread) as its next batch. A lone checkpoint on an idle store goes out at
+//! once, alone: batching costs nothing when there is nothing to batch. Writers are
+//! spawned tasks, so a caller that stops waiting neither loses nor abandons the
+//! others' checkpoints. Each caller is answered only after its batch committed.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+use super::PostgresStore;
+use super::write::Outcome;
+use crate::error::StorageError;
+use crate::ids::ThreadId;
+use crate::store::Checkpoint;
+
+/// Checkpoints in one statement at most: keeps a statement's parameters small and
+/// one slow batch from holding many callers.
+pub(super) const MAX_BATCH: usize = 64;
+
+/// Tries per checkpoint whose thread appeared or vanished under the statement.
+const TRIES: u8 = 2;
+
+/// The queue of checkpoints waiting for a writer, and the writers' slots.
+#[derive(Debug)]
+pub(super) struct GroupCommit {
+    queue: Mutex<Queue>,
+    writers: Arc<Semaphore>,
+}
+
+/// Checkpoints waiting, and the threads with a checkpoint in a batch being
+/// written: a thread's next checkpoint waits until its previous one is answered,
+/// so no two writers hold the same thread and a thread's order holds.
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: VecDeque<Pending>,
+    in_flight: HashSet<ThreadId>,
+}
+
+impl Queue {
+    /// Whether a writer would find work: a checkpoint of a thread not in flight.
+    fn has_work(&self) -> bool {
+        self.waiting
+            .iter()
+            .any(|p| !self.in_flight.contains(&p.checkpoint.thread_id))
+    }
+}
+
+/// A queued checkpoint and where its answer goes.
+#[derive(Debug)]
+struct Pending {
+    checkpoint: Checkpoint,
+    tries: u8,
+    answer: oneshot::Sender<Result<(), StorageError>>,
+}
+
+impl GroupCommit {
+    /// A queue written by at most `writers` statements at once.
+    pub(super) fn new(writers: usize) -> Self {
+        Self {
+            queue: Mutex::new(Queue::default()),
+            writers: Arc::new(Semaphore::new(writers.max(1))),
+        }
+    }
+
+    /// Writes `checkpoint` through `store`, batched with whatever else waits, and
+    /// answers once its batch committed (or refused it).
+    pub(super) async fn submit(
+        self: &Arc<Self>,
+        store: &PostgresStore,
+        checkpoint: Checkpoint,
+    ) -> Result<(), StorageError> {
+        let (answer, answered) = oneshot::channel();
+        self.lock().waiting.push_back(Pending {
+            checkpoint,
+            tries: 0,
+            answer,
+        });
+        self.start_writer(store);
+        answered.await.unwrap_or_else(|_| {
+            Err(StorageError::Io(
+                "postgres: the checkpoint writer stopped before answering".to_owned(),
+            ))
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // The queue is only pushed to and drained: a panic elsewhere leaves it whole.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Spawns a writer if a slot is free; otherwise a busy writer takes the queue
+    /// when its batch is done.
+    fn start_writer(self: &Arc<Self>, store: &PostgresStore) {
+        if let Ok(slot) = Arc::clone(&self.writers).try_acquire_owned() {
+            tokio::spawn(Arc::clone(self).drain(store.clone(), slot));
+        }
+    }
+
+    /// Writes batches until the queue is empty, then gives its slot back.
+    async fn drain(self: Arc<Self>, store: PostgresStore, slot: OwnedSemaphorePermit) {
+        let mut slot = Some(slot);
+        loop {
+            let batch = self.take();
+            if batch.is_empty() {
+                drop(slot.take());
+                // A checkpoint queued while this writer held the last slot found
+                // no free one; look again now that this one is free. Checkpoints
+                // of threads in flight are taken by the writer of their thread,
+                // which always looks again before it stops.
+                if !self.lock().has_work() {
+                    return;
+                }
+                match Arc::clone(&self.writers).try_acquire_owned() {
+                    Ok(again) => slot = Some(again),
+                    Err(_) => return,
+                }
+                continue;
+            }
+            self.write(&store, batch).await;
+        }
+    }
+
+    /// The next batch: queued checkpoints in order, at most one per thread and
+    /// none of a thread in flight (those wait for a later batch); their threads
+    /// are marked in flight.
+    fn take(&self) -> Vec<Pending> {
+        let mut queue = self.lock();
+        let Queue { waiting, in_flight } = &mut *queue;
+        let mut batch = Vec::new();
+        let mut index = 0;
+        while index < waiting.len() && batch.len() < MAX_BATCH {
+            if in_flight.insert(waiting[index].checkpoint.thread_id.clone()) {
+                if let Some(pending) = waiting.remove(index) {
+                    batch.push(pending);
+                }
+            } else {
+                index += 1;
+            }
+        }
+        batch
+    }
+
+    /// Writes `batch` and answers each caller. A statement the database refused
+    /// wrote nothing, so its checkpoints are tried again one by one: one bad
+    /// checkpoint (or a deadlock with another node's batch) fails only itself.
+    /// When the database cannot be reached, every caller gets that error at once.
+    async fn write(&self, store: &PostgresStore, batch: Vec<Pending>) {
+        let threads: Vec<ThreadId> = batch
+            .iter()
+            .map(|p| p.checkpoint.thread_id.clone())
+            .collect();
+        let checkpoints: Vec<&Checkpoint> = batch.iter().map(|p| &p.checkpoint).collect();
+        let outcomes = match store.write_checkpoints(&checkpoints).await {
+            Ok(outcomes) => outcomes,
+            Err(failed) if failed.by_the_database && batch.len() > 1 => {
+                let mut outcomes = Vec::with_capacity(batch.len());
+                for checkpoint in &checkpoints {
+                    outcomes.push(match store.write_checkpoints(&[checkpoint]).await {
+                        Ok(mut one) => one.pop().unwrap_or(Outcome::Changed),
+                        Err(failed) => Outcome::Refused(failed.error),
+                    });
+                }
+                outcomes
+            }
+            Err(failed) => checkpoints
+                .iter()
+                .map(|_| Outcome::Refused(failed.error.clone()))
+                .collect(),
+        };
+        let mut again = Vec::new();
+        for (mut pending, outcome) in batch.into_iter().zip(outcomes) {
+            let answer = match outcome {
+                Outcome::Written => Ok(()),
+                Outcome::Refused(error) => Err(error),
+                Outcome::Changed if pending.tries + 1 < TRIES => {
+                    pending.tries += 1;
+                    again.push(pending);
+                    continue;
+                }
+                Outcome::Changed => Err(StorageError::Io(format!(
+                    "postgres: thread `{}` changed under the checkpoint twice",
+                    pending.checkpoint.thread_id
+                ))),
+            };
+            // The caller may have stopped waiting; its checkpoint is written anyway.
+            let _ = pending.answer.send(answer);
+        }
+        let mut queue = self.lock();
+        for id in &threads {
+            queue.in_flight.remove(id);
+        }
+        for pending in again.into_iter().rev() {
+            queue.waiting.push_front(pending);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::future::join_all;
+
+    use crate::contract::Message;
+    use crate::error::StorageError;
+    use crate::store::conformance::{checkpoint, run, tid, user_messages};
+    use crate::store::postgres::PostgresStore;
+    use crate::store::{Checkpoint, ThreadRunStore};
+
+    fn texts(messages: &[Message]) -> Vec<String> {
+        messages.iter().map(Message::text).collect()
+    }
+
+    /// Checkpoints of ten new threads, one stale and one out-of-date writer of an
+    /// existing thread, and two chained checkpoints of one more thread.
+    fn arrivals() -> Vec<Checkpoint> {
+        let mut arrivals: Vec<Checkpoint> = (0..10)
+            .map(|i| {
+                let id = tid(&format!("t-new-{i}"));
+                checkpoint(
+                    &id,
+                    1,
+                    0,
+                    user_messages("m", 2),
+                    run(&id, &format!("r-{i}"), 1),
+                )
+            })
+            .collect();
+        let old = tid("t-old");
+        arrivals.push(checkpoint(
+            &old,
+            4,
+            1,
+            user_messages("s", 1),
+            run(&old, "r-stale", 2),
+        ));
+        let late = tid("t-late");
+        arrivals.push(checkpoint(
+            &late,
+            5,
+            0,
+            user_messages("l", 1),
+            run(&late, "r-late", 2),
+        ));
+        let chain = tid("t-chain");
+        arrivals.push(checkpoint(
+            &chain,
+            1,
+            0,
+            user_messages("a", 2),
+            run(&chain, "r-a", 1),
+        ));
+        arrivals.push(checkpoint(
+            &chain,
+            1,
+            2,
+            user_messages("b", 1),
+            run(&chain, "r-a", 1),
+        ));
+        arrivals
+    }
+
+    #[tokio::test]
+    async fn checkpoints_that_wait_together_share_one_statement_and_are_each_checked() {
+        let (store, _guard) = PostgresStore::for_tests().await;
+        let old = tid("t-old");
+        store
+            .checkpoint(checkpoint(
+                &old,
+                5,
+                0,
+                user_messages("o", 1),
+                run(&old, "r-old", 1),
+            ))
+            .await
+            .unwrap();
+        let late = tid("t-late");
+        store
+            .checkpoint(checkpoint(
+                &late,
+                5,
+                0,
+                user_messages("o", 1),
+                run(&late, "r-l0", 1),
+            ))
+            .await
+            .unwrap();
+        let before = store.io_counts().unwrap();
+
+        let answers = join_all(arrivals().into_iter().map(|c| store.checkpoint(c))).await;
+
+        let after = store.io_counts().unwrap();
+        assert_eq!(after.checkpoints - before.checkpoints, 14);
+        // Every thread in the first batch; the chained thread's second checkpoint
+        // waits for its first (another writer may not take it meanwhile) and goes
+        // in the next.
+        assert_eq!(after.statements - before.statements, 2);
+        for answer in &answers[..10] {
+            assert!(answer.is_ok(), "{answer:?}");
+        }
+        assert!(
+            matches!(answers[10], Err(StorageError::Fenced { .. })),
+            "{:?}",
+            answers[10]
+        );
+        assert!(
+            matches!(answers[11], Err(StorageError::VersionConflict { .. })),
+            "{:?}",
+            answers[11]
+        );
+        assert!(answers[12].is_ok() && answers[13].is_ok(), "{answers:?}");
+
+        let chain = store
+            .load_thread_snapshot(&tid("t-chain"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            chain.messages.len(),
+            3,
+            "both chained checkpoints, in order"
+        );
+        let written = store
+            .load_thread_snapshot(&tid("t-new-7"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(texts(&written.messages), ["m1", "m2"]);
+        assert_eq!(written.latest_run.unwrap().run_id.as_str(), "r-7");
+        let stale = store.load_thread_snapshot(&old).await.unwrap().unwrap();
+        assert_eq!(
+            texts(&stale.messages),
+            ["o1"],
+            "the refused one wrote nothing"
+        );
+        assert!(
+            store
+                .load_run(&crate::store::conformance::rid("r-stale"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_the_database_refuses_fails_alone() {
+        let (store, _guard) = PostgresStore::for_tests().await;
+        store.ready().await.unwrap();
+        let bad = tid("t-bad");
+        let mut arrivals: Vec<Checkpoint> = (0..5)
+            .map(|i| {
+                let id = tid(&format!("t-good-{i}"));
+                checkpoint(
+                    &id,
+                    1,
+                    0,
+                    user_messages("m", 1),
+                    run(&id, &format!("r-{i}"), 1),
+                )
+            })
+            .collect();
+        // PostgreSQL's `jsonb` cannot hold a NUL: the batch's statement fails.
+        arrivals.insert(
+            2,
+            checkpoint(
+                &bad,
+                1,
+                0,
+                vec![Message::user("a\u{0}b")],
+                run(&bad, "r-bad", 1),
+            ),
+        );
+
+        let answers = join_all(arrivals.into_iter().map(|c| store.checkpoint(c))).await;
+
+        assert!(
+            matches!(answers[2], Err(StorageError::Io(_))),
+            "{:?}",
+            answers[2]
+        );
+        assert!(store.load_thread(&bad).await.unwrap().is_none());
+        for (i, answer) in answers.iter().enumerate().filter(|(i, _)| *i != 2) {
+            assert!(answer.is_ok(), "{i}: {answer:?}");
+        }
+        for i in 0..5 {
+            let snapshot = store
+                .load_thread_snapshot(&tid(&format!("t-good-{i}")))
+                .await;
+            assert_eq!(texts(&snapshot.unwrap().unwrap().messages), ["m1"]);
+        }
+    }
+}
