@@ -26,8 +26,10 @@
 //! only then insert the messages, upsert the run and the state and store the new
 //! fence and count. A refused checkpoint writes nothing, so it also leaves an absent
 //! thread absent. Concurrent writers of one thread queue on the row lock; the second
-//! sees the first's count and gets `VersionConflict`. One round trip and one commit
-//! flush per checkpoint.
+//! sees the first's count and gets `VersionConflict`. Checkpoints of different
+//! threads that wait at the same moment share one statement and one commit flush
+//! (group commit, module `group`, decision 0052), each still checked on its own and
+//! answered only after the commit.
 //!
 //! A statement sent whole cannot be left half-done by a paused client, so a node
 //! paused mid-checkpoint holds no lock: its statement either ran before the pause
@@ -72,7 +74,7 @@ const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
 const MAX_PREFIX_LEN: usize = 40;
 
 /// Durable store shared by every node of a cluster: one PostgreSQL database, one
-/// transaction per checkpoint.
+/// statement per checkpoint or per batch of checkpoints waiting together.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
