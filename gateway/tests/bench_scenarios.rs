@@ -16,6 +16,7 @@ fn tiny() -> BenchOptions {
         timeout: Duration::from_secs(60),
         run_timeout: Duration::from_secs(20),
         progress: false,
+        ..BenchOptions::default()
     }
 }
 

@@ -339,8 +339,10 @@ fn bench_http_on_postgres_counts_what_a_run_sends_beside_the_reference() {
             &url,
             "--runs",
             "100",
+            // One run at a time: checkpoints of concurrent runs share statements
+            // (group commit), and here every statement is counted exactly.
             "--concurrency",
-            "4",
+            "1",
             "--quiet",
         ],
         None,
@@ -406,4 +408,96 @@ fn bench_http_on_postgres_needs_a_url_and_its_own_server() {
         !stderr.contains(&url),
         "the database URL is not echoed: {stderr}"
     );
+}
+
+#[test]
+fn bench_local_runs_the_engine_on_postgres_and_on_files() {
+    let url = test_postgres_url();
+    let output = awaken(
+        &[
+            "bench",
+            "local",
+            "--store",
+            "postgres",
+            "--postgres-url",
+            &url,
+            "--scenario",
+            "sequential",
+            "--runs",
+            "50",
+            "--quiet",
+        ],
+        None,
+    );
+    let lines = stdout_lines(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{lines:#?}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(report["store"], "postgres", "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    // The engine alone: three checkpoints and the thread actor's snapshot read,
+    // no fence (one node owns every thread) and nothing else.
+    assert_eq!(report["checkpoints_per_run"], 3.0, "{report}");
+    assert_eq!(report["statements_per_run"], 4.0, "{report}");
+    assert!(
+        report["reference_tx_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+
+    let output = awaken(
+        &[
+            "bench",
+            "local",
+            "--store",
+            "file",
+            "--scenario",
+            "all",
+            "--runs",
+            "20",
+            "-q",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let reports: Vec<serde_json::Value> = stdout_lines(&output)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let scenarios: Vec<&str> = reports
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        scenarios,
+        ["workload-w", "sequential", "hitl"],
+        "what files can serve"
+    );
+    for report in &reports {
+        assert_eq!(report["store"], "file", "{report}");
+        assert_eq!(report["errors"], 0, "{report}");
+        assert!(report.get("statements_per_run").is_none(), "{report}");
+    }
+
+    let refused = awaken(
+        &[
+            "bench",
+            "local",
+            "--store",
+            "file",
+            "--scenario",
+            "idle-threads",
+            "-q",
+        ],
+        None,
+    );
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("in-memory store only"), "{stderr}");
+    let missing = awaken(&["bench", "local", "--store", "postgres", "-q"], None);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--postgres-url"));
 }

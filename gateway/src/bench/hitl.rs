@@ -19,6 +19,7 @@ use awaken_actors::{AgentId, ThreadId, ToolCallId};
 use super::BenchOptions;
 use super::driver::{RunSample, drive};
 use super::report::BenchReport;
+use super::store::OpenStore;
 use crate::demo;
 use crate::error::{GatewayError, Result};
 use crate::run_cmd::Answer;
@@ -30,7 +31,9 @@ pub const NAME: &str = "hitl";
 pub async fn run(options: &BenchOptions) -> Result<BenchReport> {
     let config = ThreadConfig::default();
     let passivate_while_waiting = config.passivate_while_waiting;
-    let runtime = demo::runtime(config)?;
+    let store = OpenStore::open(options).await?;
+    let runtime = store.runtime(config)?;
+    let before = store.sent();
     let agent =
         AgentId::new(demo::BENCH_HITL_AGENT).map_err(|e| GatewayError::Bench(e.to_string()))?;
     let job_runtime = runtime.clone();
@@ -43,11 +46,12 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport> {
     )
     .await?;
     runtime.shutdown().await;
-    Ok(driven
+    let report = driven
         .report(NAME, options.concurrency)
         .with("decision_p50_us", driven.parts.quantile_us(0.50))
         .with("decision_p99_us", driven.parts.quantile_us(0.99))
-        .with("passivate_while_waiting", passivate_while_waiting))
+        .with("passivate_while_waiting", passivate_while_waiting);
+    store.close(report, before, options).await
 }
 
 async fn one_run(runtime: AgentRuntime, agent: AgentId) -> Result<RunSample, String> {

@@ -140,7 +140,10 @@ async fn measure(
         _ => None,
     };
     let sent = match sent_before {
-        Some(before) => Some(since(store_counts_of(&client, &base).await?, before)),
+        Some(before) => Some(postgres::since(
+            store_counts_of(&client, &base).await?,
+            before,
+        )),
         None => None,
     };
     if let Some(server) = server.take() {
@@ -160,23 +163,7 @@ async fn measure(
     }
     match (postgres, sent) {
         (Some(url), Some(sent)) => {
-            let checkpoints_per_run = per_run(sent.checkpoints, runs);
-            let transactions = (options.runs as f64 * checkpoints_per_run.max(1.0)).ceil() as usize;
-            let reference =
-                postgres::reference(&url, transactions, options.concurrency, options).await?;
-            let reference_tx_per_s = reference.report(NAME, options.concurrency).runs_per_s;
-            let ratio = if reference_tx_per_s > 0.0 {
-                report.runs_per_s * checkpoints_per_run / reference_tx_per_s
-            } else {
-                0.0
-            };
-            report = report
-                .with("store", "postgres")
-                .with("checkpoints_per_run", checkpoints_per_run)
-                .with("statements_per_run", per_run(sent.statements, runs))
-                .with("round_trips_per_run", per_run(sent.round_trips, runs))
-                .with("reference_tx_per_s", reference_tx_per_s)
-                .with("ratio_to_reference", (ratio * 1000.0).round() / 1000.0);
+            report = postgres::with_reference(report, &url, sent, options).await?;
         }
         _ => {
             if let Some(server) = server_usage {
@@ -213,20 +200,6 @@ async fn with_inprocess_usage(
             "inprocess_page_faults_per_run",
             inprocess.faults_per(inprocess_runs),
         ))
-}
-
-/// `count / runs`, to two decimals.
-fn per_run(count: u64, runs: u64) -> f64 {
-    (count as f64 / runs.max(1) as f64 * 100.0).round() / 100.0
-}
-
-/// The counts sent after `before`.
-fn since(now: StoreIoCounts, before: StoreIoCounts) -> StoreIoCounts {
-    StoreIoCounts {
-        checkpoints: now.checkpoints.saturating_sub(before.checkpoints),
-        statements: now.statements.saturating_sub(before.statements),
-        round_trips: now.round_trips.saturating_sub(before.round_trips),
-    }
 }
 
 /// The server's store counters, from its `/metrics`.

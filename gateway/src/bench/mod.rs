@@ -23,6 +23,11 @@
 //! | `idle-threads` | [`idle_threads`] |
 //! | `delegation` | [`delegation`] |
 //!
+//! `workload-w`, `sequential` and `hitl` run on the store `--store` names
+//! (`memory`, `file` in a temporary directory, or `postgres` in a schema of their
+//! own, with `--postgres-url`); on PostgreSQL their report adds the store's traffic
+//! per run and the database's reference, as `bench http --store postgres` does.
+//!
 //! Every scenario is bounded: by its run count, by [`BenchOptions::timeout`] for the
 //! whole scenario (no run starts after it; the report says `"timed_out": true`), and
 //! by [`BenchOptions::run_timeout`] for each run (counted as an error).
@@ -40,6 +45,7 @@ pub mod idle_threads;
 mod postgres;
 pub mod report;
 pub mod sequential;
+mod store;
 pub mod workload_w;
 
 use std::time::Duration;
@@ -85,6 +91,31 @@ impl Scenario {
     }
 }
 
+/// The thread store `awaken bench local` runs the engine on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum BenchStore {
+    /// In memory, the embedded default.
+    #[default]
+    Memory,
+    /// Files in a temporary directory.
+    File,
+    /// PostgreSQL at this URL, in a schema the benchmark creates and drops.
+    Postgres(String),
+}
+
+impl BenchStore {
+    /// Whether `scenario` can run on this store: the scenarios that build their
+    /// runtime from the engine's store (`idle-threads` measures memory, and
+    /// `delegation` a call's overhead, on the in-memory store only).
+    pub fn serves(&self, scenario: Scenario) -> bool {
+        *self == Self::Memory
+            || matches!(
+                scenario,
+                Scenario::WorkloadW | Scenario::Sequential | Scenario::Hitl
+            )
+    }
+}
+
 /// Sizes and limits of a benchmark.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BenchOptions {
@@ -100,6 +131,8 @@ pub struct BenchOptions {
     pub run_timeout: Duration,
     /// Whether to print progress on stderr.
     pub progress: bool,
+    /// The thread store of `bench local`'s W and HITL scenarios.
+    pub store: BenchStore,
 }
 
 impl Default for BenchOptions {
@@ -111,12 +144,19 @@ impl Default for BenchOptions {
             timeout: Duration::from_secs(600),
             run_timeout: Duration::from_secs(60),
             progress: true,
+            store: BenchStore::Memory,
         }
     }
 }
 
 /// Runs one scenario and returns its report.
 pub async fn run(scenario: Scenario, options: &BenchOptions) -> Result<BenchReport> {
+    if !options.store.serves(scenario) {
+        return Err(crate::error::GatewayError::Bench(format!(
+            "{} runs on the in-memory store only: leave out --store",
+            scenario.name()
+        )));
+    }
     match scenario {
         Scenario::WorkloadW => workload_w::run(options).await,
         Scenario::Sequential => sequential::run(options).await,

@@ -15,6 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::BenchOptions;
 use super::driver::{Driven, RunSample, drive};
+use super::report::BenchReport;
 use crate::error::{GatewayError, Result};
 
 /// The reference's name in progress lines.
@@ -93,7 +94,7 @@ impl BenchSchema {
 
 /// Upserts as [`REFERENCE`] describes, `transactions` of them at `concurrency`,
 /// in `url`'s schema.
-pub(crate) async fn reference(
+async fn reference(
     url: &str,
     transactions: usize,
     concurrency: usize,
@@ -144,6 +145,49 @@ pub(crate) async fn reference(
     match &driven.first_error {
         Some(error) => Err(bench_error(format!("the reference failed: {error}"))),
         None => Ok(driven),
+    }
+}
+
+/// Adds to `report` (of runs that sent `sent`) the store's traffic per run and
+/// the database's reference in `url`'s schema: as many single-row transactions as
+/// the runs wrote checkpoints, at the same concurrency, and the ratio of the
+/// runs' checkpoints per second to the reference's transactions per second.
+pub(crate) async fn with_reference(
+    report: BenchReport,
+    url: &str,
+    sent: StoreIoCounts,
+    options: &BenchOptions,
+) -> Result<BenchReport> {
+    let runs = report.runs.max(1);
+    let checkpoints_per_run = per_run(sent.checkpoints, runs);
+    let transactions = (options.runs as f64 * checkpoints_per_run.max(1.0)).ceil() as usize;
+    let reference = reference(url, transactions, report.concurrency, options).await?;
+    let reference_tx_per_s = reference.report(REFERENCE, report.concurrency).runs_per_s;
+    let ratio = if reference_tx_per_s > 0.0 {
+        report.runs_per_s * checkpoints_per_run / reference_tx_per_s
+    } else {
+        0.0
+    };
+    Ok(report
+        .with("store", "postgres")
+        .with("checkpoints_per_run", checkpoints_per_run)
+        .with("statements_per_run", per_run(sent.statements, runs))
+        .with("round_trips_per_run", per_run(sent.round_trips, runs))
+        .with("reference_tx_per_s", reference_tx_per_s)
+        .with("ratio_to_reference", (ratio * 1000.0).round() / 1000.0))
+}
+
+/// `count` per run, to two decimals.
+fn per_run(count: u64, runs: u64) -> f64 {
+    (count as f64 / runs.max(1) as f64 * 100.0).round() / 100.0
+}
+
+/// The counts sent after `before`.
+pub(crate) fn since(now: StoreIoCounts, before: StoreIoCounts) -> StoreIoCounts {
+    StoreIoCounts {
+        checkpoints: now.checkpoints.saturating_sub(before.checkpoints),
+        statements: now.statements.saturating_sub(before.statements),
+        round_trips: now.round_trips.saturating_sub(before.round_trips),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Workload W, the run compared with other systems: a new thread, one user message,
 //! inference → one tool call → inference → final text, with the scripted model and
-//! the in-memory store (the runtime checkpoints at every step).
+//! the store `--store` names, in memory by default (the runtime checkpoints at
+//! every step).
 //!
 //! Extra fields, taken once every thread's actor stopped after the last run:
 //! `live_threads_at_end` (thread actors still live: 0), `warm_threads_at_end` (idle
@@ -17,6 +18,7 @@ use awaken_actors::{AgentId, ThreadId};
 use super::BenchOptions;
 use super::driver::{Discard, RunSample, drive};
 use super::report::BenchReport;
+use super::store::OpenStore;
 use crate::demo;
 use crate::error::{GatewayError, Result};
 
@@ -36,7 +38,9 @@ pub(crate) async fn run_named(
 ) -> Result<BenchReport> {
     let config = ThreadConfig::default();
     let idle_passivation_s = config.idle_passivation.as_secs();
-    let runtime = demo::runtime(config)?;
+    let store = OpenStore::open(options).await?;
+    let runtime = store.runtime(config)?;
+    let before = store.sent();
     let agent = AgentId::new(demo::BENCH_AGENT).map_err(|e| GatewayError::Bench(e.to_string()))?;
     let job_runtime = runtime.clone();
     let driven = drive(name, options.runs, concurrency, options, move |_| {
@@ -49,11 +53,12 @@ pub(crate) async fn run_named(
     runtime.shutdown().await;
     let mut driven = driven;
     driven.timed_out |= settle.is_err();
-    Ok(driven
+    let report = driven
         .report(name, concurrency)
         .with("live_threads_at_end", live)
         .with("warm_threads_at_end", warm)
-        .with("idle_passivation_s", idle_passivation_s))
+        .with("idle_passivation_s", idle_passivation_s);
+    store.close(report, before, options).await
 }
 
 /// One W run on a new thread; fails unless it ends naturally with the scripted text.

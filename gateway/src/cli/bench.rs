@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::bench::http::HttpStore;
-use crate::bench::{self, BenchOptions, Scenario};
+use crate::bench::{self, BenchOptions, BenchStore, Scenario};
 use crate::error::{GatewayError, Result};
 
 /// Flags of `awaken bench`.
@@ -157,6 +157,15 @@ impl ClusterArgs {
 /// Flags of `awaken bench local`.
 #[derive(Debug, Clone, Args)]
 pub struct LocalArgs {
+    /// The thread store of workload-w, sequential and hitl: in memory, files in a
+    /// temporary directory, or PostgreSQL (`--postgres-url`; the benchmark works in
+    /// a schema of its own there, drops it after, and also measures the database's
+    /// reference and the store's statements per run).
+    #[arg(long, value_enum, default_value_t = LocalStoreKind::Memory)]
+    pub store: LocalStoreKind,
+    /// The database for `--store postgres`.
+    #[arg(long, value_name = "URL", required_if_eq("store", "postgres"))]
+    pub postgres_url: Option<String>,
     /// The scenario to run; repeat the flag for several, or say `all`.
     #[arg(long, value_enum, default_value = "workload-w", value_name = "NAME")]
     pub scenario: Vec<ScenarioArg>,
@@ -181,6 +190,17 @@ pub struct LocalArgs {
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// The stores `awaken bench local --store` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LocalStoreKind {
+    /// Threads in memory (the embedded default).
+    Memory,
+    /// Files in a temporary directory.
+    File,
+    /// PostgreSQL (`--postgres-url`).
+    Postgres,
 }
 
 /// A scenario name on the command line.
@@ -213,8 +233,11 @@ impl LocalArgs {
                 ScenarioArg::Delegation => &[Scenario::Delegation],
                 ScenarioArg::All => &Scenario::ALL,
             };
+            let store = self.options().store;
             for scenario in add {
-                if !chosen.contains(scenario) {
+                // `all` on another store than memory means every scenario it serves.
+                let skipped = *arg == ScenarioArg::All && !store.serves(*scenario);
+                if !skipped && !chosen.contains(scenario) {
                     chosen.push(*scenario);
                 }
             }
@@ -231,6 +254,11 @@ impl LocalArgs {
             timeout: Duration::from_secs(self.timeout_s),
             run_timeout: Duration::from_secs(self.run_timeout_s),
             progress: !self.quiet,
+            store: match (self.store, &self.postgres_url) {
+                (LocalStoreKind::File, _) => BenchStore::File,
+                (LocalStoreKind::Postgres, Some(url)) => BenchStore::Postgres(url.clone()),
+                _ => BenchStore::Memory,
+            },
         }
     }
 }
@@ -340,6 +368,30 @@ mod tests {
         assert_eq!(cluster.nats_url, "nats://127.0.0.1:4222");
         assert_eq!(cluster.options().runs, 5);
         assert!(Cli::try_parse_from(["awaken", "bench", "cluster", "--runs", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_store_of_bench_local_is_chosen_and_all_means_what_it_serves() {
+        let files = local(&["--store", "file", "--scenario", "all"]);
+        assert_eq!(files.options().store, BenchStore::File);
+        assert_eq!(
+            files.scenarios(),
+            [Scenario::WorkloadW, Scenario::Sequential, Scenario::Hitl]
+        );
+        let postgres = local(&["--store", "postgres", "--postgres-url", "postgres://db/x"]);
+        assert_eq!(
+            postgres.options().store,
+            BenchStore::Postgres("postgres://db/x".into())
+        );
+        let named = local(&["--store", "file", "--scenario", "idle-threads"]);
+        assert_eq!(
+            named.scenarios(),
+            [Scenario::IdleThreads],
+            "refused when run"
+        );
+        assert!(!BenchStore::File.serves(Scenario::IdleThreads));
+        assert!(Cli::try_parse_from(["awaken", "bench", "local", "--store", "postgres"]).is_err());
+        assert!(Cli::try_parse_from(["awaken", "bench", "local", "--store", "redis"]).is_err());
     }
 
     #[test]

@@ -404,8 +404,14 @@ impl PostgresStore {
     }
 
     /// Creates the tables and indexes if absent. Idempotent; safe to run from several
-    /// processes at once. Operations call it themselves before their first query.
+    /// processes at once. Operations call it themselves before their first query;
+    /// a store creates them once (a second call, or the first operation after it,
+    /// sends nothing).
     pub async fn ensure_schema(&self) -> Result<(), StorageError> {
+        self.ready().await
+    }
+
+    async fn create_schema(&self) -> Result<(), StorageError> {
         let mut tx = self.send().begin().await.map_err(db_error)?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
             .bind(format!("awaken-schema:{}", self.sql.prefix))
@@ -446,7 +452,7 @@ impl PostgresStore {
 
     async fn ready(&self) -> Result<(), StorageError> {
         self.schema_ready
-            .get_or_try_init(|| self.ensure_schema())
+            .get_or_try_init(|| self.create_schema())
             .await
             .map(|_| ())
     }
