@@ -122,4 +122,16 @@ async fn cluster_workload_w_runs_every_run_on_its_threads_owner_across_two_nodes
     assert_eq!(json["nodes"], 2, "{json}");
     assert_eq!(json["runs"], 12, "{json}");
     assert_eq!(json["errors"], 0, "{json}");
+    let field = |name: &str| {
+        json[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} in {json}"))
+    };
+    // At least each run's input in the inbox bucket; the mailbox's commands
+    // share ledger batches, so no fixed count beyond it.
+    assert!(field("stream_writes_per_run") >= 1.0, "{json}");
+    assert!(field("raw_publish_per_s") > 0.0, "{json}");
+    let expected =
+        field("runs_per_s") * field("stream_writes_per_run") / field("raw_publish_per_s");
+    assert!((field("ratio_to_raw") - expected).abs() < 0.001, "{json}");
 }

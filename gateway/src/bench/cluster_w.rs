@@ -9,11 +9,21 @@
 //! than the one that accepted them. A run's time covers the submission until its
 //! owner finished it. All nodes run on this process's cores: with N > 1 the figure
 //! shows the protocol's overhead, not the capacity of N machines.
+//!
+//! Beside it, in the same process run: `stream_writes_per_run`, the messages the
+//! server's streams took during the measured runs (a KV put counts one; see
+//! [`stream_writes`]) per run, counted rather than estimated;
+//! `raw_publish_per_s`, raw JetStream publishes on the same server at the same
+//! concurrency, measured after the runs; and `ratio_to_raw` = runs/s × stream
+//! writes per run ÷ raw publishes/s (1.0: the runs' writes come as fast as bare
+//! publishes). Writes still in flight when the last run ends (its dispatch's ack)
+//! are not counted: at most the concurrency's worth, against the runs'.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream;
 use awaken_actors::contract::{Message, TerminationReason};
 use awaken_actors::mailbox::SubmitOptions;
 use awaken_actors::store::InMemoryStore;
@@ -24,6 +34,7 @@ use awaken_cluster::node::{ClusterNode, NodeConfig};
 
 use super::BenchOptions;
 use super::driver::{RunSample, drive};
+use super::jetstream::{raw_publishes, stream_writes};
 use super::report::BenchReport;
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
@@ -58,6 +69,8 @@ pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result
     }
     let cluster = Arc::new(started);
     settle(&cluster).await?;
+    let js = jetstream::new(async_nats::connect(nats_url).await.map_err(bench_error)?);
+    let writes_before = stream_writes(&js).await?;
 
     let agent = AgentId::new(demo::BENCH_AGENT).map_err(bench_error)?;
     let job_cluster = Arc::clone(&cluster);
@@ -65,6 +78,7 @@ pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result
         one_run(Arc::clone(&job_cluster), i, agent.clone())
     })
     .await?;
+    let writes = stream_writes(&js).await?.saturating_sub(writes_before);
     if let Ok(cluster) = Arc::try_unwrap(cluster) {
         for node in cluster {
             node.drain(Duration::from_secs(10))
@@ -72,9 +86,20 @@ pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result
                 .map_err(bench_error)?;
         }
     }
+    let raw = raw_publishes(&js, options).await?;
     let mut report = driven.report(NAME, options.concurrency);
     report.nodes = u32::try_from(nodes).unwrap_or(u32::MAX);
-    Ok(report)
+    let writes_per_run = (writes as f64 / report.runs.max(1) as f64 * 100.0).round() / 100.0;
+    let ratio = if raw.runs_per_s > 0.0 {
+        report.runs_per_s * writes_per_run / raw.runs_per_s
+    } else {
+        0.0
+    };
+    Ok(report
+        .with("stream_writes_per_run", writes_per_run)
+        .with("raw_publish_per_s", raw.runs_per_s)
+        .with("raw_p50_us", raw.p50_us)
+        .with("ratio_to_raw", (ratio * 1000.0).round() / 1000.0))
 }
 
 /// Waits until every node owns its fair share of the shards.

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream as js_api;
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::ids::{RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxStore};
@@ -19,6 +19,7 @@ use awaken_cluster::ledger::{self, LedgerMailbox};
 
 use super::BenchOptions;
 use super::driver::{Driven, RunSample, drive};
+use super::jetstream;
 use super::report::BenchReport;
 use crate::error::{GatewayError, Result};
 
@@ -40,38 +41,10 @@ fn now_ms() -> u64 {
 /// Measures raw publishes, then dispatch cycles, against the server at `nats_url`.
 pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> {
     let client = async_nats::connect(nats_url).await.map_err(bench_error)?;
-    let js = jetstream::new(client);
+    let js = js_api::new(client);
     let scratch = format!("awaken_bench_{}", uuid::Uuid::now_v7().simple());
 
-    let raw_stream = format!("{scratch}_raw");
-    js.create_stream(stream::Config {
-        name: raw_stream.clone(),
-        subjects: vec![format!("{scratch}.raw")],
-        ..Default::default()
-    })
-    .await
-    .map_err(bench_error)?;
-    let raw_js = js.clone();
-    let subject = format!("{scratch}.raw");
-    let raw = drive(
-        "raw-publish",
-        options.runs,
-        options.concurrency,
-        options,
-        move |_| {
-            let (js, subject) = (raw_js.clone(), subject.clone());
-            async move {
-                let ack = js
-                    .publish(subject, "dispatch".into())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                ack.await.map_err(|e| e.to_string())?;
-                Ok(RunSample::default())
-            }
-        },
-    )
-    .await?;
-    js.delete_stream(&raw_stream).await.map_err(bench_error)?;
+    let raw_report = jetstream::raw_publishes(&js, options).await?;
 
     let ledger_name = format!("{scratch}_ledger");
     let ledger = LedgerMailbox::open(&js, &ledger_name, 1, MailboxConfig::default())
@@ -85,7 +58,6 @@ pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> 
         .await
         .map_err(bench_error)?;
 
-    let raw_report = raw.report("raw-publish", options.concurrency);
     let report = cycles.report(NAME, options.concurrency);
     let ratio = if raw_report.runs_per_s > 0.0 {
         (report.runs_per_s / raw_report.runs_per_s * 1000.0).round() / 1000.0

@@ -42,6 +42,7 @@ pub mod hitl;
 pub mod hitl_remote;
 pub mod http;
 pub mod idle_threads;
+mod jetstream;
 mod postgres;
 pub mod report;
 pub mod sequential;
