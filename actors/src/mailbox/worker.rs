@@ -431,7 +431,6 @@ impl Shared {
     async fn hold(self: Arc<Self>, dispatch: RunDispatch, mut watch: RunWatch) {
         let token = claim_token(&dispatch);
         let mut renew = every_at_least_1ms(self.config.lease_renewal_interval);
-        renew.tick().await;
         loop {
             tokio::select! {
                 end = watch.ended() => {
@@ -538,8 +537,11 @@ fn claim_token(dispatch: &RunDispatch) -> &str {
     dispatch.claim_token.as_deref().unwrap_or_default()
 }
 
-/// A ticker for a configured period; a zero period (which `tokio` refuses with a
-/// panic) ticks every millisecond instead.
+/// A ticker for a configured period whose first tick is a period from now; a
+/// zero period (which `tokio` refuses with a panic) ticks every millisecond
+/// instead. Not `interval`'s immediate first tick: awaiting an elapsed timer
+/// still waits for the timer wheel's next millisecond.
 fn every_at_least_1ms(period: Duration) -> tokio::time::Interval {
-    tokio::time::interval(period.max(Duration::from_millis(1)))
+    let period = period.max(Duration::from_millis(1));
+    tokio::time::interval_at(tokio::time::Instant::now() + period, period)
 }

@@ -287,8 +287,11 @@ async fn with_progress(
     delivery: impl Future<Output = Delivery>,
 ) -> Delivery {
     let mut delivery = std::pin::pin!(delivery);
-    let mut progress = tokio::time::interval((ack_wait / 3).max(Duration::from_millis(10)));
-    progress.tick().await;
+    let period = (ack_wait / 3).max(Duration::from_millis(10));
+    // The first tick a period from now, not an immediate one to await: an elapsed
+    // timer still waits for the timer wheel's next millisecond, which held every
+    // decision back by about a millisecond (issue #36, `hitl-remote`).
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
             outcome = &mut delivery => return outcome,
