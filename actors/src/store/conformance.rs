@@ -55,6 +55,7 @@ macro_rules! thread_run_store_conformance {
             refused_checkpoint_changes_nothing,
             fencing_rules,
             fence_on_unknown_thread_holds,
+            fence_and_load_reads_after_the_fence,
             runs_create_load_latest,
             an_unfinished_run_is_the_latest,
             list_runs_filters_and_pages,
@@ -889,6 +890,61 @@ pub async fn fencing_rules<S: ThreadRunStore + ?Sized>(store: &S) {
     assert_eq!(write(7, 3).await, fenced(7, 8));
     assert_eq!(fence(7).await, fenced(7, 8));
     assert_eq!(messages_of(store, &id).await.len(), 3);
+}
+
+/// `fence_and_load` raises the fence, then reads: a new thread exists (empty),
+/// a known one comes whole with the raised fence, a lower token is refused and
+/// changes nothing, and the old owner's writes are refused afterwards.
+pub async fn fence_and_load_reads_after_the_fence<S: ThreadRunStore + ?Sized>(store: &S) {
+    let fresh = tid("t-fenced-load-new");
+    let snapshot = store
+        .fence_and_load(&fresh, FencingToken(3))
+        .await
+        .unwrap()
+        .expect("a fenced thread exists");
+    assert_eq!(snapshot.thread.id, fresh);
+    assert!(snapshot.messages.is_empty());
+    assert_eq!(snapshot.fence, FencingToken(3));
+
+    let id = tid("t-fenced-load");
+    let first = run(&id, "r1", 1);
+    store
+        .checkpoint(checkpoint(&id, 1, 0, user_messages("m", 2), first.clone()))
+        .await
+        .unwrap();
+    let snapshot = store
+        .fence_and_load(&id, FencingToken(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(snapshot.fence, FencingToken(5));
+    assert_eq!(snapshot.messages.len(), 2);
+    assert_eq!(
+        snapshot.latest_run.map(|r| r.run_id),
+        Some(first.run_id.clone())
+    );
+    assert_eq!(snapshot.state, Some(state(u64::from(first.steps))));
+
+    let refused = store.fence_and_load(&id, FencingToken(4)).await;
+    assert_eq!(
+        refused.unwrap_err(),
+        StorageError::Fenced {
+            presented: 4,
+            current: 5
+        }
+    );
+    let old_owner = store
+        .checkpoint(checkpoint(&id, 1, 2, user_messages("late", 1), first))
+        .await;
+    assert_eq!(
+        old_owner.unwrap_err(),
+        StorageError::Fenced {
+            presented: 1,
+            current: 5
+        }
+    );
+    let after = store.load_thread_snapshot(&id).await.unwrap().unwrap();
+    assert_eq!((after.fence, after.messages.len()), (FencingToken(5), 2));
 }
 
 /// Fencing a thread that does not exist yet creates it empty, and the fence holds.

@@ -291,6 +291,19 @@ pub trait ThreadRunStore: Send + Sync + 'static {
     /// its first checkpoint.
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError>;
 
+    /// [`Self::fence`], then [`Self::load_thread_snapshot`]: what a new owner does
+    /// when it takes a thread over. The snapshot is read after the fence holds (so
+    /// it has every checkpoint the old owner got in), and the thread exists by then.
+    /// A store that can do both in one trip to its database overrides this.
+    async fn fence_and_load(
+        &self,
+        id: &ThreadId,
+        token: FencingToken,
+    ) -> Result<Option<ThreadSnapshot>, StorageError> {
+        self.fence(id, token).await?;
+        self.load_thread_snapshot(id).await
+    }
+
     /// What this store has sent to its database so far, for benchmarks and
     /// metrics; `None` for a store without one (memory, files).
     fn io_counts(&self) -> Option<StoreIoCounts> {

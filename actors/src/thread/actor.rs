@@ -515,12 +515,13 @@ async fn rehydrate(
     deps: &ThreadDeps,
     thread_id: &ThreadId,
 ) -> Result<(Box<ThreadCore>, LatestRun), ActorProcessingErr> {
-    if deps.fence.fences_on_load() {
-        deps.store
-            .fence(thread_id, deps.fence.token(thread_id))
-            .await?;
-    }
-    let Some(snapshot) = deps.store.load_thread_snapshot(thread_id).await? else {
+    let loaded = if deps.fence.fences_on_load() {
+        let token = deps.fence.token(thread_id);
+        deps.store.fence_and_load(thread_id, token).await?
+    } else {
+        deps.store.load_thread_snapshot(thread_id).await?
+    };
+    let Some(snapshot) = loaded else {
         let thread = Thread::with_id(thread_id.clone());
         return Ok((
             Box::new(ThreadCore::new(thread, Vec::new(), None)),

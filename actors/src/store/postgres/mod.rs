@@ -146,6 +146,7 @@ struct Statements {
     share_lock_thread: String,
     thread_exists: String,
     snapshot: String,
+    fenced_snapshot: String,
     page_messages: String,
     insert_run: String,
     load_run: String,
@@ -160,6 +161,14 @@ struct Statements {
 impl Statements {
     fn new(p: &str) -> Self {
         let latest = latest_run_of(p, "$1");
+        // A thread's snapshot, as columns over its row `t` (a `SnapshotRow`).
+        let snapshot_columns = format!(
+            "t.data, t.fence,
+             ARRAY(SELECT m.data FROM {p}_messages m WHERE m.thread_id = t.id ORDER BY m.seq),
+             (SELECT s.data FROM {p}_state s WHERE s.thread_id = t.id),
+             ({latest_of_t})",
+            latest_of_t = latest_run_of(p, "t.id"),
+        );
         Self {
             prefix: p.to_owned(),
             schema: vec![
@@ -240,15 +249,8 @@ impl Statements {
             current_fence: format!("SELECT fence FROM {p}_threads WHERE id = $1"),
             share_lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR SHARE"),
             thread_exists: format!("SELECT EXISTS (SELECT 1 FROM {p}_threads WHERE id = $1)"),
-            snapshot: format!(
-                "SELECT t.data, t.fence,
-                        ARRAY(SELECT m.data FROM {p}_messages m
-                              WHERE m.thread_id = t.id ORDER BY m.seq),
-                        (SELECT s.data FROM {p}_state s WHERE s.thread_id = t.id),
-                        ({latest_of_t})
-                 FROM {p}_threads t WHERE t.id = $1",
-                latest_of_t = latest_run_of(p, "t.id"),
-            ),
+            snapshot: format!("SELECT {snapshot_columns} FROM {p}_threads t WHERE t.id = $1"),
+            fenced_snapshot: write::fenced_snapshot_statement(p, &snapshot_columns),
             page_messages: format!(
                 "SELECT seq, data FROM {p}_messages
                  WHERE thread_id = $1 AND seq > $2 AND ($3 OR NOT internal)
@@ -344,6 +346,17 @@ type SnapshotRow = (
     Option<Json<PersistedState>>,
     Option<Json<RunRecord>>,
 );
+
+/// A snapshot row as the store's answer.
+fn snapshot_of((Json(thread), fence, messages, state, latest_run): SnapshotRow) -> ThreadSnapshot {
+    ThreadSnapshot {
+        thread,
+        messages: messages.into_iter().map(|Json(m)| m).collect(),
+        state: state.map(|Json(s)| s),
+        latest_run: latest_run.map(|Json(run)| run),
+        fence: FencingToken(unsigned(fence)),
+    }
+}
 
 impl PostgresStore {
     /// The table prefix the book documents.
@@ -685,15 +698,7 @@ impl ThreadRunStore for PostgresStore {
             .fetch_optional(self.send())
             .await
             .map_err(db_error)?;
-        Ok(row.map(
-            |(Json(thread), fence, messages, state, latest_run)| ThreadSnapshot {
-                thread,
-                messages: messages.into_iter().map(|Json(m)| m).collect(),
-                state: state.map(|Json(s)| s),
-                latest_run: latest_run.map(|Json(run)| run),
-                fence: FencingToken(unsigned(fence)),
-            },
-        ))
+        Ok(row.map(snapshot_of))
     }
 
     async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
@@ -762,6 +767,14 @@ impl ThreadRunStore for PostgresStore {
 
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
         self.write_fence(id, token).await
+    }
+
+    async fn fence_and_load(
+        &self,
+        id: &ThreadId,
+        token: FencingToken,
+    ) -> Result<Option<ThreadSnapshot>, StorageError> {
+        self.fence_and_read(id, token).await
     }
 
     fn io_counts(&self) -> Option<StoreIoCounts> {

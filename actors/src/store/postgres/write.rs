@@ -27,13 +27,13 @@
 
 use sqlx::types::Json;
 
-use super::{PostgresStore, bigint, db_error, sql, unsigned};
+use super::{PostgresStore, SnapshotRow, bigint, db_error, snapshot_of, sql, unsigned};
 use crate::contract::{Message, Thread};
 use crate::error::StorageError;
 use crate::ids::ThreadId;
 use crate::store::{
-    Checkpoint, FencingToken, check_checkpoint, check_fence, check_run_thread, implicit_thread,
-    now_millis,
+    Checkpoint, FencingToken, ThreadRunStore, ThreadSnapshot, check_checkpoint, check_fence,
+    check_run_thread, implicit_thread, now_millis,
 };
 
 /// The checkpoint statement for tables `{p}_…`, for a batch of checkpoints given
@@ -162,6 +162,30 @@ pub(super) fn fence_statement(p: &str) -> String {
          ON CONFLICT (id) DO UPDATE SET fence = EXCLUDED.fence, updated_at = now()
          WHERE t.fence <= EXCLUDED.fence
          RETURNING true"
+    )
+}
+
+/// The fence statement that also reads the snapshot, for tables `{p}_…`: `$1`
+/// thread id, `$2` the thread's data if it must be created, `$3` the token.
+///
+/// It raises the fence only if the thread row is the version this statement's
+/// snapshot saw (`xmin`): the upsert waits for a concurrent checkpoint's row lock
+/// and then sees its commit, but the snapshot the messages, state and latest run
+/// are read from was taken before, and would miss that checkpoint. Then, or when
+/// the token is too low, it returns no row and changes nothing; the caller
+/// fences and reads in two statements instead. `snapshot_columns` is the
+/// thread-snapshot statement's column list over the fenced row `t`.
+pub(super) fn fenced_snapshot_statement(p: &str, snapshot_columns: &str) -> String {
+    format!(
+        "WITH seen AS (
+             SELECT xmin AS version FROM {p}_threads WHERE id = $1
+         ), t AS (
+             INSERT INTO {p}_threads AS t (id, data, fence) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO UPDATE SET fence = EXCLUDED.fence, updated_at = now()
+             WHERE t.fence <= EXCLUDED.fence AND t.xmin = (SELECT version FROM seen)
+             RETURNING t.id, t.data, t.fence
+         )
+         SELECT {snapshot_columns} FROM t"
     )
 }
 
@@ -365,6 +389,33 @@ impl PostgresStore {
             .await
     }
 
+    /// Raises the thread's fence to `token` and reads its snapshot, in one
+    /// statement when the thread did not change under it (see
+    /// [`fenced_snapshot_statement`]), else as a fence and a read.
+    pub(super) async fn fence_and_read(
+        &self,
+        id: &ThreadId,
+        token: FencingToken,
+    ) -> Result<Option<ThreadSnapshot>, StorageError> {
+        self.ready().await?;
+        let value = bigint("fencing token", token.0)?;
+        let thread = Json(implicit_thread(id, now_millis()));
+        let row: Option<SnapshotRow> = sqlx::query_as(sql(&self.sql.fenced_snapshot))
+            .bind(id.as_str())
+            .bind(&thread)
+            .bind(value)
+            .fetch_optional(self.send())
+            .await
+            .map_err(db_error)?;
+        match row {
+            Some(row) => Ok(Some(snapshot_of(row))),
+            None => {
+                self.write_fence(id, token).await?;
+                self.load_thread_snapshot(id).await
+            }
+        }
+    }
+
     /// Raises the thread's fence to `token` in one statement, creating the thread
     /// if absent.
     pub(super) async fn write_fence(
@@ -405,4 +456,87 @@ impl PostgresStore {
 /// A checkpoint's number in its batch as a `BIGINT` (batches are small).
 fn count_of(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sqlx::types::Json;
+
+    use crate::contract::Message;
+    use crate::store::conformance::{checkpoint, run, tid, user_messages};
+    use crate::store::postgres::PostgresStore;
+    use crate::store::{FencingToken, ThreadRunStore};
+
+    /// Waits until a session of this test's pool waits for a lock.
+    async fn until_blocked(store: &PostgresStore, application: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
+            )
+            .bind(application)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            if waiting > 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nobody waited for the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fenced_read_that_waited_for_a_checkpoint_sees_it() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let id = tid("t-taken-over");
+        store
+            .checkpoint(checkpoint(
+                &id,
+                1,
+                0,
+                user_messages("m", 2),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        // The old owner's checkpoint, caught between its lock and its commit.
+        let mut old_owner = store.pool().begin().await.unwrap();
+        sqlx::query(
+            "UPDATE awaken_threads SET message_count = 3, updated_at = now() WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .execute(&mut *old_owner)
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO awaken_messages (thread_id, seq, internal, data) VALUES ($1, 3, false, $2)")
+            .bind(id.as_str())
+            .bind(Json(Message::user("m3")))
+            .execute(&mut *old_owner)
+            .await
+            .unwrap();
+
+        let reader = store.clone();
+        let taken = {
+            let id = id.clone();
+            tokio::spawn(async move { reader.fence_and_load(&id, FencingToken(2)).await })
+        };
+        until_blocked(&store, schema.name()).await;
+        old_owner.commit().await.unwrap();
+
+        let snapshot = taken.await.unwrap().unwrap().unwrap();
+        let texts: Vec<String> = snapshot.messages.iter().map(Message::text).collect();
+        assert_eq!(
+            texts,
+            ["m1", "m2", "m3"],
+            "the committed checkpoint is read"
+        );
+        assert_eq!(snapshot.fence, FencingToken(2));
+    }
 }
