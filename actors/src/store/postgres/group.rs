@@ -4,7 +4,8 @@
 //! A caller queues its checkpoint and waits for its own answer. Up to `writers`
 //! batches are in flight at once; when all are busy, what arrives queues, and the
 //! next free writer takes everything queued (up to [`MAX_BATCH`], one checkpoint
-//! per thread) as its next batch. A lone checkpoint on an idle store goes out at
+//! per thread, none of a thread whose previous one is still being written) as its
+//! next batch. A lone checkpoint on an idle store goes out at
 //! once, alone: batching costs nothing when there is nothing to batch. Writers are
 //! spawned tasks, so a caller that stops waiting neither loses nor abandons the
 //! others' checkpoints. Each caller is answered only after its batch committed.
@@ -152,10 +153,13 @@ impl GroupCommit {
     /// checkpoint (or a deadlock with another node's batch) fails only itself.
     /// When the database cannot be reached, every caller gets that error at once.
     async fn write(&self, store: &PostgresStore, batch: Vec<Pending>) {
-        let threads: Vec<ThreadId> = batch
-            .iter()
-            .map(|p| p.checkpoint.thread_id.clone())
-            .collect();
+        let _in_flight = InFlight {
+            commits: self,
+            threads: batch
+                .iter()
+                .map(|p| p.checkpoint.thread_id.clone())
+                .collect(),
+        };
         let checkpoints: Vec<&Checkpoint> = batch.iter().map(|p| &p.checkpoint).collect();
         let outcomes = match store.write_checkpoints(&checkpoints).await {
             Ok(outcomes) => outcomes,
@@ -193,11 +197,25 @@ impl GroupCommit {
             let _ = pending.answer.send(answer);
         }
         let mut queue = self.lock();
-        for id in &threads {
-            queue.in_flight.remove(id);
-        }
         for pending in again.into_iter().rev() {
             queue.waiting.push_front(pending);
+        }
+    }
+}
+
+/// A batch's threads, marked in flight until this drops: after the batch is
+/// answered, and also if writing it panicked, so their next checkpoints are
+/// never stranded.
+struct InFlight<'a> {
+    commits: &'a GroupCommit,
+    threads: Vec<ThreadId>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.commits.lock();
+        for id in &self.threads {
+            queue.in_flight.remove(id);
         }
     }
 }
