@@ -48,6 +48,18 @@ fn stdout_lines(output: &Output) -> Vec<String> {
         .collect()
 }
 
+/// The JSON report on the last stdout line of a command that succeeded.
+fn last_report(output: &Output) -> serde_json::Value {
+    let lines = stdout_lines(output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{lines:#?}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(lines.last().unwrap()).unwrap()
+}
+
 /// Asserts that `expected` appear in `lines` in this order (other lines may sit
 /// between them).
 fn assert_in_order(lines: &[String], expected: &[&str]) {
@@ -296,9 +308,7 @@ fn bench_http_measures_its_own_server_and_the_in_process_run() {
         ],
         None,
     );
-    let lines = stdout_lines(&output);
-    assert_eq!(output.status.code(), Some(0), "{lines:#?}");
-    let report: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let report = last_report(&output);
     assert_eq!(report["scenario"], "http");
     assert_eq!(report["runs"], 300);
     assert_eq!(report["errors"], 0);
@@ -347,14 +357,7 @@ fn bench_http_on_postgres_counts_what_a_run_sends_beside_the_reference() {
         ],
         None,
     );
-    let lines = stdout_lines(&output);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{lines:#?}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let report = last_report(&output);
     assert_eq!(report["store"], "postgres", "{report}");
     assert_eq!(report["runs"], 100);
     assert_eq!(report["errors"], 0);
@@ -429,14 +432,7 @@ fn bench_local_runs_the_engine_on_postgres_and_on_files() {
         ],
         None,
     );
-    let lines = stdout_lines(&output);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{lines:#?}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let report = last_report(&output);
     assert_eq!(report["store"], "postgres", "{report}");
     assert_eq!(report["errors"], 0, "{report}");
     // The engine alone: three checkpoints and the thread actor's snapshot read,

@@ -398,8 +398,7 @@ impl PostgresStore {
         token: FencingToken,
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
         self.ready().await?;
-        let value = bigint("fencing token", token.0)?;
-        let thread = Json(implicit_thread(id, now_millis()));
+        let (value, thread) = fence_parameters(id, token)?;
         let row: Option<SnapshotRow> = sqlx::query_as(sql(&self.sql.fenced_snapshot))
             .bind(id.as_str())
             .bind(&thread)
@@ -424,8 +423,7 @@ impl PostgresStore {
         token: FencingToken,
     ) -> Result<(), StorageError> {
         self.ready().await?;
-        let value = bigint("fencing token", token.0)?;
-        let thread = Json(implicit_thread(id, now_millis()));
+        let (value, thread) = fence_parameters(id, token)?;
         // A second try covers a thread deleted between the two statements.
         for _ in 0..2 {
             let written: Option<bool> = sqlx::query_scalar(sql(&self.sql.fence))
@@ -451,6 +449,17 @@ impl PostgresStore {
             "postgres: thread `{id}` changed under the fence twice"
         )))
     }
+}
+
+/// A fence statement's token and the data of the thread it creates if absent.
+fn fence_parameters(
+    id: &ThreadId,
+    token: FencingToken,
+) -> Result<(i64, Json<Thread>), StorageError> {
+    Ok((
+        bigint("fencing token", token.0)?,
+        Json(implicit_thread(id, now_millis())),
+    ))
 }
 
 /// A checkpoint's number in its batch as a `BIGINT` (batches are small).
