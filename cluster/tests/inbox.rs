@@ -93,8 +93,16 @@ async fn inputs_are_found_through_a_restarted_server_and_removed_ones_are_not() 
     }
     assert!(missing.is_empty(), "inputs not found: {missing:?}");
 
-    // What is not there is still not found, and a removed input is gone.
+    // What is not there is still not found, and a removed input is gone for
+    // every reader, whichever node removed it; the others stay.
     assert!(get(&behind, &RunId::generate()).await.is_none());
     inbox.remove(&runs[0].0).await.unwrap();
     assert!(get(&behind, &runs[0].0).await.is_none());
+    behind.remove(&runs[1].0).await.unwrap();
+    assert!(get(&inbox, &runs[1].0).await.is_none());
+    assert!(get(&behind, &runs[1].0).await.is_none());
+    assert_eq!(
+        get(&inbox, &runs[2].0).await.unwrap().messages,
+        runs[2].1.messages
+    );
 }
