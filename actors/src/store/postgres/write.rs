@@ -20,10 +20,12 @@
 //! statement saw, from which [`refusal`] builds the same error the other stores
 //! give; the batch's other checkpoints are written. A statement either runs whole
 //! or not at all, so every checkpoint stays atomic. A batch holds at most one
-//! checkpoint per thread.
+//! checkpoint per thread. A checkpoint alone goes out as the same statement on
+//! scalar parameters, which PostgreSQL runs faster than a batch of one.
 //!
 //! A fence is one upsert of the thread row that raises the stored token only if
-//! the presented one is at least as high.
+//! the presented one is at least as high; a new owner's fence can carry the
+//! snapshot read with it ([`fenced_snapshot_statement`], decision 0054).
 
 use sqlx::types::Json;
 
