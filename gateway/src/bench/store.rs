@@ -60,14 +60,14 @@ impl OpenStore {
             Arc::new(FakeFiles::with_demo_files()),
             Journal::default(),
         )?;
-        let builder = match self {
-            Self::Memory => builder,
-            Self::File(store, _) => {
-                builder.with_thread_run_store(Arc::clone(store) as Arc<dyn ThreadRunStore>)
-            }
-            Self::Postgres(store, _) => {
-                builder.with_thread_run_store(Arc::clone(store) as Arc<dyn ThreadRunStore>)
-            }
+        let store: Option<Arc<dyn ThreadRunStore>> = match self {
+            Self::Memory => None,
+            Self::File(store, _) => Some(Arc::clone(store) as _),
+            Self::Postgres(store, _) => Some(Arc::clone(store) as _),
+        };
+        let builder = match store {
+            Some(store) => builder.with_thread_run_store(store),
+            None => builder,
         };
         Ok(builder.build()?)
     }
