@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use awaken_actors::contract::{
-    RunDispatch, RunDispatchStatus, RunStatus, TerminationReason, ToolExecutionMode,
+    AgentEvent, RunDispatch, RunDispatchStatus, RunStatus, StreamEvent, TerminationReason,
+    ToolExecutionMode,
 };
 use awaken_actors::ids::DispatchId;
 use awaken_actors::mailbox::{
@@ -21,7 +22,7 @@ use awaken_actors::mailbox::{
 };
 use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::store::FencingToken;
-use awaken_actors::thread::{FenceSource, RunRequest};
+use awaken_actors::thread::{FenceSource, RunRequest, ThreadConfig};
 use awaken_actors::{AgentId, RunId, ThreadId};
 use support::*;
 
@@ -253,15 +254,75 @@ async fn a_claim_of_an_earlier_process_of_this_node_is_given_back_at_once() {
 }
 
 #[tokio::test]
-async fn a_dispatch_whose_input_is_gone_or_refused_is_dead_lettered() {
+async fn a_run_whose_last_attempt_died_with_its_claimer_before_it_started_ends_failed() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("never")]);
+    let hub = Arc::new(HubRecorder::default());
+    let runtime = support::runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![],
+        None,
+        Some(hub.clone()),
+        ThreadConfig::default(),
+    );
+    let mailbox = Arc::new(InMemoryMailboxStore::new(config()));
+    let inbox = Arc::new(InMemoryRunInbox::default());
+    let options = SubmitOptions {
+        max_attempts: 1,
+        ..SubmitOptions::default()
+    };
+    let request = RunRequest::new(tid("w-last-try"), user("hi"));
+    let queued = submit(&*mailbox, &*inbox, request, options).await.unwrap();
+    mailbox
+        .claim_dispatch(&queued.dispatch_id, "dead-node", HOUR_MS, now_ms())
+        .await
+        .unwrap();
+    let worker = MailboxWorker::start(
+        runtime.clone(),
+        mailbox.clone(),
+        inbox.clone(),
+        config(),
+        "node-1",
+        Arc::new(|_| true),
+        Arc::new(|consumer: &str| consumer != "dead-node"),
+    )
+    .await
+    .unwrap();
+    let n = Node {
+        runtime,
+        mailbox,
+        inbox,
+        _worker: worker,
+    };
+
+    let dead = settled(&*n.mailbox, &queued.dispatch_id).await;
+    assert_eq!(dead.status, RunDispatchStatus::DeadLetter);
+    let error = failed_run_error(&n, &queued.run_id, &hub).await;
+    assert!(error.contains("its claimer dead-node is gone"), "{error}");
+}
+
+#[tokio::test]
+async fn a_dispatch_whose_input_is_gone_or_refused_is_dead_lettered_and_its_run_ends_failed() {
     let llm = ScriptedLlm::new(vec![Turn::Text("unused")]);
-    let n = node(plain_runtime(llm, ToolExecutionMode::Sequential, vec![])).await;
+    let hub = Arc::new(HubRecorder::default());
+    let runtime = support::runtime(
+        llm,
+        agent_spec(ToolExecutionMode::Sequential),
+        vec![],
+        None,
+        Some(hub.clone()),
+        ThreadConfig::default(),
+    );
+    let n = node(runtime).await;
 
     let orphan = RunDispatch::new(tid("w-no-input"), RunId::generate(), 0, now_ms());
     let orphan = n.mailbox.enqueue(orphan, now_ms()).await.unwrap();
     let dead = settled(&*n.mailbox, &orphan.dispatch_id).await;
     assert_eq!(dead.status, RunDispatchStatus::DeadLetter);
     assert_eq!(dead.last_error.as_deref(), Some("the run's input is gone"));
+    let error = failed_run_error(&n, &orphan.run_id, &hub).await;
+    assert!(error.contains("node `node-1`"), "{error}");
+    assert!(error.contains("input is gone"), "{error}");
 
     let unknown_agent = RunRequest::new(tid("w-bad-agent"), user("hi"))
         .with_agent_id(AgentId::new("nobody").unwrap());
@@ -279,15 +340,69 @@ async fn a_dispatch_whose_input_is_gone_or_refused_is_dead_lettered() {
         dead.last_error.as_deref().unwrap().contains("nobody"),
         "{dead:?}"
     );
-    assert!(
-        n.runtime
-            .store()
-            .load_thread(&tid("w-bad-agent"))
-            .await
-            .unwrap()
-            .is_none(),
-        "a refused dispatch changes nothing"
+    let error = failed_run_error(&n, &queued.run_id, &hub).await;
+    assert!(error.contains("nobody"), "{error}");
+    let record = n
+        .runtime
+        .store()
+        .load_run(&queued.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.agent_id.as_str(),
+        "nobody",
+        "the record names the agent asked for"
     );
+    let messages = n
+        .runtime
+        .store()
+        .load_messages(&tid("w-bad-agent"), &Default::default())
+        .await
+        .unwrap();
+    assert!(
+        messages.messages.is_empty(),
+        "the refused input was not taken in"
+    );
+    assert_eq!(n.runtime.failed_starts(), 2);
+}
+
+/// Waits for `run_id`'s `run_finish` on the hub and checks the run's record
+/// agrees: done, with the error the stream ended with.
+async fn failed_run_error(n: &Node, run_id: &RunId, hub: &HubRecorder) -> String {
+    let finished = |event: &AgentEvent| matches!(event, AgentEvent::RunFinish { run_id: id, .. } if id == run_id);
+    tokio::time::timeout(Duration::from_secs(10), hub.wait_for(finished))
+        .await
+        .expect("the failed run's stream ends");
+    let events: Vec<StreamEvent> = hub
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(id, _)| id == run_id)
+        .map(|(_, event)| event.clone())
+        .collect();
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.seq, e.event.event_type()))
+            .collect::<Vec<_>>(),
+        vec![(0, "run_start"), (1, "run_finish")]
+    );
+    let AgentEvent::RunFinish {
+        termination: TerminationReason::Error(streamed),
+        ..
+    } = &events[1].event
+    else {
+        panic!("the run ends with an error: {events:?}");
+    };
+    let record = n.runtime.store().load_run(run_id).await.unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Done);
+    assert_eq!(
+        record.termination,
+        Some(TerminationReason::Error(streamed.clone()))
+    );
+    streamed.clone()
 }
 
 #[tokio::test]

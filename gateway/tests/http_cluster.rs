@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awaken_actors::ThreadId;
+use awaken_actors::contract::StreamEvent;
+use awaken_actors::permission::{PermissionBehavior, PermissionRules};
 use awaken_actors::store::InMemoryStore;
 use awaken_actors::thread::ThreadConfig;
 use awaken_cluster::membership::NodeId;
@@ -30,16 +32,27 @@ struct Cluster {
 
 /// Two nodes sharing one store, each with its own HTTP server, shards settled.
 async fn two_nodes() -> Cluster {
+    two_nodes_with(&[true, true]).await
+}
+
+/// Two nodes as [`two_nodes`]; node `i` has the demo agents when `agents[i]`
+/// (else no agent at all).
+async fn two_nodes_with(agents: &[bool; 2]) -> Cluster {
     let nats = NatsServer::start().await.unwrap();
     let store = Arc::new(InMemoryStore::new());
     let mut nodes = Vec::new();
-    for name in ["node-a", "node-b"] {
-        let builder = demo::builder(
-            ThreadConfig::default(),
-            Arc::new(FakeFiles::with_demo_files()),
-            Journal::default(),
-        )
-        .unwrap()
+    for (name, with_agents) in ["node-a", "node-b"].into_iter().zip(agents) {
+        let files = Arc::new(FakeFiles::with_demo_files());
+        let builder = if *with_agents {
+            demo::builder(ThreadConfig::default(), files, Journal::default()).unwrap()
+        } else {
+            demo::tools_builder(
+                ThreadConfig::default(),
+                files,
+                Journal::default(),
+                PermissionRules::new(PermissionBehavior::Allow),
+            )
+        }
         .with_thread_run_store(Arc::clone(&store) as _);
         let client = nats.connect().await.unwrap();
         let node = ClusterNode::start(client, builder, NodeConfig::new(NodeId::new(name).unwrap()))
@@ -166,6 +179,89 @@ async fn a_decision_given_to_a_node_that_does_not_own_the_thread_resumes_it() {
     assert_eq!(run["status"], "done");
     let (status, body) = json(a.get("/health").await).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// The error a failed run's `run_finish` carries.
+fn finish_error(events: &[StreamEvent]) -> String {
+    let value = serde_json::to_value(events.last().unwrap()).unwrap();
+    assert_eq!(value["termination"]["type"], "error", "{value}");
+    value["termination"]["value"].as_str().unwrap().to_owned()
+}
+
+/// Polls `GET /v1/runs/{run_id}` on `server` until the run is done.
+async fn done_run(server: &TestServer, run_id: &str) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = json(server.get(&format!("/v1/runs/{run_id}")).await).await;
+        if status == StatusCode::OK && body["status"] == "done" {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never ended: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_its_owner_cannot_start_ends_with_the_cause_on_every_way_in() {
+    // Node B knows no agent: a run accepted by A on a thread B owns cannot start.
+    let cluster = two_nodes_with(&[true, false]).await;
+    let (a, b) = (&cluster.servers[0], &cluster.servers[1]);
+    let thread = thread_owned_by(&cluster, 1, "refused");
+    let (status, _) = json(a.post("/v1/threads", json!({"id": thread.as_str()})).await).await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    // Streamed: the stream ends with the cause.
+    let response = a
+        .post(
+            "/v1/runs",
+            json!({"agentId": "bench-text", "threadId": thread.as_str(), "messages": user("go")}),
+        )
+        .await;
+    let events = tokio::time::timeout(Duration::from_secs(20), EventReader::new(response).rest())
+        .await
+        .expect("the stream of a run that cannot start ends");
+    assert_contiguous(&events, 0);
+    let error = finish_error(&events);
+    assert!(error.contains("bench-text"), "{error}");
+    assert!(error.contains("node `node-b`"), "{error}");
+    let (_, run_id) = run_ids(&events);
+    for server in [a, b] {
+        let record = done_run(server, &run_id).await;
+        assert_eq!(record["termination"]["value"], error.as_str(), "{record}");
+    }
+
+    // In the background: the input is accepted, then the run shows the cause.
+    let (status, accepted) = json(
+        a.post(
+            &format!("/v1/threads/{thread}/messages"),
+            json!({"agentId": "bench-text", "messages": user("again")}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let background = accepted["run_id"].as_str().unwrap();
+    let record = done_run(a, background).await;
+    assert_eq!(record["termination"]["type"], "error", "{record}");
+    // A late follower gets the whole failed run.
+    let replay = EventReader::new(a.get(&format!("/v1/runs/{background}/events")).await)
+        .rest()
+        .await;
+    assert!(finish_error(&replay).contains("bench-text"));
+    // Cancelling it says it is over, not that it is unknown.
+    let response = a
+        .post(&format!("/v1/runs/{background}/cancel"), json!({}))
+        .await;
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+
+    let metrics = b.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("awaken_runs_failed_to_start_total 2"),
+        "{metrics}"
+    );
 }
 
 /// `server`'s capabilities once it runs config `revision` or a later one: a node

@@ -8,6 +8,7 @@
 //!                             finishes or waits → complete (result + ack)
 //!       Waiting | Finished ──> complete (a repeated delivery)
 //!       input gone / refused ─> dead-letter      thread unavailable ─> nack
+//!   dead-lettered (at once, or its attempts used up) ─> the run ends as failed
 //! ```
 //!
 //! A claim is held for as long as the run executes, so a node that dies mid-run
@@ -277,8 +278,9 @@ impl Shared {
                     tracing::info!(dispatch_id = %claim.dispatch_id, claimer = %claim.claimed_by, "gave back an orphaned claim");
                     Self::wake_at(shared, back.thread_id, back.available_at);
                 }
-                Ok(_) => {
+                Ok(dead) => {
                     tracing::warn!(dispatch_id = %claim.dispatch_id, %reason, "dispatch dead-lettered");
+                    shared.end_unstarted(&dead, &reason).await;
                 }
                 // Released or claimed anew since the listing.
                 Err(
@@ -513,7 +515,10 @@ impl Shared {
             Ok(back) if back.status == RunDispatchStatus::Queued => {
                 Self::wake_at(self, back.thread_id, back.available_at);
             }
-            Ok(_) => tracing::warn!(dispatch_id = %id, %reason, "dispatch dead-lettered"),
+            Ok(dead) => {
+                tracing::warn!(dispatch_id = %id, %reason, "dispatch dead-lettered");
+                self.end_unstarted(&dead, reason).await;
+            }
             Err(error) => tracing::warn!(dispatch_id = %id, %error, "nack failed"),
         }
         self.held.remove(claim_token(dispatch));
@@ -522,14 +527,39 @@ impl Shared {
     async fn dead_letter(&self, dispatch: &RunDispatch, reason: &str) {
         let id = &dispatch.dispatch_id;
         tracing::warn!(dispatch_id = %id, run_id = %dispatch.run_id, %reason, "dead-lettering dispatch");
-        if let Err(error) = self
+        match self
             .mailbox
             .dead_letter(id, claim_token(dispatch), reason, now_ms())
             .await
         {
-            tracing::warn!(dispatch_id = %id, %error, "dead-letter failed");
+            Ok(dead) => self.end_unstarted(&dead, reason).await,
+            Err(error) => tracing::warn!(dispatch_id = %id, %error, "dead-letter failed"),
         }
         self.held.remove(claim_token(dispatch));
+    }
+
+    /// A dead-lettered dispatch's run will never start here or anywhere: it
+    /// ends as failed with the cause, so its submitter sees why (a run that did
+    /// start keeps its record and goes on when its thread is loaded next).
+    async fn end_unstarted(&self, dispatch: &RunDispatch, reason: &str) {
+        // Only this rare path reads the input again, to record who asked.
+        let request = self.inbox.get(&dispatch.run_id).await.ok().flatten();
+        let reason = format!(
+            "the run could not start on node `{}`: {reason}",
+            self.consumer
+        );
+        if let Err(error) = self
+            .runtime
+            .end_unstarted(
+                &dispatch.thread_id,
+                &dispatch.run_id,
+                request.as_ref(),
+                &reason,
+            )
+            .await
+        {
+            tracing::warn!(run_id = %dispatch.run_id, %error, "ending a run that could not start failed");
+        }
     }
 }
 

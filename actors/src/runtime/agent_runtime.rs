@@ -1,6 +1,7 @@
 //! `AgentRuntime`: the facade applications use — resolve agents, run them, and
 //! control their runs (decide, cancel, interrupt, inspect).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -59,9 +60,11 @@ pub struct AgentRunResult {
 #[derive(Clone)]
 pub struct AgentRuntime {
     registries: Arc<LiveRegistries>,
-    deps: Arc<ThreadDeps>,
+    pub(super) deps: Arc<ThreadDeps>,
     watches: Arc<WatchingHub>,
     region: Arc<OnceCell<ThreadRegion>>,
+    /// Runs ended by `end_unstarted` (a metric).
+    pub(super) failed_starts: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for AgentRuntime {
@@ -106,6 +109,7 @@ impl AgentRuntime {
             deps: Arc::new(deps),
             watches,
             region: Arc::new(OnceCell::new()),
+            failed_starts: Arc::new(AtomicU64::new(0)),
         }
     }
 

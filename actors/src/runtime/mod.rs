@@ -6,6 +6,7 @@ mod live;
 mod registry;
 mod resolve;
 mod run_watch;
+mod unstarted;
 
 pub use agent_runtime::{AgentRunResult, AgentRuntime};
 pub use builder::AgentRuntimeBuilder;

@@ -49,6 +49,7 @@ pub struct Metrics {
     in_flight: Gauge,
     live_threads: Gauge,
     warm_threads: Gauge,
+    failed_starts: Counter,
     store: StoreCounters,
 }
 
@@ -134,6 +135,12 @@ impl Metrics {
             "Passivated threads whose state this node still caches",
             warm_threads.clone(),
         );
+        let failed_starts = Counter::default();
+        registry.register(
+            "runs_failed_to_start",
+            "Runs this node ended as failed because their dispatch was dead-lettered before they started",
+            failed_starts.clone(),
+        );
         let store = StoreCounters::default();
         store.register(&mut registry);
         Self {
@@ -143,6 +150,7 @@ impl Metrics {
             in_flight,
             live_threads,
             warm_threads,
+            failed_starts,
             store,
         }
     }
@@ -154,6 +162,9 @@ impl Metrics {
             .set(i64::try_from(runtime.live_threads()).unwrap_or(i64::MAX));
         self.warm_threads
             .set(i64::try_from(runtime.warm_threads()).unwrap_or(i64::MAX));
+        self.failed_starts
+            .inner()
+            .store(runtime.failed_starts(), Ordering::Relaxed);
         if let Some(counts) = control.store().io_counts() {
             self.store.copy(counts);
         }
