@@ -38,7 +38,7 @@ use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
 use awaken_actors::{AgentId, BuildError, JsonValue, ToolError};
 use serde_json::json;
 
-use crate::a2a::{A2A_BACKEND, A2aBackend};
+use crate::base::runtime_base;
 
 /// The interactive demo agent: deletes `notes.txt` after asking for approval.
 pub const DEMO_AGENT: &str = "demo";
@@ -82,23 +82,18 @@ pub fn builder(
     files: Arc<FakeFiles>,
     journal: Journal,
 ) -> Result<AgentRuntimeBuilder, BuildError> {
-    let rules = PermissionRules::new(PermissionBehavior::Allow);
-    with_demo_agents(tools_builder(config, files, journal, rules))
+    let base = runtime_base(config, PermissionRules::new(PermissionBehavior::Allow));
+    with_demo_agents(with_demo_tools(base, files, journal))
 }
 
-/// The embedded tools, the permission plugin (with `rules` for every agent
-/// without a `permission` section of its own) and the A2A backend for remote
-/// agents, and no agents.
-pub fn tools_builder(
-    config: ThreadConfig,
+/// Adds the embedded tools: `delete_file` on `files`, and `echo` and `sleep`
+/// writing to `journal`.
+pub fn with_demo_tools(
+    builder: AgentRuntimeBuilder,
     files: Arc<FakeFiles>,
     journal: Journal,
-    rules: PermissionRules,
 ) -> AgentRuntimeBuilder {
-    let permission = PermissionPlugin::new(rules);
-    AgentRuntimeBuilder::new()
-        .with_thread_config(config)
-        .with_plugin(PermissionPlugin::ID, Arc::new(permission))
+    builder
         .with_tool(DeleteFileTool::ID, Arc::new(DeleteFileTool { files }))
         .with_tool(
             EchoTool::ID,
@@ -107,7 +102,6 @@ pub fn tools_builder(
             }),
         )
         .with_tool(SleepTool::ID, Arc::new(SleepTool { journal }))
-        .with_remote_backend(A2A_BACKEND, Arc::new(A2aBackend::new()))
 }
 
 /// Adds the embedded agents of the table above, each with its scripted model.

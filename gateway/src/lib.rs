@@ -7,8 +7,10 @@
 //! codes.
 
 pub mod a2a;
+pub mod base;
 pub mod bench;
 pub mod cli;
+pub mod compose;
 pub mod demo;
 pub mod error;
 pub mod mcp;

@@ -20,9 +20,11 @@ const WORKERS_VAR: &str = "AWAKEN_WORKER_THREADS";
 
 fn main() -> ExitCode {
     // Logs go to stderr (stdout carries the commands' output); `RUST_LOG` filters,
-    // warnings and errors by default.
+    // warnings and errors by default. Colours only on a terminal: a log collector
+    // (a pod's log, a file) gets plain text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

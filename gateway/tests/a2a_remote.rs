@@ -21,6 +21,7 @@ use awaken_actors::thread::ThreadConfig;
 use awaken_actors::{AgentId, BuildError};
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_gateway::a2a::A2A_BACKEND;
+use awaken_gateway::base::runtime_base;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
 use awaken_gateway::server::ServerConfig;
 use http_support::{
@@ -55,11 +56,13 @@ fn service_a(remote: AgentSpec) -> AgentRuntimeBuilder {
         .with_delegate(REMOTE)
         .with_model(BOSS);
     boss.allowed_tools = Some(vec![delegate_tool_name(REMOTE)]);
-    demo::tools_builder(
-        ThreadConfig::default(),
+    demo::with_demo_tools(
+        runtime_base(
+            ThreadConfig::default(),
+            PermissionRules::new(PermissionBehavior::Allow),
+        ),
         Arc::new(FakeFiles::with_demo_files()),
         Journal::default(),
-        PermissionRules::new(PermissionBehavior::Allow),
     )
     .with_remote_agents([remote])
     .with_model(BOSS, ModelSpec::new(BOSS, BOSS, "scripted"))

@@ -601,6 +601,55 @@ async fn health_reports_ready_and_live() {
     );
     let (status, _) = json(server.get("/health/live").await).await;
     assert_eq!(status, StatusCode::OK);
+    let (status, body) = json(server.get("/health/ready").await).await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (StatusCode::OK, json!("ok"))
+    );
+}
+
+#[tokio::test]
+async fn readiness_is_withdrawn_while_the_node_drains_and_liveness_is_not() {
+    use awaken_cluster::local::{LocalNode, LocalNodeConfig};
+    use awaken_gateway::mcp::McpHub;
+    use awaken_gateway::runtime_config::ConfigDocument;
+    use awaken_gateway::server::{AppState, router};
+    use tower::ServiceExt;
+
+    let builder = awaken_gateway::demo::builder(
+        Default::default(),
+        std::sync::Arc::new(awaken_gateway::demo::FakeFiles::with_demo_files()),
+        Default::default(),
+    )
+    .unwrap();
+    let node = LocalNode::start(builder, LocalNodeConfig::default())
+        .await
+        .unwrap();
+    let state = AppState::start(
+        std::sync::Arc::new(node),
+        ServerConfig::default(),
+        ConfigDocument::default(),
+        std::sync::Arc::new(McpHub::new()),
+    )
+    .await
+    .unwrap();
+    let probe = |path: &'static str| {
+        let app = router(state.clone());
+        async move {
+            let request = axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            app.oneshot(request).await.unwrap().status()
+        }
+    };
+    assert_eq!(probe("/health/ready").await, StatusCode::OK);
+    state.stop_streams();
+    assert_eq!(
+        probe("/health/ready").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(probe("/health").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(probe("/health/live").await, StatusCode::OK);
 }
 
 #[tokio::test]

@@ -66,7 +66,7 @@ async fn every_route_but_health_needs_a_known_key() {
         "missing",
     )
     .await;
-    for path in ["/health", "/health/live"] {
+    for path in ["/health", "/health/ready", "/health/live"] {
         assert_eq!(server.get(path).await.status(), StatusCode::OK, "{path}");
     }
     let (status, _) = json(call(&server, "key-a", Method::GET, "/v1/threads", None).await).await;

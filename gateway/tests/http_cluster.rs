@@ -16,6 +16,7 @@ use awaken_actors::thread::ThreadConfig;
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
 use awaken_cluster::testing::NatsServer;
+use awaken_gateway::base::runtime_base;
 use awaken_gateway::demo::{self, FakeFiles, Journal};
 use http_support::{
     EventReader, TestServer, assert_contiguous, finish_type, json, mcp_stdio_entry, run_ids,
@@ -46,11 +47,13 @@ async fn two_nodes_with(agents: &[bool; 2]) -> Cluster {
         let builder = if *with_agents {
             demo::builder(ThreadConfig::default(), files, Journal::default()).unwrap()
         } else {
-            demo::tools_builder(
-                ThreadConfig::default(),
+            demo::with_demo_tools(
+                runtime_base(
+                    ThreadConfig::default(),
+                    PermissionRules::new(PermissionBehavior::Allow),
+                ),
                 files,
                 Journal::default(),
-                PermissionRules::new(PermissionBehavior::Allow),
             )
         }
         .with_thread_run_store(Arc::clone(&store) as _);

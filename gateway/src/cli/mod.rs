@@ -14,7 +14,6 @@
 //! carry their own ([`GatewayError::exit_code`](crate::GatewayError::exit_code)).
 
 mod bench;
-mod nats;
 mod node;
 mod run;
 mod serve;
@@ -27,18 +26,6 @@ pub use run::RunArgs;
 pub use serve::ServeArgs;
 
 use crate::error::Result;
-
-/// The PostgreSQL pool of a node. In a cluster (`lease_ttl` set) its writes may
-/// hold a thread's row lock for half the shard lease TTL at most, and no more than
-/// the default (so a paused owner's open transaction is rolled back before another
-/// node can own its threads).
-fn pool_settings(lease_ttl: Option<std::time::Duration>) -> awaken_actors::store::PoolSettings {
-    let mut settings = awaken_actors::store::PoolSettings::default();
-    if let Some(ttl) = lease_ttl {
-        settings.write_hold_limit = settings.write_hold_limit.min(ttl / 2);
-    }
-    settings
-}
 
 /// `awaken`: run agents on an embedded single-node runtime, and measure it.
 #[derive(Debug, Parser)]

@@ -1,112 +1,156 @@
-//! `awaken node`: one node of a cluster on NATS, until SIGTERM or Ctrl-C.
+//! `awaken node`: one node of a cluster on NATS without the HTTP API, until
+//! SIGTERM or Ctrl-C. It runs what `awaken serve` would with the same
+//! configuration (the composition root builds both): the file's agents, models,
+//! providers and MCP servers, and those written through any node's config API.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use awaken_actors::store::PostgresStore;
-use awaken_actors::thread::ThreadConfig;
-use awaken_cluster::membership::NodeId;
-use awaken_cluster::node::{ClusterNode, NodeConfig};
-use awaken_cluster::shards::ShardCount;
+use awaken_cluster::RunControl;
+use awaken_cluster::events::EventsConfig;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::demo::{self, FakeFiles, Journal};
+use crate::compose::{self, Assembly};
+use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
+use crate::runtime_config::ConfigManager;
+use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
 
-/// Flags of `awaken node`.
+/// Flags of `awaken node`; each overrides its key of the config file (or
+/// environment), which is read as `awaken serve` reads it.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
-    /// NATS server URL(s), comma-separated.
-    #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
-    /// The shared thread store (every node of a cluster must use the same one).
-    /// `?options=-c%20search_path%3DSCHEMA` picks a schema.
+    /// The config file; `./awaken.toml` when it exists otherwise.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// NATS server URL(s), comma-separated (`cluster.nats_url`).
+    #[arg(long, value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// The shared PostgreSQL thread store (`store.url`; every node of a cluster
+    /// uses the same one). `?options=-c%20search_path%3DSCHEMA` picks a schema.
     #[arg(long, value_name = "URL", env = "AWAKEN_POSTGRES_URL")]
-    pub postgres_url: String,
-    /// This node's id; a new one by default.
+    pub postgres_url: Option<String>,
+    /// This node's id (`cluster.node_id`); a new one by default.
     #[arg(long, value_name = "ID")]
     pub node_id: Option<String>,
-    /// Shards of the cluster (the same on every node).
-    #[arg(long, value_name = "N", default_value_t = 256)]
-    pub shards: u32,
-    /// Shard lease and membership TTL: a dead node's threads move after this long.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
-    pub lease_ttl_s: u64,
-    /// Lease of a dispatch claim while its run executes (renewed every fifth).
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
-    pub claim_lease_ms: u64,
-    /// Copies of every bucket and stream (a clustered NATS).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub replicas: usize,
-    /// How long a graceful shutdown may take.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
-    pub drain_timeout_s: u64,
+    /// Shards of the cluster, the same on every node (`cluster.shards`).
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u32>,
+    /// Shard lease and membership TTL (`cluster.lease_ttl_secs`).
+    #[arg(long, value_name = "SECONDS")]
+    pub lease_ttl_s: Option<u64>,
+    /// Lease of a dispatch claim while its run executes (`cluster.claim_lease_ms`).
+    #[arg(long, value_name = "MS")]
+    pub claim_lease_ms: Option<u64>,
+    /// Copies of every bucket and stream (`cluster.replicas`).
+    #[arg(long, value_name = "N")]
+    pub replicas: Option<usize>,
+    /// How long a graceful shutdown may take (`cluster.drain_timeout_secs`).
+    #[arg(long, value_name = "SECONDS")]
+    pub drain_timeout_s: Option<u64>,
+    /// Registers the embedded demo agents and tools (as `demo_agents = true`).
+    #[arg(long)]
+    pub demo: bool,
     /// Append one line per `echo`/`sleep` execution to this file (tests count them).
     #[arg(long, value_name = "PATH")]
     pub tool_journal: Option<PathBuf>,
 }
 
-fn invalid(what: &str, error: impl std::fmt::Display) -> GatewayError {
-    GatewayError::Config(format!("{what}: {error}"))
+/// Sets `slot` to the flag's value when the flag was given.
+fn set<T: Clone>(slot: &mut T, flag: &Option<T>) {
+    if let Some(value) = flag {
+        slot.clone_from(value);
+    }
+}
+
+impl NodeArgs {
+    /// The configuration with the flags applied; a node is always a cluster
+    /// member on PostgreSQL.
+    fn config(&self) -> Result<ServeConfig> {
+        let mut config = ServeConfig::load(self.config.as_deref(), std::env::vars())
+            .map_err(|e| GatewayError::Config(e.to_string()))?;
+        let cluster = config.cluster.get_or_insert_with(ClusterConfig::default);
+        set(&mut cluster.nats_url, &self.nats_url);
+        if self.node_id.is_some() {
+            cluster.node_id.clone_from(&self.node_id);
+        }
+        set(&mut cluster.shards, &self.shards);
+        set(&mut cluster.lease_ttl_secs, &self.lease_ttl_s);
+        set(&mut cluster.claim_lease_ms, &self.claim_lease_ms);
+        set(&mut cluster.replicas, &self.replicas);
+        set(&mut cluster.drain_timeout_secs, &self.drain_timeout_s);
+        if let Some(url) = &self.postgres_url {
+            config.store = match std::mem::take(&mut config.store) {
+                StoreConfig::Postgres {
+                    pool_size,
+                    checkpoint_writers,
+                    ..
+                } => StoreConfig::Postgres {
+                    url: url.clone(),
+                    pool_size,
+                    checkpoint_writers,
+                },
+                _ => StoreConfig::postgres(url.clone()),
+            };
+        }
+        if !matches!(config.store, StoreConfig::Postgres { .. }) {
+            return Err(GatewayError::Config(
+                "a node needs the store every node shares: --postgres-url, AWAKEN_POSTGRES_URL \
+                 or store.kind = \"postgres\""
+                    .into(),
+            ));
+        }
+        if self.demo {
+            config.demo_agents = Some(true);
+        }
+        Ok(config)
+    }
 }
 
 /// Joins the cluster, prints `{"event":"ready",...}` on stdout, serves until a
 /// signal, then drains.
 pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
-    let node_id = args
-        .node_id
-        .unwrap_or_else(|| format!("node-{}", uuid::Uuid::now_v7().simple()));
-    let node_id = NodeId::new(node_id).map_err(|e| invalid("--node-id", e))?;
-    let mut config = NodeConfig::new(node_id.clone());
-    config.shards.count = ShardCount::new(args.shards).map_err(|e| invalid("--shards", e))?;
-    config.shards.lease_ttl = Duration::from_secs(args.lease_ttl_s);
-    config.membership.ttl = config.shards.lease_ttl;
-    config.decisions.ack_wait = config.shards.lease_ttl;
-    config.replicas = args.replicas;
-    config.mailbox.lease_ms = args.claim_lease_ms;
-    config.mailbox.lease_renewal_interval = Duration::from_millis(args.claim_lease_ms / 5);
-
-    let store = PostgresStore::connect(
-        &args.postgres_url,
-        super::pool_settings(Some(config.shards.lease_ttl)),
+    let config = args.config()?;
+    let journal = args.tool_journal.map(Journal::at).unwrap_or_default();
+    let Some(cluster) = &config.cluster else {
+        return Err(GatewayError::Config("a node needs [cluster]".into()));
+    };
+    let Assembly {
+        builder,
+        file_entries,
+        mcp,
+    } = compose::assemble(&config, journal).await?;
+    let node = compose::join_cluster(cluster, EventsConfig::default(), builder).await?;
+    // Agents written through any node's config API run here too.
+    let _config_api = ConfigManager::start(
+        node.runtime().clone(),
+        node.config_store(),
+        file_entries,
+        mcp,
+        config.server.config_api.entry_policy(),
     )
     .await
-    .map_err(|e| invalid("--postgres-url", e))?;
-    store
-        .ensure_schema()
-        .await
-        .map_err(|e| invalid("postgres", e))?;
-    let journal = args.tool_journal.map(Journal::at).unwrap_or_default();
-    let builder = demo::builder(
-        ThreadConfig::default(),
-        Arc::new(FakeFiles::with_demo_files()),
-        journal,
-    )?
-    .with_thread_run_store(Arc::new(store));
-    let client = super::nats::connect(&args.nats_url, "--nats-url").await?;
-    let node = ClusterNode::start(client, builder, config)
-        .await
-        .map_err(|e| GatewayError::Cluster(e.to_string()))?;
+    .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let node_id = node.node_id().to_string();
 
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     println!(
         "{}",
-        serde_json::json!({"event": "ready", "node_id": node_id.as_str()})
+        serde_json::json!({"event": "ready", "node_id": node_id})
     );
     tokio::select! {
         _ = terminate.recv() => {}
         _ = interrupt.recv() => {}
     }
     eprintln!("draining {node_id} ...");
-    node.drain(Duration::from_secs(args.drain_timeout_s))
+    node.drain(Duration::from_secs(cluster.drain_timeout_secs))
         .await
         .map_err(|e| GatewayError::Cluster(e.to_string()))?;
     println!(
         "{}",
-        serde_json::json!({"event": "stopped", "node_id": node_id.as_str()})
+        serde_json::json!({"event": "stopped", "node_id": node_id})
     );
     Ok(0)
 }

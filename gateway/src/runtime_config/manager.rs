@@ -234,6 +234,7 @@ impl ConfigManager {
         if revision > applied.revision {
             self.runtime.replace_registries(registries);
             *applied = Applied { revision, document };
+            tracing::info!(revision, "config revision applied");
         }
     }
 

@@ -1,6 +1,7 @@
 //! `ServeConfig`: everything `awaken serve` reads, layered: built-in defaults, then
 //! `awaken.toml` (or `--config`), then `AWAKEN_<SECTION>__<KEY>` environment
-//! variables (`AWAKEN_SERVER__ADDRESS=127.0.0.1:8080`).
+//! variables (`AWAKEN_SERVER__ADDRESS=127.0.0.1:8080`) and `AWAKEN_<KEY>` for the
+//! top-level keys ([`TOP_LEVEL_ENV_KEYS`]: `AWAKEN_DEMO_AGENTS=true`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,9 +19,13 @@ pub const DEFAULT_CONFIG_FILE: &str = "awaken.toml";
 pub const ENV_PREFIX: &str = "AWAKEN_";
 /// Separator of sections and keys in those variables.
 pub const ENV_SEPARATOR: &str = "__";
+/// The top-level keys an `AWAKEN_<KEY>` variable sets. Only these: other
+/// unsectioned `AWAKEN_*` variables (`AWAKEN_POSTGRES_URL`) belong to other
+/// commands.
+pub const TOP_LEVEL_ENV_KEYS: [&str; 1] = ["DEMO_AGENTS"];
 
 /// The whole configuration of `awaken serve`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServeConfig {
     /// The HTTP server.
@@ -29,8 +34,9 @@ pub struct ServeConfig {
     pub store: StoreConfig,
     /// Join a cluster on NATS; a single node without it.
     pub cluster: Option<ClusterConfig>,
-    /// Registers the embedded demo and benchmark agents (`demo`, `bench`, ...).
-    pub demo_agents: bool,
+    /// Registers the embedded demo and benchmark agents (`demo`, `bench`, ...)
+    /// and their tools; when unset, only if the file configures no agent.
+    pub demo_agents: Option<bool>,
     /// Permission rules for every agent without a `permission` section of its own;
     /// everything is allowed when absent.
     pub permissions: Option<PermissionRulesConfig>,
@@ -42,22 +48,6 @@ pub struct ServeConfig {
     pub providers: BTreeMap<String, JsonValue>,
     /// `[mcp_servers.<id>]`: MCP server entries.
     pub mcp_servers: BTreeMap<String, JsonValue>,
-}
-
-impl Default for ServeConfig {
-    fn default() -> Self {
-        Self {
-            server: ServerConfig::default(),
-            store: StoreConfig::default(),
-            cluster: None,
-            demo_agents: true,
-            permissions: None,
-            agents: BTreeMap::new(),
-            models: BTreeMap::new(),
-            providers: BTreeMap::new(),
-            mcp_servers: BTreeMap::new(),
-        }
-    }
 }
 
 /// The thread store.
@@ -85,6 +75,17 @@ pub enum StoreConfig {
         #[serde(default = "default_checkpoint_writers")]
         checkpoint_writers: usize,
     },
+}
+
+impl StoreConfig {
+    /// The PostgreSQL store at `url` with the default pool.
+    pub fn postgres(url: String) -> Self {
+        Self::Postgres {
+            url,
+            pool_size: default_pool_size(),
+            checkpoint_writers: default_checkpoint_writers(),
+        }
+    }
 }
 
 /// The PostgreSQL pool's size unless configured.
@@ -151,13 +152,12 @@ impl ServeConfig {
             Some(path) => config::File::from(path).required(true),
             None => config::File::with_name(DEFAULT_CONFIG_FILE).required(false),
         };
-        // Only sectioned variables are configuration: `AWAKEN_POSTGRES_URL` and
-        // friends belong to other commands.
         let overrides: config::Map<String, String> = env
             .into_iter()
             .filter_map(|(name, value)| {
                 let key = name.strip_prefix(ENV_PREFIX)?;
-                key.contains(ENV_SEPARATOR).then(|| (key.to_owned(), value))
+                (key.contains(ENV_SEPARATOR) || TOP_LEVEL_ENV_KEYS.contains(&key))
+                    .then(|| (key.to_owned(), value))
             })
             .collect();
         let environment = config::Environment::default()
@@ -229,6 +229,13 @@ impl ServeConfig {
                 .map_err(|e| ConfigError(format!("permissions: {e}")))?;
         }
         self.entries().map(drop)
+    }
+
+    /// Whether the node registers the embedded demo agents and tools: as
+    /// `demo_agents` says, else when the file configures no agent (so a bare
+    /// `awaken serve` is the demo, and a configured node runs only its own).
+    pub fn wants_demo(&self) -> bool {
+        self.demo_agents.unwrap_or(self.agents.is_empty())
     }
 
     /// The `[agents.*]`, `[models.*]`, `[providers.*]` and `[mcp_servers.*]`
@@ -418,7 +425,8 @@ mod tests {
             env(&[("AWAKEN_AGENTS__HELPER__SYSTEM_PROMPT", "Be brief.")]),
         )
         .unwrap();
-        assert!(!config.demo_agents);
+        assert_eq!(config.demo_agents, Some(false));
+        assert!(!config.wants_demo());
         assert!(config.permissions.is_some());
         let entries = config.entries().unwrap();
         assert_eq!(entries.len(), 4);
@@ -430,6 +438,37 @@ mod tests {
             entries.entries(Namespace::Models)["fast"]["provider"],
             "local"
         );
+    }
+
+    #[test]
+    fn the_demo_runs_only_without_agents_of_the_file_unless_asked() {
+        let bare = ServeConfig::load(Some(file("").path()), env(&[])).unwrap();
+        assert!(bare.wants_demo(), "a bare node is the demo");
+        let agent = "[agents.helper]\nmodel = \"fast\"\n";
+        let configured = ServeConfig::load(Some(file(agent).path()), env(&[])).unwrap();
+        assert!(
+            !configured.wants_demo(),
+            "a configured node runs its own agents"
+        );
+        let asked = ServeConfig::load(
+            Some(file(agent).path()),
+            env(&[("AWAKEN_DEMO_AGENTS", "true")]),
+        )
+        .unwrap();
+        assert!(asked.wants_demo(), "a top-level key from the environment");
+        let refused = ServeConfig::load(
+            Some(file("").path()),
+            env(&[("AWAKEN_DEMO_AGENTS", "false")]),
+        )
+        .unwrap();
+        assert!(!refused.wants_demo());
+        let error = ServeConfig::load(
+            Some(file("").path()),
+            env(&[("AWAKEN_DEMO_AGENTS", "sometimes")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("demo_agents"), "{error}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! `/health` (readiness: the store and NATS answer, and a request place is free),
-//! `/health/live`, and
-//! `/metrics` (Prometheus).
+//! `/health` and `/health/ready` (readiness: the node has joined, is not
+//! draining, its store and NATS answer, and a request place is free),
+//! `/health/live` (the process answers), and `/metrics` (Prometheus).
 
 use axum::Json;
 use axum::extract::State;
@@ -16,10 +16,20 @@ use crate::server::state::AppState;
 pub(crate) fn routes() -> Routes {
     Routes::new()
         .get("/health", ready)
+        .get("/health/ready", ready)
         .get("/health/live", live)
 }
 
 async fn ready(State(state): State<AppState>) -> Response {
+    // Shutting down: in-flight requests finish, new work goes to other nodes.
+    if *state.stopping().borrow() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "draining",
+                "error": "the node is shutting down"})),
+        )
+            .into_response();
+    }
     // Every request place taken: the node would answer 503 to real work, so it
     // is not ready for more (a load balancer sends it elsewhere meanwhile).
     if state.in_flight.available_permits() == 0 {

@@ -21,6 +21,7 @@ use Success::{Empty, Events, Json as Out, Text};
 #[rustfmt::skip]
 pub(super) const OPERATIONS: &[Operation] = &[
     op("get", "/health", "health", "Readiness: the store (and in a cluster NATS) answer", NoBody, Out(200), NONE),
+    op("get", "/health/ready", "health", "Readiness, as `/health`: 503 while the node drains", NoBody, Out(200), NONE),
     op("get", "/health/live", "health", "Liveness", NoBody, Out(200), NONE),
     op("get", "/metrics", "health", "Prometheus metrics (OpenMetrics text)", NoBody, Text, NONE),
     op("get", "/v1/openapi.json", "meta", "This document", NoBody, Out(200), NONE),

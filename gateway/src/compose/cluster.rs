@@ -1,0 +1,41 @@
+//! Joining a cluster on NATS from the `[cluster]` section.
+
+use std::time::Duration;
+
+use awaken_actors::runtime::AgentRuntimeBuilder;
+use awaken_cluster::events::EventsConfig;
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::node::{ClusterNode, NodeConfig};
+use awaken_cluster::shards::ShardCount;
+
+use super::{invalid, nats};
+use crate::error::{GatewayError, Result};
+use crate::serve::ClusterConfig;
+
+/// Connects to NATS and starts a cluster node running `builder`'s runtime; it has
+/// joined the membership when this returns.
+pub async fn join_cluster(
+    cluster: &ClusterConfig,
+    events: EventsConfig,
+    builder: AgentRuntimeBuilder,
+) -> Result<ClusterNode> {
+    let node_id = cluster
+        .node_id
+        .clone()
+        .unwrap_or_else(|| format!("node-{}", uuid::Uuid::now_v7().simple()));
+    let node_id = NodeId::new(node_id).map_err(|e| invalid("cluster.node_id", e))?;
+    let mut config = NodeConfig::new(node_id);
+    config.shards.count =
+        ShardCount::new(cluster.shards).map_err(|e| invalid("cluster.shards", e))?;
+    config.shards.lease_ttl = Duration::from_secs(cluster.lease_ttl_secs);
+    config.membership.ttl = config.shards.lease_ttl;
+    config.decisions.ack_wait = config.shards.lease_ttl;
+    config.replicas = cluster.replicas;
+    config.mailbox.lease_ms = cluster.claim_lease_ms;
+    config.mailbox.lease_renewal_interval = Duration::from_millis(cluster.claim_lease_ms / 5);
+    config.events = events;
+    let client = nats::connect(&cluster.nats_url, "cluster.nats_url").await?;
+    ClusterNode::start(client, builder, config)
+        .await
+        .map_err(|e| GatewayError::Cluster(e.to_string()))
+}
