@@ -15,15 +15,17 @@ use crate::compose::{self, Assembly};
 use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
 use crate::runtime_config::ConfigManager;
+use crate::serve::config::paths;
 use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
 
 /// Flags of `awaken node`; each overrides its key of the config file (or
 /// environment), which is read as `awaken serve` reads it.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
-    /// The config file; `./awaken.toml` when it exists otherwise.
+    /// The config file; repeat it for more files, each overriding the ones
+    /// before (`./awaken.toml` when it exists, if none is given).
     #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
+    pub config: Vec<PathBuf>,
     /// NATS server URL(s), comma-separated (`cluster.nats_url`).
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
@@ -68,7 +70,7 @@ impl NodeArgs {
     /// The configuration with the flags applied; a node is always a cluster
     /// member on PostgreSQL.
     fn config(&self) -> Result<ServeConfig> {
-        let mut config = ServeConfig::load(self.config.as_deref(), std::env::vars())
+        let mut config = ServeConfig::load_files(&paths(&self.config), std::env::vars())
             .map_err(|e| GatewayError::Config(e.to_string()))?;
         let cluster = config.cluster.get_or_insert_with(ClusterConfig::default);
         set(&mut cluster.nats_url, &self.nats_url);

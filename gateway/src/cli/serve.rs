@@ -16,6 +16,7 @@ use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
 use crate::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
+use crate::serve::config::paths;
 use crate::serve::{ServeConfig, StoreConfig};
 use crate::server::{AppState, Server};
 
@@ -25,9 +26,10 @@ const CONFIG_FILE_NAME: &str = "config.msgpack";
 /// Flags of `awaken serve` (everything else is in the config file or environment).
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// The config file; `./awaken.toml` when it exists otherwise.
+    /// The config file; repeat it for more files, each overriding the ones
+    /// before (`./awaken.toml` when it exists, if none is given).
     #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
+    pub config: Vec<PathBuf>,
     /// Overrides `server.address`.
     #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
@@ -47,7 +49,7 @@ fn invalid(what: &str, error: impl std::fmt::Display) -> GatewayError {
 /// Serves until a signal, then stops taking requests, lets in-flight ones finish,
 /// and leaves (a cluster node drains its shards).
 pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
-    let mut config = ServeConfig::load(args.config.as_deref(), std::env::vars())
+    let mut config = ServeConfig::load_files(&paths(&args.config), std::env::vars())
         .map_err(|e| GatewayError::Config(e.to_string()))?;
     if let Some(address) = args.address {
         config.server.address = address;

@@ -141,17 +141,45 @@ impl Default for ClusterConfig {
 #[error("configuration: {0}")]
 pub struct ConfigError(String);
 
+/// The paths of `files` as [`ServeConfig::load_files`] takes them.
+pub fn paths(files: &[PathBuf]) -> Vec<&Path> {
+    files.iter().map(PathBuf::as_path).collect()
+}
+
 impl ServeConfig {
     /// Reads `file` (required) or else `awaken.toml` in the working directory (if
-    /// present), then the `AWAKEN_<SECTION>__<KEY>` variables of `env`.
+    /// present), then the `AWAKEN_*` variables of `env`.
     pub fn load(
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let file_source = match file {
-            Some(path) => config::File::from(path).required(true),
-            None => config::File::with_name(DEFAULT_CONFIG_FILE).required(false),
-        };
+        let files: Vec<&Path> = file.into_iter().collect();
+        Self::load_files(&files, env)
+    }
+
+    /// Reads `files` in order, each overriding the ones before (all required; a
+    /// Kubernetes Secret can hold `server.api_keys` beside a ConfigMap's file), or
+    /// `awaken.toml` in the working directory (if present) when there are none,
+    /// then the `AWAKEN_*` variables of `env`.
+    pub fn load_files(
+        files: &[&Path],
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder();
+        if files.is_empty() {
+            builder = builder.add_source(
+                config::File::with_name(DEFAULT_CONFIG_FILE)
+                    .required(false)
+                    .format(config::FileFormat::Toml),
+            );
+        }
+        for path in files {
+            builder = builder.add_source(
+                config::File::from(*path)
+                    .required(true)
+                    .format(config::FileFormat::Toml),
+            );
+        }
         let overrides: config::Map<String, String> = env
             .into_iter()
             .filter_map(|(name, value)| {
@@ -164,8 +192,7 @@ impl ServeConfig {
             .separator(ENV_SEPARATOR)
             .try_parsing(true)
             .source(Some(overrides));
-        let config = config::Config::builder()
-            .add_source(file_source.format(config::FileFormat::Toml))
+        let config = builder
             .add_source(environment)
             .build()
             .map_err(|e| ConfigError(e.to_string()))?;
@@ -438,6 +465,22 @@ mod tests {
             entries.entries(Namespace::Models)["fast"]["provider"],
             "local"
         );
+    }
+
+    #[test]
+    fn later_files_override_earlier_ones_and_every_file_must_exist() {
+        let base = file("[server]\naddress = \"0.0.0.0:3000\"\nmax_body_bytes = 10\n");
+        let secret =
+            file("[server.api_keys]\nsecret-key = \"tenant-a\"\n\n[server]\nmax_body_bytes = 20\n");
+        let config = ServeConfig::load_files(&[base.path(), secret.path()], env(&[])).unwrap();
+        assert_eq!(config.server.address, "0.0.0.0:3000");
+        assert_eq!(config.server.max_body_bytes, 20);
+        assert_eq!(config.server.api_keys.len(), 1);
+        let missing = Path::new("/nonexistent/secrets.toml");
+        let error = ServeConfig::load_files(&[base.path(), missing], env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("secrets.toml"), "{error}");
     }
 
     #[test]
