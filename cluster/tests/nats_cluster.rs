@@ -261,12 +261,18 @@ async fn produce(
     load: Arc<Load>,
     p: usize,
     progress: watch::Sender<usize>,
+    mut killed: watch::Receiver<bool>,
 ) {
     for k in 0..PER_PRODUCER {
         let run = RunId::new(format!("run-{p}-{k}")).unwrap();
         let dispatch = RunDispatch::new(thread((p + k) % THREADS), run, 0, T0);
         enqueue(&mailbox, &load, dispatch).await;
         progress.send_modify(|n| *n += 1);
+        // Past the kill point, wait for the kill: the rest of the load comes
+        // after it, however fast the enqueues before it were.
+        if *progress.borrow() >= KILL_AFTER {
+            killed.wait_for(|killed| *killed).await.unwrap();
+        }
     }
     load.producers_done.fetch_add(1, Ordering::SeqCst);
 }
@@ -383,6 +389,7 @@ async fn kill_a_server_under_load(cluster: NatsCluster) {
 
     let load = Arc::new(Load::default());
     let (progress, mut enqueued) = watch::channel(0_usize);
+    let (kill_done, killed) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     for p in 0..PRODUCERS {
         tasks.spawn(produce(
@@ -390,6 +397,7 @@ async fn kill_a_server_under_load(cluster: NatsCluster) {
             load.clone(),
             p,
             progress.clone(),
+            killed.clone(),
         ));
     }
     for c in 0..CONSUMERS {
@@ -406,6 +414,7 @@ async fn kill_a_server_under_load(cluster: NatsCluster) {
     cluster.kill(victim).await;
     let killed_at = Instant::now();
     let at_kill = *enqueued.borrow();
+    kill_done.send_replace(true);
     let name = cluster.name(victim).unwrap().to_owned();
     eprintln!(
         "killed {name} (stream leader) with {at_kill} of {TOTAL} enqueued, {:?} into the load",
