@@ -19,17 +19,33 @@ fi
 
 # The postgres store tests need PostgreSQL at 127.0.0.1:5432 with trust auth and a
 # `test` database (AWAKEN_TEST_POSTGRES_URL overrides). The machine image provides
-# it; start the cluster if it is installed but stopped. The tests fail, with a clear
-# message, if it still cannot be reached.
-if [ -z "${AWAKEN_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/null 2>&1 \
-  && ! pg_isready -q -h 127.0.0.1 -p 5432; then
-  if command -v pg_ctlcluster >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
-    for version in /etc/postgresql/*; do
-      [ -d "$version" ] || continue
-      pg_ctlcluster --skip-systemctl-redirect "$(basename "$version")" main start || true
+# it; on a machine without it, Debian's package is installed and set up so (trust
+# for local connections: a test machine only). A stopped cluster is started. The
+# tests fail, with a clear message, if it still cannot be reached.
+if [ -z "${AWAKEN_TEST_POSTGRES_URL:-}" ]; then
+  if ! command -v pg_ctlcluster >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+    for hba in /etc/postgresql/*/main/pg_hba.conf; do
+      sed -i -E 's/^(local|host)(\s+all\s+all\s+.*\s)(peer|md5|scram-sha-256)$/\1\2trust/' "$hba"
+      sed -i -E 's/^(local\s+all\s+postgres\s+)peer$/\1trust/' "$hba"
     done
   fi
-  pg_isready -q -h 127.0.0.1 -p 5432 || echo "setup: PostgreSQL is not reachable at 127.0.0.1:5432" >&2
+  if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    if command -v pg_ctlcluster >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+      for version in /etc/postgresql/*; do
+        [ -d "$version" ] || continue
+        pg_ctlcluster --skip-systemctl-redirect "$(basename "$version")" main start || true
+      done
+    fi
+  fi
+  if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" 2>/dev/null | grep -q 1; then
+      psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE test" || true
+    fi
+  else
+    echo "setup: PostgreSQL is not reachable at 127.0.0.1:5432" >&2
+  fi
 fi
 
 # The decision-bus tests publish from a separate process with nats-py (a NATS client
