@@ -367,14 +367,28 @@ impl ClusterNode {
         submit(&*self.mailbox, &*self.inbox, request, options).await
     }
 
-    /// Leaves the cluster gracefully within `deadline`: stops claiming and taking
-    /// decisions, stops every thread at its last checkpoint, releases the shard
-    /// leases (other nodes take over at once) and deregisters.
+    /// Leaves the cluster gracefully within `deadline`: stops claiming, lets the
+    /// runs executing here finish or reach a wait (so their tool calls are not
+    /// run again by the next owner), stops taking decisions, stops every thread
+    /// at its last checkpoint, releases the shard leases (other nodes take over
+    /// at once) and deregisters. Runs still executing when the deadline is near
+    /// are stopped at their last checkpoint and continue on the next owner.
     pub async fn drain(self, deadline: Duration) -> Result<(), ClusterError> {
+        let started = tokio::time::Instant::now();
         self.worker.stop_claiming();
+        // Half the deadline at most, so releasing the leases keeps the rest.
+        let settled = tokio::time::timeout(deadline / 2, self.runtime.activations_settled())
+            .await
+            .is_ok();
+        if !settled {
+            tracing::warn!(node_id = %self.node_id, "runs still executing at the drain's half-time: the next owners continue them from their checkpoints");
+        }
         drop(self.decisions);
         drop(self.calls);
-        let drained = self.owner.drain(deadline).await;
+        let drained = self
+            .owner
+            .drain(deadline.saturating_sub(started.elapsed()))
+            .await;
         let left = self.membership.leave().await;
         self.runtime.shutdown().await;
         drained.and(left)

@@ -388,6 +388,43 @@ async fn killed_mid_tool(claim_lease_ms: u64) -> (RunDispatch, String) {
     (done, victim)
 }
 
+/// A rolling update's SIGTERM while a tool runs: the node lets the run finish
+/// before it gives its threads away, so the call executes once, on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_terminated_mid_tool_finishes_the_call_before_it_leaves() {
+    let cluster = Cluster::start().await;
+    let mut nodes = vec![
+        Node::spawn(&cluster, "node-a").await,
+        Node::spawn(&cluster, "node-b").await,
+    ];
+    cluster.balanced(&[&nodes[0], &nodes[1]]).await;
+
+    let thread = ThreadId::new("midrun-drain").unwrap();
+    let owner = cluster.owner_of(&thread).await;
+    let queued = cluster.submit(&thread, "slow").await;
+    eventually("the tool started on the owner", || async {
+        !cluster.journal_lines().is_empty()
+    })
+    .await;
+    let (leaving, _) = pick(&mut nodes, &owner);
+    leaving.signal("TERM");
+    let status = tokio::time::timeout(DEADLINE, leaving.child.wait())
+        .await
+        .expect("the node drains in time")
+        .unwrap();
+    assert!(status.success(), "a clean drain: {status}");
+
+    let done = cluster.acked(&queued.dispatch_id, RunStatus::Done).await;
+    assert_eq!(
+        done.dispatch_instance_id.as_deref(),
+        Some(owner.as_str()),
+        "the leaving node finished it"
+    );
+    assert_eq!(done.attempt_count, 1, "{done:?}");
+    assert_eq!(done.run_response.as_deref(), Some("slept"));
+    assert_eq!(cluster.journal_lines().len(), 1, "the call executed once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_that_comes_back_cannot_commit() {
     let cluster = Cluster::start().await;

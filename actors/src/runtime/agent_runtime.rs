@@ -367,6 +367,14 @@ impl AgentRuntime {
         }
     }
 
+    /// Resolves once no run delivered through the mailbox or the decision bus
+    /// executes on this node (each finished or waits): what a draining node waits
+    /// for before it lets its threads go, so tool calls in flight complete here
+    /// instead of running again on the next owner.
+    pub async fn activations_settled(&self) {
+        self.watches.settled().await;
+    }
+
     /// Resolves once no thread has an actor on this node (every run finished or
     /// waits, and every idle actor stopped).
     pub async fn all_stopped(&self) {

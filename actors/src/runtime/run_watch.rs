@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::contract::{AgentEvent, RunStatus, StreamEvent, TerminationReason};
 use crate::hashing::FastHashMap;
@@ -38,11 +38,38 @@ impl RunEnd {
 
 type Waiters = FastHashMap<RunId, Vec<(u64, oneshot::Sender<RunEnd>)>>;
 
+/// The watchers of every run, and a signal for when none is left.
+#[derive(Debug, Default)]
+struct Watchers {
+    map: Mutex<Waiters>,
+    /// Notified each time the last watcher goes.
+    emptied: Notify,
+}
+
+impl Watchers {
+    fn lock(&self) -> MutexGuard<'_, Waiters> {
+        // Critical sections never panic midway; a poisoned lock holds consistent data.
+        self.map
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Drops `run_id`'s watchers (answering them `None` unless sent to first).
+    fn remove(&self, run_id: &RunId) -> Option<Vec<(u64, oneshot::Sender<RunEnd>)>> {
+        let mut map = self.lock();
+        let removed = map.remove(run_id);
+        if removed.is_some() && map.is_empty() {
+            self.emptied.notify_waiters();
+        }
+        removed
+    }
+}
+
 /// The runtime's hub: forwards every event to the configured hub and tells
 /// watchers when a run's activation ends (`RunFinish`).
 pub(crate) struct WatchingHub {
     inner: Arc<dyn EventHub>,
-    waiters: Arc<Mutex<Waiters>>,
+    waiters: Arc<Watchers>,
     next_id: AtomicU64,
 }
 
@@ -59,7 +86,8 @@ impl WatchingHub {
     pub(crate) fn watch(&self, run_id: &RunId) -> RunWatch {
         let (tx, rx) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.waiters)
+        self.waiters
+            .lock()
             .entry(run_id.clone())
             .or_default()
             .push((id, tx));
@@ -70,13 +98,20 @@ impl WatchingHub {
             waiters: Arc::clone(&self.waiters),
         }
     }
-}
 
-fn lock(waiters: &Mutex<Waiters>) -> MutexGuard<'_, Waiters> {
-    // Critical sections never panic midway; a poisoned lock holds consistent data.
-    waiters
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Resolves once no activation is watched: every run the mailbox worker or
+    /// the decision bus delivered has finished or waits.
+    pub(crate) async fn settled(&self) {
+        loop {
+            let emptied = self.waiters.emptied.notified();
+            tokio::pin!(emptied);
+            emptied.as_mut().enable();
+            if self.waiters.lock().is_empty() {
+                return;
+            }
+            emptied.await;
+        }
+    }
 }
 
 impl EventHub for WatchingHub {
@@ -88,7 +123,7 @@ impl EventHub for WatchingHub {
             ..
         } = &event.event
         {
-            let Some(waiters) = lock(&self.waiters).remove(run_id) else {
+            let Some(waiters) = self.waiters.remove(run_id) else {
                 return;
             };
             let end = RunEnd {
@@ -103,7 +138,7 @@ impl EventHub for WatchingHub {
 
     fn abandoned(&self, thread_id: &ThreadId, run_id: &RunId) {
         // Dropping the senders answers every watcher `None` at once.
-        lock(&self.waiters).remove(run_id);
+        self.waiters.remove(run_id);
         self.inner.abandoned(thread_id, run_id);
     }
 }
@@ -114,7 +149,7 @@ pub struct RunWatch {
     run_id: RunId,
     id: u64,
     rx: oneshot::Receiver<RunEnd>,
-    waiters: Arc<Mutex<Waiters>>,
+    waiters: Arc<Watchers>,
 }
 
 impl RunWatch {
@@ -134,11 +169,14 @@ impl RunWatch {
 
 impl Drop for RunWatch {
     fn drop(&mut self) {
-        let mut waiters = lock(&self.waiters);
+        let mut waiters = self.waiters.lock();
         if let Some(list) = waiters.get_mut(&self.run_id) {
             list.retain(|(id, _)| *id != self.id);
             if list.is_empty() {
                 waiters.remove(&self.run_id);
+                if waiters.is_empty() {
+                    self.waiters.emptied.notify_waiters();
+                }
             }
         }
     }

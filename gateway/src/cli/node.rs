@@ -3,6 +3,7 @@
 //! configuration (the composition root builds both): the file's agents, models,
 //! providers and MCP servers, and those written through any node's config API.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -150,7 +151,9 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
     node.drain(Duration::from_secs(cluster.drain_timeout_secs))
         .await
         .map_err(|e| GatewayError::Cluster(e.to_string()))?;
-    println!(
+    // Whoever read `ready` may be gone by now: a closed stdout is no failure.
+    let _ = writeln!(
+        std::io::stdout(),
         "{}",
         serde_json::json!({"event": "stopped", "node_id": node_id})
     );
