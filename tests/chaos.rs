@@ -221,3 +221,107 @@ async fn waiting_runs_outlive_every_node_and_nats_and_their_retried_decisions_ap
     }
     assert_eq!(starts.len(), runs.len(), "{starts:?}");
 }
+
+/// Posts `decision` for `run_id` through `base` until the thread has an owner to
+/// apply it (503 while its shard changes hands); the answer.
+async fn decide(
+    client: &reqwest::Client,
+    base: &str,
+    run_id: &str,
+    decision: &serde_json::Value,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let url = format!("{base}/v1/runs/{run_id}/decision");
+        let (status, answer) = post(client, url, decision.clone()).await;
+        if status == 200 {
+            return answer;
+        }
+        assert!(
+            status == 503 && tokio::time::Instant::now() < deadline,
+            "{status} {answer}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A rolling update as Kubernetes does it, on the three-node layout (three NATS
+/// servers, three copies of every stream): each node in turn gets SIGTERM,
+/// drains and comes back under its name, while runs execute on hot threads and
+/// others wait for approval; half the decisions come mid-rollout. No run and no
+/// decision is lost, and every tool call executes once: a draining node lets the
+/// calls it runs finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_loses_no_run_no_decision_and_runs_each_call_once() {
+    let nats = NatsCluster::start().await.unwrap();
+    let (postgres_url, _schema) = database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster(nats.urls(), &postgres_url, 3, dir.path());
+    let mut nodes = Node::start_all(3, &cluster).await;
+    let client = reqwest::Client::new();
+
+    let mut approvals = Vec::new();
+    for i in 0..6 {
+        let base = nodes[i % nodes.len()].base.clone();
+        let thread_id = new_thread(&client, &base).await;
+        let body = json!({"agentId": "bench-hitl",
+            "messages": [{"role": "user", "content": "echo, once approved"}]});
+        let url = format!("{base}/v1/threads/{thread_id}/messages");
+        let (status, queued) = post(&client, url, body).await;
+        assert_eq!(status, 202, "{queued}");
+        let run_id = queued["run_id"].as_str().unwrap().to_owned();
+        let call = waiting_call(&client, &base, &run_id).await;
+        approvals.push((run_id, call));
+    }
+    let runs = hot_threads(&client, &nodes, 6, 2).await;
+    every_thread_executes(&client, &nodes[0].base, &runs).await;
+
+    for i in 0..nodes.len() {
+        nodes[i].signal("TERM");
+        let status = tokio::time::timeout(SETTLE, nodes[i].child.wait())
+            .await
+            .expect("the node drains in time")
+            .unwrap();
+        assert!(
+            status.success(),
+            "node n{} drained cleanly: {status}",
+            i + 1
+        );
+        if i == 0 {
+            let live = nodes[1].base.clone();
+            for (k, (run_id, call)) in approvals.iter().enumerate().take(3) {
+                let decision = json!({"call_id": call, "decision_id": format!("d-{k}"),
+                    "action": "resume", "result": {"approved": true}});
+                let answer = decide(&client, &live, run_id, &decision).await;
+                assert_eq!(answer["duplicate"], false, "{answer}");
+            }
+        }
+        nodes[i] = Node::start(&format!("n{}", i + 1), &cluster).await;
+    }
+    for (k, (run_id, call)) in approvals.iter().enumerate().skip(3) {
+        let decision = json!({"call_id": call, "decision_id": format!("d-{k}"),
+            "action": "resume", "result": {"approved": true}});
+        let answer = decide(&client, &nodes[k % 3].base, run_id, &decision).await;
+        assert_eq!(answer["duplicate"], false, "{answer}");
+    }
+
+    let ended = all_end(&client, &nodes[0].base, &runs).await;
+    assert_hot_threads_ended_well(&runs, &ended);
+    let approved: std::collections::BTreeMap<String, Vec<String>> = approvals
+        .iter()
+        .map(|(run_id, _)| (run_id.clone(), vec![run_id.clone()]))
+        .collect();
+    for (run_id, run) in all_end(&client, &nodes[2].base, &approved).await {
+        assert_eq!(run["termination"]["type"], "natural_end", "{run_id}: {run}");
+    }
+    let starts = tool_starts_per_call(&cluster.journal);
+    let twice: Vec<_> = starts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "calls executed more than once: {twice:?}");
+    for (run_id, call) in &approvals {
+        assert_eq!(
+            starts.get(&format!("{run_id}:{call}")),
+            Some(&1),
+            "{starts:?}"
+        );
+    }
+}

@@ -52,7 +52,7 @@ async fn node(runtime: AgentRuntime) -> Node {
         inbox.clone(),
         config(),
         "node-1",
-        Arc::new(|_| true),
+        Arc::new(|_: &ThreadId| true),
         Arc::new(|_| true),
     )
     .await
@@ -204,7 +204,7 @@ async fn left_behind_by(
         inbox.clone(),
         config(),
         "node-1",
-        Arc::new(|_| true),
+        Arc::new(|_: &ThreadId| true),
         live,
     )
     .await
@@ -283,7 +283,7 @@ async fn a_run_whose_last_attempt_died_with_its_claimer_before_it_started_ends_f
         inbox.clone(),
         config(),
         "node-1",
-        Arc::new(|_| true),
+        Arc::new(|_: &ThreadId| true),
         Arc::new(|consumer: &str| consumer != "dead-node"),
     )
     .await
@@ -468,7 +468,7 @@ async fn a_redelivered_dispatch_of_a_run_that_already_ended_leaves_the_thread_al
         inbox.clone(),
         config(),
         "node-1",
-        Arc::new(|_| true),
+        Arc::new(|_: &ThreadId| true),
         Arc::new(|consumer: &str| consumer != "dead-node"),
     )
     .await

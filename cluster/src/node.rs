@@ -48,8 +48,8 @@ use crate::routing::{
     Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadHost, ThreadRouter,
 };
 use crate::shards::{
-    DEFAULT_SHARDS_BUCKET, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId, ShardOwner,
-    ShardOwnerConfig, ShardedFence, quota,
+    DEFAULT_SHARDS_BUCKET, HandOffs, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId,
+    ShardOwner, ShardOwnerConfig, ShardPlacement, ShardedFence, quota,
 };
 
 /// Everything a node is configured with.
@@ -207,10 +207,8 @@ impl ClusterNode {
         )
         .await
         .map_err(|e| e.during("joining the membership bucket"))?;
-        let placement = {
-            let fence = fence.clone();
-            Arc::new(move |thread_id: &ThreadId| fence.owns(thread_id))
-        };
+        let handoffs = Arc::new(HandOffs::default());
+        let placement = Arc::new(ShardPlacement::new(fence.clone(), Arc::clone(&handoffs)));
         let live = {
             let members = membership.subscribe();
             Arc::new(move |consumer: &str| {
@@ -272,7 +270,7 @@ impl ClusterNode {
         owner.start(
             membership.subscribe(),
             Arc::new(NodeShards {
-                runtime: RuntimeShards::new(runtime.clone(), config.shards.count),
+                runtime: RuntimeShards::new(runtime.clone(), config.shards.count, handoffs),
                 worker: Arc::clone(&worker),
             }),
         );
@@ -406,6 +404,10 @@ impl ShardEvent for NodeShards {
     async fn acquired(&self, shard: ShardId, token: FencingToken) {
         self.runtime.acquired(shard, token).await;
         self.worker.sweep_soon();
+    }
+
+    async fn handing_off(&self, shards: &[ShardId]) {
+        self.runtime.handing_off(shards).await;
     }
 
     async fn draining(&self, shard: ShardId) {

@@ -34,8 +34,25 @@ use crate::ids::ThreadId;
 use crate::runtime::{AgentRuntime, RunEnd, RunWatch};
 use crate::thread::{Activation, ControlError};
 
-/// Whether this node may run a thread (in a cluster: it owns the thread's shard).
-pub type Placement = Arc<dyn Fn(&ThreadId) -> bool + Send + Sync>;
+/// Where this node runs threads (in a cluster: the shards it owns).
+pub trait Placement: Send + Sync {
+    /// Whether this node owns the thread now; a claim it holds is given back
+    /// once it does not.
+    fn owns(&self, thread_id: &ThreadId) -> bool;
+
+    /// Whether to start new work on the thread here: as [`Self::owns`], except
+    /// while the thread's shard is being handed to another node (its runs
+    /// executing here finish first, no new one starts).
+    fn admits(&self, thread_id: &ThreadId) -> bool {
+        self.owns(thread_id)
+    }
+}
+
+impl<F: Fn(&ThreadId) -> bool + Send + Sync> Placement for F {
+    fn owns(&self, thread_id: &ThreadId) -> bool {
+        self(thread_id)
+    }
+}
 
 /// Whether a consumer (in a cluster: a node) is still there to hold its claims.
 pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -70,7 +87,7 @@ struct Shared {
     inbox: Arc<dyn RunInbox>,
     config: MailboxConfig,
     consumer: String,
-    placement: Placement,
+    placement: Arc<dyn Placement>,
     live: Liveness,
     /// Threads with a claim loop running; `true` when work arrived meanwhile.
     claiming: FastDashMap<ThreadId, bool>,
@@ -96,7 +113,7 @@ impl MailboxWorker {
         inbox: Arc<dyn RunInbox>,
         config: MailboxConfig,
         consumer: impl Into<String>,
-        placement: Placement,
+        placement: Arc<dyn Placement>,
         live: Liveness,
     ) -> Result<Self, MailboxError> {
         let shared = Arc::new(Shared {
@@ -182,7 +199,7 @@ impl Drop for MailboxWorker {
 
 impl Shared {
     fn wants(&self, thread_id: &ThreadId) -> bool {
-        self.accepting.load(Ordering::SeqCst) && (self.placement)(thread_id)
+        self.accepting.load(Ordering::SeqCst) && self.placement.admits(thread_id)
     }
 
     /// Starts a claim loop for the thread unless one runs; then it runs once more.
@@ -443,7 +460,7 @@ impl Shared {
                     return;
                 }
                 _ = renew.tick() => {
-                    if !(self.placement)(&dispatch.thread_id) {
+                    if !self.placement.owns(&dispatch.thread_id) {
                         // The shard moved: the new owner takes the run up from its
                         // checkpoint once this claim is given back.
                         self.give_back(&dispatch, "the thread moved to another node").await;

@@ -375,6 +375,34 @@ impl AgentRuntime {
         self.watches.settled().await;
     }
 
+    /// Whether a thread `select` picks runs a run on this node now (or has input
+    /// queued for one): what a shard's hand-off waits on before the next owner
+    /// takes its threads.
+    pub async fn any_executing(&self, select: impl Fn(&ThreadId) -> bool) -> bool {
+        let Some(region) = self.region.get() else {
+            return false;
+        };
+        for thread_id in region.live_thread_ids(select) {
+            // Asked only while live: asking a stopped thread would start it again.
+            if !region.is_live(&thread_id) {
+                continue;
+            }
+            match self.thread_status(&thread_id).await {
+                Ok(status) => {
+                    let running = status
+                        .run
+                        .is_some_and(|run| run.status == crate::contract::RunStatus::Running);
+                    if running || status.queued > 0 {
+                        return true;
+                    }
+                }
+                // Stopping, or fenced off: nothing more runs on it here.
+                Err(_) => continue,
+            }
+        }
+        false
+    }
+
     /// Resolves once no thread has an actor on this node (every run finished or
     /// waits, and every idle actor stopped).
     pub async fn all_stopped(&self) {

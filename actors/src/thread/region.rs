@@ -304,6 +304,16 @@ impl ThreadRegion {
         self.slots.map.contains_key(thread_id)
     }
 
+    /// The threads `select` picks that have an actor on this node.
+    pub fn live_thread_ids(&self, select: impl Fn(&ThreadId) -> bool) -> Vec<ThreadId> {
+        self.slots
+            .map
+            .iter()
+            .filter(|slot| select(slot.key()))
+            .map(|slot| slot.key().clone())
+            .collect()
+    }
+
     /// Whether the thread is idle without an actor, its core still in memory.
     pub fn is_warm(&self, thread_id: &ThreadId) -> bool {
         self.slots.warm.contains_key(thread_id)

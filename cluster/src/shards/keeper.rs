@@ -139,7 +139,12 @@ impl Keeper {
             let held: Vec<ShardId> = self.held.keys().copied().collect();
             let mut least_wanted = preference(&self.node_id, held);
             least_wanted.reverse();
-            for shard in least_wanted.into_iter().take(self.held.len() - quota) {
+            let surplus: Vec<ShardId> = least_wanted
+                .into_iter()
+                .take(self.held.len() - quota)
+                .collect();
+            self.hand_off(&surplus).await;
+            for shard in surplus {
                 self.release(shard).await?;
             }
         }
@@ -228,6 +233,30 @@ impl Keeper {
             self.held.remove(&shard);
             self.publish();
             self.events.lost(shard).await;
+        }
+    }
+
+    /// Lets the runs executing on `shards` finish here before the shards are
+    /// released (decision 0057), renewing every lease meanwhile; gives up after
+    /// two lease TTLs (a longer run continues on the next owner from its
+    /// checkpoint).
+    async fn hand_off(&mut self, shards: &[ShardId]) {
+        let events = Arc::clone(&self.events);
+        let settled = events.handing_off(shards);
+        tokio::pin!(settled);
+        let limit = tokio::time::sleep(self.config.lease_ttl * 2);
+        tokio::pin!(limit);
+        let period = self.config.lease_ttl / 3;
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            tokio::select! {
+                () = &mut settled => return,
+                () = &mut limit => {
+                    tracing::warn!(shards = shards.len(), "runs still executing on shards being handed off: the next owner continues them from their checkpoints");
+                    return;
+                }
+                _ = renew.tick() => self.renew().await,
+            }
         }
     }
 

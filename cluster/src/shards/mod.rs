@@ -3,6 +3,7 @@
 //! fencing token of the owner's checkpoints.
 
 mod assignment;
+mod handoff;
 mod keeper;
 mod lease;
 mod owner;
@@ -16,6 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::error::ClusterError;
 
 pub use assignment::{preference, quota};
+pub use handoff::{HandOffs, ShardPlacement};
 pub use lease::{DEFAULT_SHARDS_BUCKET, HeldLease, Holder, LeaseTable, ShardLease};
 pub use owner::{Ownership, ShardEvent, ShardOwner, ShardOwnerConfig, ShardedFence};
 pub use runtime::RuntimeShards;

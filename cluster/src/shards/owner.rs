@@ -27,6 +27,10 @@ pub type Ownership = BTreeMap<ShardId, FencingToken>;
 pub trait ShardEvent: Send + Sync + 'static {
     /// The node now owns `shard` under `token`.
     async fn acquired(&self, shard: ShardId, token: FencingToken);
+    /// The node will give `shards` up (membership changed): start no new work on
+    /// their threads and resolve once none runs here any more. The keeper renews
+    /// its leases meanwhile and stops waiting after two lease TTLs.
+    async fn handing_off(&self, _shards: &[ShardId]) {}
     /// The node is about to give `shard` up: stop its threads (checkpoint and
     /// passivate) before the lease is released.
     async fn draining(&self, shard: ShardId);
