@@ -245,12 +245,95 @@ async fn decide(
     }
 }
 
+/// Runs of `bench-hitl` (its `echo` call asks for approval) on `count` new
+/// threads spread over `nodes`, once each waits: (run id, call id).
+async fn waiting_for_approval(
+    client: &reqwest::Client,
+    nodes: &[Node],
+    count: usize,
+) -> Vec<(String, String)> {
+    let mut approvals = Vec::new();
+    for i in 0..count {
+        let base = nodes[i % nodes.len()].base.clone();
+        let thread_id = new_thread(client, &base).await;
+        let body = json!({"agentId": "bench-hitl",
+            "messages": [{"role": "user", "content": "echo, once approved"}]});
+        let url = format!("{base}/v1/threads/{thread_id}/messages");
+        let (status, queued) = post(client, url, body).await;
+        assert_eq!(status, 202, "{queued}");
+        let run_id = queued["run_id"].as_str().unwrap().to_owned();
+        let call = waiting_call(client, &base, &run_id).await;
+        approvals.push((run_id, call));
+    }
+    approvals
+}
+
+/// Approves `approvals[range]` through `base`; each decision is applied, none a
+/// duplicate.
+async fn approve(
+    client: &reqwest::Client,
+    base: &str,
+    approvals: &[(String, String)],
+    range: std::ops::Range<usize>,
+) {
+    for k in range {
+        let (run_id, call) = &approvals[k];
+        let decision = json!({"call_id": call, "decision_id": format!("d-{k}"),
+            "action": "resume", "result": {"approved": true}});
+        let answer = decide(client, base, run_id, &decision).await;
+        assert_eq!(answer["duplicate"], false, "{answer}");
+    }
+}
+
+/// Stops `node` as Kubernetes does (SIGTERM) and waits for its clean exit.
+async fn terminate(node: &mut Node, name: &str) {
+    node.signal("TERM");
+    let status = tokio::time::timeout(SETTLE, node.child.wait())
+        .await
+        .expect("the node drains in time")
+        .unwrap();
+    assert!(status.success(), "node {name} drained cleanly: {status}");
+}
+
+/// Every hot-thread run and approved run ended as it should, and every tool call
+/// executed exactly once.
+async fn nothing_lost_and_each_call_once(
+    client: &reqwest::Client,
+    base: &str,
+    cluster: &Cluster,
+    runs: &std::collections::BTreeMap<String, Vec<String>>,
+    approvals: &[(String, String)],
+) {
+    let ended = all_end(client, base, runs).await;
+    assert_hot_threads_ended_well(runs, &ended);
+    let approved: std::collections::BTreeMap<String, Vec<String>> = approvals
+        .iter()
+        .map(|(run_id, _)| (run_id.clone(), vec![run_id.clone()]))
+        .collect();
+    for (run_id, run) in all_end(client, base, &approved).await {
+        assert_eq!(run["termination"]["type"], "natural_end", "{run_id}: {run}");
+    }
+    let starts = tool_starts_per_call(&cluster.journal);
+    let repeated: Vec<_> = starts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "calls executed more than once: {repeated:?}"
+    );
+    for (run_id, call) in approvals {
+        assert_eq!(
+            starts.get(&format!("{run_id}:{call}")),
+            Some(&1),
+            "{starts:?}"
+        );
+    }
+}
+
 /// A rolling update as Kubernetes does it, on the three-node layout (three NATS
 /// servers, three copies of every stream): each node in turn gets SIGTERM,
 /// drains and comes back under its name, while runs execute on hot threads and
 /// others wait for approval; half the decisions come mid-rollout. No run and no
 /// decision is lost, and every tool call executes once: a draining node lets the
-/// calls it runs finish.
+/// calls it runs finish, and so does one handing shards to a node that joins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_loses_no_run_no_decision_and_runs_each_call_once() {
     let nats = NatsCluster::start().await.unwrap();
@@ -259,69 +342,46 @@ async fn a_rolling_restart_loses_no_run_no_decision_and_runs_each_call_once() {
     let cluster = cluster(nats.urls(), &postgres_url, 3, dir.path());
     let mut nodes = Node::start_all(3, &cluster).await;
     let client = reqwest::Client::new();
-
-    let mut approvals = Vec::new();
-    for i in 0..6 {
-        let base = nodes[i % nodes.len()].base.clone();
-        let thread_id = new_thread(&client, &base).await;
-        let body = json!({"agentId": "bench-hitl",
-            "messages": [{"role": "user", "content": "echo, once approved"}]});
-        let url = format!("{base}/v1/threads/{thread_id}/messages");
-        let (status, queued) = post(&client, url, body).await;
-        assert_eq!(status, 202, "{queued}");
-        let run_id = queued["run_id"].as_str().unwrap().to_owned();
-        let call = waiting_call(&client, &base, &run_id).await;
-        approvals.push((run_id, call));
-    }
+    let approvals = waiting_for_approval(&client, &nodes, 6).await;
     let runs = hot_threads(&client, &nodes, 6, 2).await;
     every_thread_executes(&client, &nodes[0].base, &runs).await;
 
     for i in 0..nodes.len() {
-        nodes[i].signal("TERM");
-        let status = tokio::time::timeout(SETTLE, nodes[i].child.wait())
-            .await
-            .expect("the node drains in time")
-            .unwrap();
-        assert!(
-            status.success(),
-            "node n{} drained cleanly: {status}",
-            i + 1
-        );
+        let name = format!("n{}", i + 1);
+        terminate(&mut nodes[i], &name).await;
         if i == 0 {
-            let live = nodes[1].base.clone();
-            for (k, (run_id, call)) in approvals.iter().enumerate().take(3) {
-                let decision = json!({"call_id": call, "decision_id": format!("d-{k}"),
-                    "action": "resume", "result": {"approved": true}});
-                let answer = decide(&client, &live, run_id, &decision).await;
-                assert_eq!(answer["duplicate"], false, "{answer}");
-            }
+            approve(&client, &nodes[1].base, &approvals, 0..3).await;
         }
-        nodes[i] = Node::start(&format!("n{}", i + 1), &cluster).await;
+        nodes[i] = Node::start(&name, &cluster).await;
     }
-    for (k, (run_id, call)) in approvals.iter().enumerate().skip(3) {
-        let decision = json!({"call_id": call, "decision_id": format!("d-{k}"),
-            "action": "resume", "result": {"approved": true}});
-        let answer = decide(&client, &nodes[k % 3].base, run_id, &decision).await;
-        assert_eq!(answer["duplicate"], false, "{answer}");
-    }
+    approve(&client, &nodes[2].base, &approvals, 3..6).await;
+    nothing_lost_and_each_call_once(&client, &nodes[0].base, &cluster, &runs, &approvals).await;
+}
 
-    let ended = all_end(&client, &nodes[0].base, &runs).await;
-    assert_hot_threads_ended_well(&runs, &ended);
-    let approved: std::collections::BTreeMap<String, Vec<String>> = approvals
-        .iter()
-        .map(|(run_id, _)| (run_id.clone(), vec![run_id.clone()]))
-        .collect();
-    for (run_id, run) in all_end(&client, &nodes[2].base, &approved).await {
-        assert_eq!(run["termination"]["type"], "natural_end", "{run_id}: {run}");
+/// Scaling out from three nodes to five and in to two while runs execute and
+/// wait for approval: shards move at every step, and still no run or decision is
+/// lost and every call executes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_three_to_five_to_two_nodes_under_load_loses_nothing() {
+    let nats = NatsCluster::start().await.unwrap();
+    let (postgres_url, _schema) = database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster(nats.urls(), &postgres_url, 3, dir.path());
+    let mut nodes = Node::start_all(3, &cluster).await;
+    let client = reqwest::Client::new();
+    let approvals = waiting_for_approval(&client, &nodes, 6).await;
+    let runs = hot_threads(&client, &nodes, 6, 2).await;
+    every_thread_executes(&client, &nodes[0].base, &runs).await;
+
+    for name in ["n4", "n5"] {
+        nodes.push(Node::start(name, &cluster).await);
     }
-    let starts = tool_starts_per_call(&cluster.journal);
-    let twice: Vec<_> = starts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "calls executed more than once: {twice:?}");
-    for (run_id, call) in &approvals {
-        assert_eq!(
-            starts.get(&format!("{run_id}:{call}")),
-            Some(&1),
-            "{starts:?}"
-        );
+    holds_a_shard(nats.connect().await.unwrap(), "n5").await;
+    approve(&client, &nodes[4].base, &approvals, 0..3).await;
+    for i in (2..5).rev() {
+        terminate(&mut nodes[i], &format!("n{}", i + 1)).await;
     }
+    nodes.truncate(2);
+    approve(&client, &nodes[1].base, &approvals, 3..6).await;
+    nothing_lost_and_each_call_once(&client, &nodes[0].base, &cluster, &runs, &approvals).await;
 }

@@ -278,7 +278,11 @@ async fn a_lost_shard_leaves_no_thread_behind_in_the_runtime() {
     let members = watch::Sender::new(BTreeSet::from([node("a")]));
     owner.start(
         members.subscribe(),
-        Arc::new(RuntimeShards::new(runtime.clone(), count, Default::default())),
+        Arc::new(RuntimeShards::new(
+            runtime.clone(),
+            count,
+            Default::default(),
+        )),
     );
     let mut ownership = owner.ownership();
     let owned = until(&mut ownership, Duration::from_secs(10), |o| o.len() == 4).await;
