@@ -260,9 +260,59 @@ async fn a_run_its_owner_cannot_start_ends_with_the_cause_on_every_way_in() {
         .await;
     assert_eq!(response.status(), StatusCode::CONFLICT);
 
+    // Through the AI SDK and AG-UI adapters: their streams end with the error.
+    let chat_thread = thread_owned_by(&cluster, 1, "refused-chat");
+    let response = a
+        .post(
+            "/v1/ai-sdk/chat",
+            json!({"id": chat_thread.as_str(), "agentId": "bench-text", "trigger": "submit-message",
+                "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = tokio::time::timeout(Duration::from_secs(20), response.text())
+        .await
+        .expect("the AI SDK stream ends")
+        .unwrap();
+    let error = text
+        .split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+        .find(|chunk| chunk["type"] == "error")
+        .unwrap_or_else(|| panic!("no error chunk: {text}"));
+    assert!(
+        error["errorText"].as_str().unwrap().contains("bench-text"),
+        "{error}"
+    );
+    let ag_ui_thread = thread_owned_by(&cluster, 1, "refused-ag-ui");
+    let response = a
+        .post(
+            "/v1/ag-ui/agents/bench-text/runs",
+            json!({"threadId": ag_ui_thread.as_str(), "runId": "r-refused", "state": {},
+                "tools": [], "context": [], "forwardedProps": {},
+                "messages": [{"id": "u-1", "role": "user", "content": "go"}]}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = tokio::time::timeout(Duration::from_secs(20), response.text())
+        .await
+        .expect("the AG-UI stream ends")
+        .unwrap();
+    let last: serde_json::Value = text
+        .split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .last()
+        .unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{text}");
+    assert!(
+        last["message"].as_str().unwrap().contains("bench-text"),
+        "{last}"
+    );
+
     let metrics = b.get("/metrics").await.text().await.unwrap();
     assert!(
-        metrics.contains("awaken_runs_failed_to_start_total 2"),
+        metrics.contains("awaken_runs_failed_to_start_total 4"),
         "{metrics}"
     );
 }
