@@ -27,12 +27,13 @@ mod support;
 
 use std::path::Path;
 
+use awaken_actors::contract::{AgentEvent, TerminationReason};
 use awaken_cluster::testing::{NatsCluster, NatsServer};
 use serde_json::json;
 use support::{
-    Cluster, EventLog, Node, SETTLE, all_end, assert_hot_threads_ended_well, database,
+    Cluster, EventLog, Node, RunStream, SETTLE, all_end, assert_hot_threads_ended_well, database,
     every_thread_executes, holds_a_shard, holds_every_shard, hot_threads, new_thread, post, record,
-    tool_starts_per_call,
+    thread_owned_by, tool_starts_per_call,
 };
 
 /// Hot threads, and inputs sent to each of them together.
@@ -346,15 +347,60 @@ async fn a_rolling_restart_loses_no_run_no_decision_and_runs_each_call_once() {
     let runs = hot_threads(&client, &nodes, 6, 2).await;
     every_thread_executes(&client, &nodes[0].base, &runs).await;
 
+    // A client streaming, through the first node to go, a run another node owns
+    // (a run's replay buffer lives on its owner).
+    let thread =
+        thread_owned_by(&client, &nodes[0].base, nats.connect().await.unwrap(), "n2").await;
+    let response = client
+        .post(format!("{}/v1/runs", nodes[0].base))
+        .json(&json!({"agentId": "slow", "threadId": thread,
+            "messages": [{"role": "user", "content": "stream me"}]}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = RunStream::new(response);
+    let first = stream.next().await.expect("the run starts");
+    let AgentEvent::RunStart { run_id, .. } = &first.event else {
+        panic!("{first:?}");
+    };
+    let streamed_run = run_id.to_string();
+    let mut seen = vec![first];
+
     for i in 0..nodes.len() {
         let name = format!("n{}", i + 1);
         terminate(&mut nodes[i], &name).await;
         if i == 0 {
+            // Its stream ended with the node; the client resumes elsewhere.
+            while let Some(event) = stream.next().await {
+                seen.push(event);
+            }
+            let last = seen.last().unwrap().seq;
+            let response = client
+                .get(format!("{}/v1/runs/{streamed_run}/events", nodes[2].base))
+                .header("Last-Event-ID", last.to_string())
+                .send()
+                .await
+                .unwrap();
+            let mut resumed = RunStream::new(response);
+            while let Some(event) = resumed.next().await {
+                seen.push(event);
+            }
             approve(&client, &nodes[1].base, &approvals, 0..3).await;
         }
         nodes[i] = Node::start(&name, &cluster).await;
     }
     approve(&client, &nodes[2].base, &approvals, 3..6).await;
+
+    let seqs: Vec<u64> = seen.iter().map(|event| event.seq).collect();
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as u64).collect::<Vec<_>>(),
+        "no gap, no repeat"
+    );
+    let AgentEvent::RunFinish { termination, .. } = &seen.last().unwrap().event else {
+        panic!("the resumed stream ends with the run: {seen:?}");
+    };
+    assert_eq!(*termination, TerminationReason::NaturalEnd);
     nothing_lost_and_each_call_once(&client, &nodes[0].base, &cluster, &runs, &approvals).await;
 }
 

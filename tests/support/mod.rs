@@ -12,7 +12,7 @@ use std::time::Duration;
 use awaken_actors::contract::{AgentEvent, StreamEvent, TerminationReason};
 use awaken_actors::store::{PostgresStore, TestSchema};
 use awaken_cluster::events::EVENTS_SUBJECT_PREFIX;
-use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable};
+use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable, ShardCount};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -316,6 +316,33 @@ pub(crate) async fn holds_a_shard(nats: async_nats::Client, node: &str) {
     .await;
 }
 
+/// A new thread, created through `base`, whose shard node `owner` holds now.
+pub(crate) async fn thread_owned_by(
+    client: &reqwest::Client,
+    base: &str,
+    nats: async_nats::Client,
+    owner: &str,
+) -> String {
+    let js = async_nats::jetstream::new(nats);
+    let leases = LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, LEASE_TTL, 1)
+        .await
+        .unwrap();
+    let holders = leases.holders().await.unwrap();
+    let count = ShardCount::new(SHARDS as u32).unwrap();
+    let id = (0..)
+        .map(|i| format!("owned-by-{owner}-{i}"))
+        .find(|id| {
+            let thread = awaken_actors::ThreadId::new(id.as_str()).unwrap();
+            holders
+                .get(&count.shard_of(&thread))
+                .is_some_and(|holder| holder.node_id.as_str() == owner)
+        })
+        .unwrap();
+    let (status, thread) = post(client, format!("{base}/v1/threads"), json!({"id": id})).await;
+    assert_eq!(status, 201, "{thread}");
+    id
+}
+
 /// Waits (bounded) until the holders of the shard leases (node ids) satisfy `done`.
 async fn leases_until(nats: async_nats::Client, what: &str, done: impl Fn(&[String]) -> bool) {
     let js = async_nats::jetstream::new(nats);
@@ -406,4 +433,38 @@ pub(crate) fn tool_starts_per_call(journal: &Path) -> BTreeMap<String, usize> {
         *calls.entry(call.to_owned()).or_insert(0) += 1;
     }
     calls
+}
+
+/// A run's SSE stream, event by event (each event's `id` is its `seq`).
+pub(crate) struct RunStream {
+    events: std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<eventsource_stream::Event, String>> + Send>,
+    >,
+}
+
+impl RunStream {
+    pub(crate) fn new(response: reqwest::Response) -> Self {
+        use eventsource_stream::Eventsource;
+        assert_eq!(response.status(), 200);
+        let events = response
+            .bytes_stream()
+            .eventsource()
+            .map(|event| event.map_err(|e| e.to_string()));
+        Self {
+            events: Box::pin(events),
+        }
+    }
+
+    /// The next run event; `None` when the stream ends (or breaks).
+    pub(crate) async fn next(&mut self) -> Option<StreamEvent> {
+        loop {
+            let frame = self.events.next().await?.ok()?;
+            if frame.data.is_empty() {
+                continue;
+            }
+            let event: StreamEvent = serde_json::from_str(&frame.data).unwrap();
+            assert_eq!(frame.id, event.seq.to_string(), "the SSE id is the seq");
+            return Some(event);
+        }
+    }
 }
