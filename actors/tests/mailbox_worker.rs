@@ -253,18 +253,23 @@ async fn a_claim_of_an_earlier_process_of_this_node_is_given_back_at_once() {
     );
 }
 
-#[tokio::test]
-async fn a_run_whose_last_attempt_died_with_its_claimer_before_it_started_ends_failed() {
-    let llm = ScriptedLlm::new(vec![Turn::Text("never")]);
-    let hub = Arc::new(HubRecorder::default());
-    let runtime = support::runtime(
+/// A runtime of the scripted model whose events `hub` records.
+fn recorded_runtime(llm: Arc<ScriptedLlm>, hub: &Arc<HubRecorder>) -> AgentRuntime {
+    support::runtime(
         llm,
         agent_spec(ToolExecutionMode::Sequential),
         vec![],
         None,
         Some(hub.clone()),
         ThreadConfig::default(),
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_run_whose_last_attempt_died_with_its_claimer_before_it_started_ends_failed() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("never")]);
+    let hub = Arc::new(HubRecorder::default());
+    let runtime = recorded_runtime(llm, &hub);
     let mailbox = Arc::new(InMemoryMailboxStore::new(config()));
     let inbox = Arc::new(InMemoryRunInbox::default());
     let options = SubmitOptions {
@@ -305,14 +310,7 @@ async fn a_run_whose_last_attempt_died_with_its_claimer_before_it_started_ends_f
 async fn a_dispatch_whose_input_is_gone_or_refused_is_dead_lettered_and_its_run_ends_failed() {
     let llm = ScriptedLlm::new(vec![Turn::Text("unused")]);
     let hub = Arc::new(HubRecorder::default());
-    let runtime = support::runtime(
-        llm,
-        agent_spec(ToolExecutionMode::Sequential),
-        vec![],
-        None,
-        Some(hub.clone()),
-        ThreadConfig::default(),
-    );
+    let runtime = recorded_runtime(llm, &hub);
     let n = node(runtime).await;
 
     let orphan = RunDispatch::new(tid("w-no-input"), RunId::generate(), 0, now_ms());
