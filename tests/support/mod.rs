@@ -12,7 +12,8 @@ use std::time::Duration;
 use awaken_actors::contract::{AgentEvent, StreamEvent, TerminationReason};
 use awaken_actors::store::{PostgresStore, TestSchema};
 use awaken_cluster::events::EVENTS_SUBJECT_PREFIX;
-use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable, ShardCount};
+use awaken_cluster::membership::NodeId;
+use awaken_cluster::shards::{DEFAULT_SHARDS_BUCKET, LeaseTable, ShardCount, preference};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -316,7 +317,9 @@ pub(crate) async fn holds_a_shard(nats: async_nats::Client, node: &str) {
     .await;
 }
 
-/// A new thread, created through `base`, whose shard node `owner` holds now.
+/// A new thread, created through `base`, in the shard node `owner` holds now and
+/// prefers most: the one it keeps while it holds any (membership changes move
+/// the shards a node prefers least).
 pub(crate) async fn thread_owned_by(
     client: &reqwest::Client,
     base: &str,
@@ -329,13 +332,16 @@ pub(crate) async fn thread_owned_by(
         .unwrap();
     let holders = leases.holders().await.unwrap();
     let count = ShardCount::new(SHARDS as u32).unwrap();
+    let node = NodeId::new(owner).unwrap();
+    let held = count
+        .all()
+        .filter(|shard| holders.get(shard).is_some_and(|h| h.node_id == node));
+    let favourite = preference(&node, held)[0];
     let id = (0..)
         .map(|i| format!("owned-by-{owner}-{i}"))
         .find(|id| {
             let thread = awaken_actors::ThreadId::new(id.as_str()).unwrap();
-            holders
-                .get(&count.shard_of(&thread))
-                .is_some_and(|holder| holder.node_id.as_str() == owner)
+            count.shard_of(&thread) == favourite
         })
         .unwrap();
     let (status, thread) = post(client, format!("{base}/v1/threads"), json!({"id": id})).await;

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::{Client, Subscriber};
 use awaken_actors::contract::{AgentEvent, StreamEvent};
@@ -12,6 +13,10 @@ use super::event_subject;
 use super::local::{Fed, LiveSubscription, LocalEventHub};
 use crate::codec;
 use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
+
+/// How long a follow of an ended run still takes live events once its buffered
+/// ones are read and its `RunFinish` was not among them.
+const FINISH_GRACE: Duration = Duration::from_secs(2);
 
 /// Where live events come from.
 #[derive(Debug)]
@@ -107,8 +112,9 @@ impl RunFollow {
         self.complete
     }
 
-    /// Stops after the buffered events instead of waiting for live ones: for a run
-    /// that is not executing, whose buffer may no longer hold its `RunFinish`.
+    /// Stops after the buffered events instead of waiting for live ones (but for
+    /// a `RunFinish` in flight, [`FINISH_GRACE`] at most): for a run that is not
+    /// executing, whose buffer may no longer hold its `RunFinish`.
     pub fn replay_only(mut self) -> Self {
         self.replay_only = true;
         self
@@ -165,7 +171,16 @@ impl RunFollow {
         while !self.ended {
             let event = match self.backlog.pop_front() {
                 Some(event) => event,
-                None if self.replay_only => return None,
+                // A run whose record says it ended publishes its `RunFinish` just
+                // after that record is written: a snapshot of the buffer taken in
+                // between lacks it, so live events are still taken for a moment.
+                None if self.replay_only => {
+                    match tokio::time::timeout(FINISH_GRACE, self.next_live()).await {
+                        Ok(Some(Some(event))) => event,
+                        Ok(Some(None)) => continue,
+                        Ok(None) | Err(_) => return None,
+                    }
+                }
                 None => match self.next_live().await? {
                     Some(event) => event,
                     None => continue,
@@ -186,7 +201,7 @@ impl RunFollow {
         while !self.ended {
             let event = match self.backlog.pop_front() {
                 Some(event) => event,
-                None if self.replay_only => return Some(None),
+                None if self.replay_only => return self.next().now_or_never(),
                 None => match &mut self.live {
                     Live::Local(subscription) => {
                         match subscription.try_read(self.last_seq, &mut self.backlog) {

@@ -456,14 +456,48 @@ mod tests {
         assert!(follow.complete());
     }
 
-    #[test]
-    fn a_replay_only_follow_is_ready_to_end_after_its_backlog() {
+    #[tokio::test]
+    async fn a_replay_only_follow_ends_at_once_after_a_backlog_with_the_run_finish() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &finish(1));
+        let mut follow = crate::events::follow_local(&hub, &run, None).replay_only();
+        assert_eq!(follow.next_ready().unwrap().unwrap().seq, 0);
+        assert_eq!(follow.next_ready().unwrap().unwrap().seq, 1);
+        assert!(follow.next_ready().unwrap().is_none());
+    }
+
+    /// The run's record said it ended, but its `RunFinish` was still on its way
+    /// when the buffer was read: it is taken when it comes.
+    #[tokio::test]
+    async fn a_replay_only_follow_takes_a_run_finish_still_in_flight() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
         hub.publish(&thread, &run, &event(0));
         let mut follow = crate::events::follow_local(&hub, &run, None).replay_only();
-        assert_eq!(follow.next_ready().unwrap().unwrap().seq, 0);
-        assert!(follow.next_ready().unwrap().is_none());
+        assert_eq!(follow.next().await.unwrap().seq, 0);
+        assert!(
+            follow.next_ready().is_none(),
+            "not over without its RunFinish"
+        );
+        hub.publish(&thread, &run, &finish(1));
+        assert_eq!(follow.next().await.unwrap().seq, 1);
+        assert!(follow.next().await.is_none());
+    }
+
+    /// A run whose `RunFinish` left the buffer long ago: the follow ends after
+    /// the grace.
+    #[tokio::test(start_paused = true)]
+    async fn a_replay_only_follow_without_its_run_finish_ends_after_the_grace() {
+        let hub = LocalEventHub::new(&EventsConfig::default());
+        let (thread, run) = ids();
+        hub.publish(&thread, &run, &event(0));
+        let mut follow = crate::events::follow_local(&hub, &run, None).replay_only();
+        assert_eq!(follow.next().await.unwrap().seq, 0);
+        let started = tokio::time::Instant::now();
+        assert!(follow.next().await.is_none());
+        assert!(started.elapsed() >= std::time::Duration::from_secs(2));
     }
 
     #[test]
