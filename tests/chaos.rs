@@ -329,6 +329,42 @@ async fn nothing_lost_and_each_call_once(
     }
 }
 
+/// The three-node layout under load: three NATS servers (three copies of every
+/// stream), PostgreSQL, three nodes, six runs waiting for approval and runs
+/// executing on six hot threads.
+struct Loaded {
+    nats: NatsCluster,
+    _schema: awaken_actors::store::TestSchema,
+    _dir: tempfile::TempDir,
+    cluster: Cluster,
+    nodes: Vec<Node>,
+    client: reqwest::Client,
+    approvals: Vec<(String, String)>,
+    runs: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+async fn pod_layout_under_load() -> Loaded {
+    let nats = NatsCluster::start().await.unwrap();
+    let (postgres_url, schema) = database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster(nats.urls(), &postgres_url, 3, dir.path());
+    let nodes = Node::start_all(3, &cluster).await;
+    let client = reqwest::Client::new();
+    let approvals = waiting_for_approval(&client, &nodes, 6).await;
+    let runs = hot_threads(&client, &nodes, 6, 2).await;
+    every_thread_executes(&client, &nodes[0].base, &runs).await;
+    Loaded {
+        nats,
+        _schema: schema,
+        _dir: dir,
+        cluster,
+        nodes,
+        client,
+        approvals,
+        runs,
+    }
+}
+
 /// A rolling update as Kubernetes does it, on the three-node layout (three NATS
 /// servers, three copies of every stream): each node in turn gets SIGTERM,
 /// drains and comes back under its name, while runs execute on hot threads and
@@ -337,15 +373,16 @@ async fn nothing_lost_and_each_call_once(
 /// calls it runs finish, and so does one handing shards to a node that joins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_loses_no_run_no_decision_and_runs_each_call_once() {
-    let nats = NatsCluster::start().await.unwrap();
-    let (postgres_url, _schema) = database().await;
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = cluster(nats.urls(), &postgres_url, 3, dir.path());
-    let mut nodes = Node::start_all(3, &cluster).await;
-    let client = reqwest::Client::new();
-    let approvals = waiting_for_approval(&client, &nodes, 6).await;
-    let runs = hot_threads(&client, &nodes, 6, 2).await;
-    every_thread_executes(&client, &nodes[0].base, &runs).await;
+    let Loaded {
+        nats,
+        _schema,
+        _dir,
+        cluster,
+        mut nodes,
+        client,
+        approvals,
+        runs,
+    } = pod_layout_under_load().await;
 
     // A client streaming, through the first node to go, a run another node owns
     // (a run's replay buffer lives on its owner).
@@ -409,15 +446,16 @@ async fn a_rolling_restart_loses_no_run_no_decision_and_runs_each_call_once() {
 /// lost and every call executes once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_three_to_five_to_two_nodes_under_load_loses_nothing() {
-    let nats = NatsCluster::start().await.unwrap();
-    let (postgres_url, _schema) = database().await;
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = cluster(nats.urls(), &postgres_url, 3, dir.path());
-    let mut nodes = Node::start_all(3, &cluster).await;
-    let client = reqwest::Client::new();
-    let approvals = waiting_for_approval(&client, &nodes, 6).await;
-    let runs = hot_threads(&client, &nodes, 6, 2).await;
-    every_thread_executes(&client, &nodes[0].base, &runs).await;
+    let Loaded {
+        nats,
+        _schema,
+        _dir,
+        cluster,
+        mut nodes,
+        client,
+        approvals,
+        runs,
+    } = pod_layout_under_load().await;
 
     for name in ["n4", "n5"] {
         nodes.push(Node::start(name, &cluster).await);

@@ -42,10 +42,6 @@ pub struct ServeArgs {
     pub tool_journal: Option<PathBuf>,
 }
 
-fn invalid(what: &str, error: impl std::fmt::Display) -> GatewayError {
-    GatewayError::Config(format!("{what}: {error}"))
-}
-
 /// Serves until a signal, then stops taking requests, lets in-flight ones finish,
 /// and leaves (a cluster node drains its shards).
 pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
@@ -139,7 +135,7 @@ async fn serve<N: RunControl>(
     .map_err(|e| GatewayError::Config(e.to_string()))?;
     let server = Server::bind(state)
         .await
-        .map_err(|e| invalid("server.address", e))?;
+        .map_err(|e| compose::invalid("server.address", e))?;
     let address = server.local_addr()?;
     println!(
         "{}",

@@ -48,7 +48,8 @@ impl std::fmt::Debug for Assembly {
     }
 }
 
-fn invalid(what: &str, error: impl std::fmt::Display) -> GatewayError {
+/// A configuration error naming the setting `what`.
+pub(crate) fn invalid(what: &str, error: impl std::fmt::Display) -> GatewayError {
     GatewayError::Config(format!("{what}: {error}"))
 }
 
