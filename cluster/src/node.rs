@@ -374,10 +374,17 @@ impl ClusterNode {
     pub async fn drain(self, deadline: Duration) -> Result<(), ClusterError> {
         let started = tokio::time::Instant::now();
         self.worker.stop_claiming();
-        // Half the deadline at most, so releasing the leases keeps the rest.
-        let settled = tokio::time::timeout(deadline / 2, self.runtime.activations_settled())
-            .await
-            .is_ok();
+        // Half the deadline at most, so releasing the leases keeps the rest. A
+        // run's end is published before its dispatch is acked: wait for both.
+        let worker = Arc::clone(&self.worker);
+        let settled = tokio::time::timeout(deadline / 2, async {
+            self.runtime.activations_settled().await;
+            while worker.holds_claims() {
+                tokio::time::sleep(CLAIM_RELEASE_POLL).await;
+            }
+        })
+        .await
+        .is_ok();
         if !settled {
             tracing::warn!(node_id = %self.node_id, "runs still executing at the drain's half-time: the next owners continue them from their checkpoints");
         }
@@ -392,6 +399,9 @@ impl ClusterNode {
         drained.and(left)
     }
 }
+
+/// How often a draining node looks whether its last claims are acked.
+const CLAIM_RELEASE_POLL: Duration = Duration::from_millis(10);
 
 /// Shard changes on a node: evict threads that left, sweep for work that came.
 struct NodeShards {

@@ -186,6 +186,12 @@ impl MailboxWorker {
     pub fn stop_claiming(&self) {
         self.shared.accepting.store(false, Ordering::SeqCst);
     }
+
+    /// Whether a claim of this worker is still held: its run executes, or its
+    /// result is being recorded and acked.
+    pub fn holds_claims(&self) -> bool {
+        !self.shared.held.is_empty()
+    }
 }
 
 impl Drop for MailboxWorker {
