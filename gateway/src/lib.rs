@@ -16,6 +16,7 @@ pub mod error;
 pub mod mcp;
 pub mod run_cmd;
 pub mod runtime_config;
+pub mod secret;
 pub mod serve;
 pub mod server;
 

@@ -273,7 +273,7 @@ async fn a_remote_task_that_outlives_the_timeout_is_cancelled() {
 async fn a_wrong_token_fails_the_call_with_the_remote_refusal() {
     let keys = BTreeMap::from([("right-key".to_owned(), "tenant-b".to_owned())]);
     let b = TestServer::local(ServerConfig {
-        api_keys: keys,
+        api_keys: keys.into(),
         ..ServerConfig::default()
     })
     .await;

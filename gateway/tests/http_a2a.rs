@@ -5,6 +5,7 @@
 
 mod http_support;
 
+use awaken_gateway::secret::Secret;
 use awaken_gateway::server::ServerConfig;
 use http_support::{TestServer, json, python_client};
 use reqwest::{Method, StatusCode};
@@ -330,7 +331,7 @@ async fn jsonrpc_refusals_are_error_objects() {
 async fn cards_are_public_and_the_extended_card_needs_its_token() {
     let config = ServerConfig {
         api_keys: [("key-1".to_owned(), "acme".to_owned())].into(),
-        a2a_extended_card_bearer_token: Some("card-secret".to_owned()),
+        a2a_extended_card_bearer_token: Some(Secret::new("card-secret")),
         ..ServerConfig::default()
     };
     let server = TestServer::local(config).await;

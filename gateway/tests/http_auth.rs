@@ -17,7 +17,7 @@ async fn server() -> TestServer {
         ("key-b".to_owned(), "tenant-b".to_owned()),
     ]);
     TestServer::local(ServerConfig {
-        api_keys,
+        api_keys: api_keys.into(),
         ..ServerConfig::default()
     })
     .await

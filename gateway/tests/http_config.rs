@@ -5,9 +5,7 @@
 
 mod http_support;
 
-use std::collections::BTreeMap;
-
-use awaken_gateway::server::ServerConfig;
+use awaken_gateway::server::{ApiKeys, ServerConfig};
 use http_support::{
     EventReader, TestServer, expect_error, json, mcp_stdio_entry, user, writable_config,
 };
@@ -382,7 +380,7 @@ async fn bad_writes_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn with_api_keys_only_admin_tenants_change_the_configuration() {
     let server = TestServer::local(ServerConfig {
-        api_keys: BTreeMap::from([
+        api_keys: ApiKeys::from([
             ("ops-key".into(), "ops".into()),
             ("user-key".into(), "acme".into()),
         ]),

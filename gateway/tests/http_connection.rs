@@ -5,10 +5,9 @@
 
 mod http_support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use awaken_gateway::server::ServerConfig;
+use awaken_gateway::server::{ApiKeys, ServerConfig};
 use http_support::TestServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -112,7 +111,7 @@ async fn answers_wait_for_the_body_and_keep_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_waits_for_the_body_and_keeps_the_connection() {
     let server = TestServer::local(ServerConfig {
-        api_keys: BTreeMap::from([("secret".to_owned(), "tenant".to_owned())]),
+        api_keys: ApiKeys::from([("secret".to_owned(), "tenant".to_owned())]),
         ..ServerConfig::default()
     })
     .await;

@@ -7,9 +7,7 @@
 
 mod http_support;
 
-use std::collections::BTreeMap;
-
-use awaken_gateway::server::{McpEndpointConfig, ServerConfig};
+use awaken_gateway::server::{ApiKeys, McpEndpointConfig, ServerConfig};
 use http_support::{TestServer, json, python_client};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -277,7 +275,7 @@ async fn hosts_and_origins_are_checked_against_dns_rebinding() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_keys_guard_the_endpoint_and_tenants_keep_their_threads() {
     let server = TestServer::local(ServerConfig {
-        api_keys: BTreeMap::from([
+        api_keys: ApiKeys::from([
             ("key-a".to_owned(), "tenant-a".to_owned()),
             ("key-b".to_owned(), "tenant-b".to_owned()),
         ]),

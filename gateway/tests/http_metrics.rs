@@ -3,9 +3,7 @@
 
 mod http_support;
 
-use std::collections::BTreeMap;
-
-use awaken_gateway::server::ServerConfig;
+use awaken_gateway::server::{ApiKeys, ServerConfig};
 use http_support::{EventReader, TestServer, user};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -100,7 +98,7 @@ async fn requests_are_counted_by_route_template_and_threads_are_gauged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_need_an_api_key_when_keys_are_configured() {
     let server = TestServer::local(ServerConfig {
-        api_keys: BTreeMap::from([("key-a".to_owned(), "tenant-a".to_owned())]),
+        api_keys: ApiKeys::from([("key-a".to_owned(), "tenant-a".to_owned())]),
         ..ServerConfig::default()
     })
     .await;

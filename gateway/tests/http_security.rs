@@ -4,9 +4,7 @@
 
 mod http_support;
 
-use std::collections::BTreeMap;
-
-use awaken_gateway::server::ServerConfig;
+use awaken_gateway::server::{ApiKeys, ServerConfig};
 use futures::FutureExt;
 use http_support::{TestServer, expect_error, json, writable_config};
 use reqwest::StatusCode;
@@ -108,7 +106,7 @@ async fn a_token_env_outside_the_allow_list_is_refused_without_contacting_the_ur
 #[tokio::test]
 async fn with_api_keys_a_tenant_outside_admin_tenants_cannot_write() {
     let server = TestServer::local(ServerConfig {
-        api_keys: BTreeMap::from([("key-a".to_owned(), "tenant-a".to_owned())]),
+        api_keys: ApiKeys::from([("key-a".to_owned(), "tenant-a".to_owned())]),
         config_api: writable_config().config_api,
         ..ServerConfig::default()
     })

@@ -16,6 +16,7 @@ use crate::compose::{self, Assembly};
 use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
 use crate::runtime_config::ConfigManager;
+use crate::secret::Secret;
 use crate::serve::config::paths;
 use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
 
@@ -84,20 +85,12 @@ impl NodeArgs {
         set(&mut cluster.replicas, &self.replicas);
         set(&mut cluster.drain_timeout_secs, &self.drain_timeout_s);
         if let Some(url) = &self.postgres_url {
-            config.store = match std::mem::take(&mut config.store) {
-                StoreConfig::Postgres {
-                    pool_size,
-                    checkpoint_writers,
-                    ..
-                } => StoreConfig::Postgres {
-                    url: url.clone(),
-                    pool_size,
-                    checkpoint_writers,
-                },
-                _ => StoreConfig::postgres(url.clone()),
-            };
+            match &mut config.store {
+                StoreConfig::Postgres(postgres) => postgres.url = Secret::new(url.clone()),
+                store => *store = StoreConfig::postgres(url.clone()),
+            }
         }
-        if !matches!(config.store, StoreConfig::Postgres { .. }) {
+        if !matches!(config.store, StoreConfig::Postgres(_)) {
             return Err(GatewayError::Config(
                 "a node needs the store every node shares: --postgres-url, AWAKEN_POSTGRES_URL \
                  or store.kind = \"postgres\""

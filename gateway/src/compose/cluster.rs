@@ -8,7 +8,8 @@ use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
 use awaken_cluster::shards::ShardCount;
 
-use super::{invalid, nats};
+use super::invalid;
+use super::nats::{self, ServerErrors};
 use crate::error::{GatewayError, Result};
 use crate::serve::ClusterConfig;
 
@@ -34,8 +35,15 @@ pub async fn join_cluster(
     config.mailbox.lease_ms = cluster.claim_lease_ms;
     config.mailbox.lease_renewal_interval = Duration::from_millis(cluster.claim_lease_ms / 5);
     config.events = events;
-    let client = nats::connect(&cluster.nats_url, "cluster.nats_url").await?;
+    let errors = ServerErrors::default();
+    let client = nats::connect(cluster, config.node_id.as_str(), errors.clone()).await?;
     ClusterNode::start(client, builder, config)
         .await
-        .map_err(|e| GatewayError::Cluster(e.to_string()))
+        .map_err(|e| match errors.last() {
+            // A denied JetStream request only times out: say what NATS refused.
+            Some(refused) => GatewayError::Cluster(format!(
+                "{e} (NATS said: {refused}; docs/security.md lists the permissions a node needs)"
+            )),
+            None => GatewayError::Cluster(e.to_string()),
+        })
 }

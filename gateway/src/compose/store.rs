@@ -1,13 +1,15 @@
 //! Opening the configured thread store.
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use awaken_actors::store::{FileStore, InMemoryStore, PoolSettings, PostgresStore, ThreadRunStore};
+use sqlx::postgres::{PgConnectOptions, PgSslMode as SslMode};
 
 use super::invalid;
 use crate::error::Result;
-use crate::serve::StoreConfig;
+use crate::serve::{PgSslMode, PostgresConfig, StoreConfig};
 
 /// The PostgreSQL pool of a node. In a cluster (`lease_ttl` set) its writes may
 /// hold a thread's row lock for half the shard lease TTL at most, and no more than
@@ -19,6 +21,31 @@ fn pool_settings(lease_ttl: Option<Duration>) -> PoolSettings {
         settings.write_hold_limit = settings.write_hold_limit.min(ttl / 2);
     }
     settings
+}
+
+/// How to reach the database of `config`: its URL, with the TLS settings of
+/// the file over the URL's own.
+fn connect_options(config: &PostgresConfig) -> Result<PgConnectOptions> {
+    // sqlx's parse errors name the part that is wrong, never the URL itself.
+    let mut options =
+        PgConnectOptions::from_str(config.url.expose()).map_err(|e| invalid("store.url", e))?;
+    if let Some(mode) = config.ssl_mode {
+        options = options.ssl_mode(match mode {
+            PgSslMode::Disable => SslMode::Disable,
+            PgSslMode::Allow => SslMode::Allow,
+            PgSslMode::Prefer => SslMode::Prefer,
+            PgSslMode::Require => SslMode::Require,
+            PgSslMode::VerifyCa => SslMode::VerifyCa,
+            PgSslMode::VerifyFull => SslMode::VerifyFull,
+        });
+    }
+    if let Some(path) = &config.ssl_root_cert_file {
+        options = options.ssl_root_cert(path);
+    }
+    if let (Some(cert), Some(key)) = (&config.ssl_client_cert_file, &config.ssl_client_key_file) {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
+    Ok(options)
 }
 
 /// Opens the configured thread store (a PostgreSQL schema is created or
@@ -34,15 +61,11 @@ pub async fn open_store(
                 .await
                 .map_err(|e| invalid("store.path", e))?,
         ),
-        StoreConfig::Postgres {
-            url,
-            pool_size,
-            checkpoint_writers,
-        } => {
+        StoreConfig::Postgres(postgres) => {
             let mut settings = pool_settings(lease_ttl);
-            settings.max_connections = *pool_size;
-            settings.checkpoint_writers = *checkpoint_writers;
-            let store = PostgresStore::connect(url, settings)
+            settings.max_connections = postgres.pool_size;
+            settings.checkpoint_writers = postgres.checkpoint_writers;
+            let store = PostgresStore::connect_with(connect_options(postgres)?, settings)
                 .await
                 .map_err(|e| invalid("store.url", e))?;
             store

@@ -10,7 +10,9 @@ use awaken_actors::permission::PermissionRulesConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as JsonValue;
 
+use super::{ClusterConfig, StoreConfig};
 use crate::runtime_config::{ConfigDocument, Namespace};
+use crate::secret::SecretError;
 use crate::server::ServerConfig;
 
 /// The config file read when `--config` is not given (if it exists).
@@ -50,96 +52,23 @@ pub struct ServeConfig {
     pub mcp_servers: BTreeMap<String, JsonValue>,
 }
 
-/// The thread store.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum StoreConfig {
-    /// In process memory: gone when the process stops (single node only).
-    #[default]
-    Memory,
-    /// Files under `path` (single node only).
-    File {
-        /// The store's directory (created if missing).
-        path: PathBuf,
-    },
-    /// PostgreSQL: the one store every node of a cluster shares.
-    Postgres {
-        /// Connection URL; `?options=-c%20search_path%3DSCHEMA` picks a schema.
-        url: String,
-        /// Connections at most: checkpoints of different threads run in
-        /// parallel over them.
-        #[serde(default = "default_pool_size")]
-        pool_size: u32,
-        /// Checkpoint batches in flight at once; checkpoints arriving meanwhile
-        /// go together in the next batch (decision 0052).
-        #[serde(default = "default_checkpoint_writers")]
-        checkpoint_writers: usize,
-    },
-}
-
-impl StoreConfig {
-    /// The PostgreSQL store at `url` with the default pool.
-    pub fn postgres(url: String) -> Self {
-        Self::Postgres {
-            url,
-            pool_size: default_pool_size(),
-            checkpoint_writers: default_checkpoint_writers(),
-        }
-    }
-}
-
-/// The PostgreSQL pool's size unless configured.
-fn default_pool_size() -> u32 {
-    awaken_actors::store::PoolSettings::default().max_connections
-}
-
-/// Checkpoint batches in flight unless configured.
-fn default_checkpoint_writers() -> usize {
-    awaken_actors::store::PoolSettings::default().checkpoint_writers
-}
-
-/// The largest pool a node may ask for (PostgreSQL's own default
-/// `max_connections` is 100, shared by every node).
-const MAX_POOL_SIZE: u32 = 1000;
-
-/// Cluster membership.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ClusterConfig {
-    /// NATS server URL(s), comma-separated.
-    pub nats_url: String,
-    /// This node's id; a new one when absent.
-    pub node_id: Option<String>,
-    /// Shards of the cluster (the same on every node).
-    pub shards: u32,
-    /// Shard lease and membership TTL: a dead node's threads move after this long.
-    pub lease_ttl_secs: u64,
-    /// Lease of a dispatch claim while its run executes.
-    pub claim_lease_ms: u64,
-    /// Copies of every bucket and stream (a clustered NATS).
-    pub replicas: usize,
-    /// How long leaving the cluster on SIGTERM may take.
-    pub drain_timeout_secs: u64,
-}
-
-impl Default for ClusterConfig {
-    fn default() -> Self {
-        Self {
-            nats_url: "nats://127.0.0.1:4222".into(),
-            node_id: None,
-            shards: 256,
-            lease_ttl_secs: 5,
-            claim_lease_ms: 10_000,
-            replicas: 1,
-            drain_timeout_secs: 10,
-        }
-    }
-}
-
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {0}")]
 pub struct ConfigError(String);
+
+impl ConfigError {
+    /// An error saying `what`.
+    pub(crate) fn new(what: impl Into<String>) -> Self {
+        Self(what.into())
+    }
+}
+
+impl From<SecretError> for ConfigError {
+    fn from(error: SecretError) -> Self {
+        Self(error.to_string())
+    }
+}
 
 /// The paths of `files` as [`ServeConfig::load_files`] takes them.
 pub fn paths(files: &[PathBuf]) -> Vec<&Path> {
@@ -196,11 +125,24 @@ impl ServeConfig {
             .add_source(environment)
             .build()
             .map_err(|e| ConfigError(e.to_string()))?;
-        let loaded: Self = config
+        let mut loaded: Self = config
             .try_deserialize()
             .map_err(|e| ConfigError(e.to_string()))?;
+        loaded.resolve_secrets()?;
         loaded.validate()?;
         Ok(loaded)
+    }
+
+    /// Reads every `*_file` secret into its setting (each file once, now).
+    fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        self.server.resolve_secrets()?;
+        if let StoreConfig::Postgres(postgres) = &mut self.store {
+            postgres.resolve_and_check()?;
+        }
+        if let Some(cluster) = &mut self.cluster {
+            cluster.resolve_secrets()?;
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -228,24 +170,7 @@ impl ServeConfig {
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
-        if let StoreConfig::Postgres {
-            pool_size,
-            checkpoint_writers,
-            ..
-        } = self.store
-        {
-            if !(1..=MAX_POOL_SIZE).contains(&pool_size) {
-                return Err(ConfigError(format!(
-                    "store.pool_size must be between 1 and {MAX_POOL_SIZE}"
-                )));
-            }
-            if !(1..=pool_size as usize).contains(&checkpoint_writers) {
-                return Err(ConfigError(format!(
-                    "store.checkpoint_writers must be between 1 and store.pool_size ({pool_size})"
-                )));
-            }
-        }
-        if self.cluster.is_some() && !matches!(self.store, StoreConfig::Postgres { .. }) {
+        if self.cluster.is_some() && !matches!(self.store, StoreConfig::Postgres(_)) {
             return refuse(
                 "a cluster needs a store every node shares: set store.kind = \"postgres\"",
             );
@@ -300,6 +225,7 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+    use crate::serve::PostgresConfig;
 
     fn file(text: &str) -> tempfile::NamedTempFile {
         let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
@@ -355,20 +281,17 @@ mod tests {
     fn the_postgres_pool_size_defaults_and_can_be_set() {
         let toml = file("[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\n");
         let config = ServeConfig::load(Some(toml.path()), env(&[])).unwrap();
-        assert_eq!(
-            config.store,
-            StoreConfig::Postgres {
-                url: "postgres://x".into(),
-                pool_size: 16,
-                checkpoint_writers: 2,
-            }
-        );
+        assert_eq!(config.store, StoreConfig::postgres("postgres://x".into()));
+        let StoreConfig::Postgres(postgres) = config.store else {
+            panic!("postgres")
+        };
+        assert_eq!((postgres.pool_size, postgres.checkpoint_writers), (16, 2));
         let config =
             ServeConfig::load(Some(toml.path()), env(&[("AWAKEN_STORE__POOL_SIZE", "40")]))
                 .unwrap();
         assert!(matches!(
             config.store,
-            StoreConfig::Postgres { pool_size: 40, .. }
+            StoreConfig::Postgres(PostgresConfig { pool_size: 40, .. })
         ));
         let config = ServeConfig::load(
             Some(toml.path()),
@@ -377,10 +300,10 @@ mod tests {
         .unwrap();
         assert!(matches!(
             config.store,
-            StoreConfig::Postgres {
+            StoreConfig::Postgres(PostgresConfig {
                 checkpoint_writers: 1,
                 ..
-            }
+            })
         ));
     }
 

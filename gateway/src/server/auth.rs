@@ -9,6 +9,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use serde_json::Value as JsonValue;
 
+use super::config::ApiKeys;
 use super::error::ApiError;
 
 /// The `custom` metadata key that records which tenant created a thread; clients
@@ -101,10 +102,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 
 /// 401 without a known key (when keys are configured); otherwise the caller's
 /// tenant goes to the handlers as a [`Caller`] extension.
-pub(crate) fn check_key(
-    keys: &BTreeMap<String, String>,
-    request: &mut Request,
-) -> Result<(), ApiError> {
+pub(crate) fn check_key(keys: &ApiKeys, request: &mut Request) -> Result<(), ApiError> {
     let caller = if keys.is_empty() {
         Caller(None)
     } else {
@@ -120,7 +118,7 @@ pub(crate) fn check_key(
                     "missing API key: send `Authorization: Bearer <key>`".into(),
                 ));
             }
-            Some(key) => match keys.get(key) {
+            Some(key) => match keys.tenant(key) {
                 Some(tenant) => Caller(Some(tenant.clone())),
                 None => {
                     return Err(ApiError::Unauthorized("unknown API key".into()));

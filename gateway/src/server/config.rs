@@ -2,8 +2,11 @@
 //! body limit and API keys).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+use crate::secret::{Secret, SecretError, resolve};
 
 use crate::runtime_config::EntryPolicy;
 
@@ -36,7 +39,10 @@ pub struct ServerConfig {
     pub shutdown: ShutdownConfig,
     /// API keys: key → tenant. Empty means no authentication (a warning is logged
     /// when the server binds to a non-loopback address).
-    pub api_keys: BTreeMap<String, String>,
+    pub api_keys: ApiKeys,
+    /// A TOML file of more `"<key>" = "<tenant>"` lines (a mounted Secret),
+    /// added to `api_keys`.
+    pub api_keys_file: Option<PathBuf>,
     /// Tenants whose keys may change the configuration through the config API.
     pub admin_tenants: Vec<String>,
     /// Who may write through the config API without keys, and what its entries
@@ -44,7 +50,9 @@ pub struct ServerConfig {
     pub config_api: ConfigApiConfig,
     /// Enables the A2A extended agent card (`GET /v1/a2a/extendedAgentCard`) for
     /// requests bearing this token; unset, the card is not configured.
-    pub a2a_extended_card_bearer_token: Option<String>,
+    pub a2a_extended_card_bearer_token: Option<Secret>,
+    /// File holding `a2a_extended_card_bearer_token`.
+    pub a2a_extended_card_bearer_token_file: Option<PathBuf>,
     /// The MCP endpoint's DNS-rebinding checks.
     pub mcp: McpEndpointConfig,
     /// Hosts (names or literal addresses) A2A push notifications may go to even
@@ -65,13 +73,92 @@ impl Default for ServerConfig {
             idle_timeout_secs: 60,
             max_connections_per_address: 256,
             shutdown: ShutdownConfig::default(),
-            api_keys: BTreeMap::new(),
+            api_keys: ApiKeys::default(),
+            api_keys_file: None,
             admin_tenants: Vec::new(),
             config_api: ConfigApiConfig::default(),
             a2a_extended_card_bearer_token: None,
+            a2a_extended_card_bearer_token_file: None,
             mcp: McpEndpointConfig::default(),
             a2a_push_allowed_hosts: Vec::new(),
         }
+    }
+}
+
+impl ServerConfig {
+    /// Reads `api_keys_file` into `api_keys` and the card token's file.
+    pub(crate) fn resolve_secrets(&mut self) -> Result<(), SecretError> {
+        self.a2a_extended_card_bearer_token = resolve(
+            "server.a2a_extended_card_bearer_token",
+            self.a2a_extended_card_bearer_token.take(),
+            self.a2a_extended_card_bearer_token_file.take().as_deref(),
+        )?;
+        if let Some(path) = self.api_keys_file.take() {
+            let text = crate::secret::read_secret_file("server.api_keys", &path)?;
+            let keys: BTreeMap<String, String> =
+                toml::from_str(text.expose()).map_err(|e| SecretError::Malformed {
+                    key: "server.api_keys".to_owned(),
+                    path: path.display().to_string(),
+                    // TOML's message quotes the offending line: keep only where.
+                    what: e
+                        .span()
+                        .map_or_else(String::new, |span| format!(" (at byte {})", span.start)),
+                })?;
+            self.api_keys.0.extend(keys);
+        }
+        Ok(())
+    }
+}
+
+/// API keys: key → tenant. Its `Debug` and `Serialize` show the tenants only.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct ApiKeys(BTreeMap<String, String>);
+
+impl ApiKeys {
+    /// The tenant `key` belongs to.
+    pub fn tenant(&self, key: &str) -> Option<&String> {
+        self.0.get(key)
+    }
+
+    /// No key: the server does not authenticate.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many keys there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn tenants(&self) -> Vec<&String> {
+        self.0.values().collect()
+    }
+}
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeys")
+            .field("tenants", &self.tenants())
+            .finish()
+    }
+}
+
+impl Serialize for ApiKeys {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.tenants().serialize(serializer)
+    }
+}
+
+impl From<BTreeMap<String, String>> for ApiKeys {
+    fn from(keys: BTreeMap<String, String>) -> Self {
+        Self(keys)
+    }
+}
+
+impl<const N: usize> From<[(String, String); N]> for ApiKeys {
+    fn from(keys: [(String, String); N]) -> Self {
+        Self(keys.into())
     }
 }
 

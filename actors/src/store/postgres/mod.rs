@@ -864,7 +864,16 @@ impl PostgresStore {
     /// Connects a pool to `url` as `settings` say and returns a store using the
     /// default prefix.
     pub async fn connect(url: &str, settings: PoolSettings) -> Result<Self, StorageError> {
-        let options = connect_options(url)?.options(settings.session_options());
+        Self::connect_with(connect_options(url)?, settings).await
+    }
+
+    /// Connects a pool with `options` (TLS, credentials) as `settings` say and
+    /// returns a store using the default prefix.
+    pub async fn connect_with(
+        options: PgConnectOptions,
+        settings: PoolSettings,
+    ) -> Result<Self, StorageError> {
+        let options = options.options(settings.session_options());
         let stats = Arc::new(StoreStats::default());
         let pinged = Arc::clone(&stats);
         let pool = PgPoolOptions::new()

@@ -105,7 +105,7 @@ fn extended_card(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim);
-    if presented != Some(token.as_str()) {
+    if presented != Some(token.expose()) {
         return Err(A2aError::Unauthenticated(
             "the extended agent card needs `Authorization: Bearer <token>`".to_owned(),
         ));

@@ -1,0 +1,133 @@
+//! `[cluster]`: joining a cluster on NATS, and how a node logs in to it.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::ConfigError;
+use crate::secret::{Secret, check_readable, resolve};
+
+/// Cluster membership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// NATS server URL(s), comma-separated.
+    pub nats_url: String,
+    /// This node's id; a new one when absent.
+    pub node_id: Option<String>,
+    /// Shards of the cluster (the same on every node).
+    pub shards: u32,
+    /// Shard lease and membership TTL: a dead node's threads move after this long.
+    pub lease_ttl_secs: u64,
+    /// Lease of a dispatch claim while its run executes.
+    pub claim_lease_ms: u64,
+    /// Copies of every bucket and stream (a clustered NATS).
+    pub replicas: usize,
+    /// How long leaving the cluster on SIGTERM may take.
+    pub drain_timeout_secs: u64,
+    /// NATS user (with `nats_password`); or put both in the URL
+    /// (`nats://user:password@host:4222`).
+    pub nats_user: Option<String>,
+    /// NATS password of `nats_user`.
+    pub nats_password: Option<Secret>,
+    /// File holding `nats_password`.
+    pub nats_password_file: Option<PathBuf>,
+    /// NATS token (or `nats://token@host:4222`).
+    pub nats_token: Option<Secret>,
+    /// File holding `nats_token`.
+    pub nats_token_file: Option<PathBuf>,
+    /// NKey seed (`SU...`) of the node's NATS user.
+    pub nats_nkey_seed: Option<Secret>,
+    /// File holding `nats_nkey_seed`.
+    pub nats_nkey_seed_file: Option<PathBuf>,
+    /// Credentials file (JWT and seed, as `nsc` writes it) of the node's user.
+    pub nats_creds_file: Option<PathBuf>,
+    /// CA certificate(s) (PEM) the NATS servers' certificates must chain to;
+    /// the system's roots when unset. Setting it requires TLS.
+    pub nats_tls_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for servers that verify clients (with
+    /// `nats_tls_key_file`).
+    pub nats_tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `nats_tls_cert_file`.
+    pub nats_tls_key_file: Option<PathBuf>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            node_id: None,
+            shards: 256,
+            lease_ttl_secs: 5,
+            claim_lease_ms: 10_000,
+            replicas: 1,
+            drain_timeout_secs: 10,
+            nats_user: None,
+            nats_password: None,
+            nats_password_file: None,
+            nats_token: None,
+            nats_token_file: None,
+            nats_nkey_seed: None,
+            nats_nkey_seed_file: None,
+            nats_creds_file: None,
+            nats_tls_ca_file: None,
+            nats_tls_cert_file: None,
+            nats_tls_key_file: None,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Reads the `*_file` secrets into their settings and checks that the
+    /// authentication settings name one way to log in, complete.
+    pub(super) fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        self.nats_password = resolve(
+            "cluster.nats_password",
+            self.nats_password.take(),
+            self.nats_password_file.take().as_deref(),
+        )?;
+        self.nats_token = resolve(
+            "cluster.nats_token",
+            self.nats_token.take(),
+            self.nats_token_file.take().as_deref(),
+        )?;
+        self.nats_nkey_seed = resolve(
+            "cluster.nats_nkey_seed",
+            self.nats_nkey_seed.take(),
+            self.nats_nkey_seed_file.take().as_deref(),
+        )?;
+        if self.nats_user.is_some() != self.nats_password.is_some() {
+            return Err(ConfigError::new(
+                "cluster.nats_user and cluster.nats_password go together",
+            ));
+        }
+        let ways = [
+            self.nats_user.is_some(),
+            self.nats_token.is_some(),
+            self.nats_nkey_seed.is_some(),
+            self.nats_creds_file.is_some(),
+        ];
+        if ways.into_iter().filter(|set| *set).count() > 1 {
+            return Err(ConfigError::new(
+                "cluster: set one NATS login: nats_user/nats_password, nats_token, \
+                 nats_nkey_seed or nats_creds_file",
+            ));
+        }
+        if self.nats_tls_cert_file.is_some() != self.nats_tls_key_file.is_some() {
+            return Err(ConfigError::new(
+                "cluster.nats_tls_cert_file and cluster.nats_tls_key_file go together",
+            ));
+        }
+        for (key, path) in [
+            ("cluster.nats_creds_file", &self.nats_creds_file),
+            ("cluster.nats_tls_ca_file", &self.nats_tls_ca_file),
+            ("cluster.nats_tls_cert_file", &self.nats_tls_cert_file),
+            ("cluster.nats_tls_key_file", &self.nats_tls_key_file),
+        ] {
+            if let Some(path) = path {
+                check_readable(key, path)?;
+            }
+        }
+        Ok(())
+    }
+}

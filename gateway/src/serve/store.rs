@@ -1,0 +1,133 @@
+//! `[store]`: where a node keeps threads, messages and runs.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::ConfigError;
+use crate::secret::{Secret, check_readable, resolve};
+
+/// The thread store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// In process memory: gone when the process stops (single node only).
+    #[default]
+    Memory,
+    /// Files under `path` (single node only).
+    File {
+        /// The store's directory (created if missing).
+        path: PathBuf,
+    },
+    /// PostgreSQL: the one store every node of a cluster shares.
+    Postgres(PostgresConfig),
+}
+
+/// `store.kind = "postgres"`: where the database is, how a node talks to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Connection URL (it may hold the password); `?options=-c%20search_path%3DSCHEMA`
+    /// picks a schema, `?sslmode=verify-full&sslrootcert=/ca.pem` asks for TLS.
+    pub url: Secret,
+    /// File holding `url` (a Kubernetes Secret mounted as a file).
+    pub url_file: Option<PathBuf>,
+    /// TLS towards the server; overrides the URL's `sslmode`.
+    pub ssl_mode: Option<PgSslMode>,
+    /// CA certificate (PEM) the server's certificate must chain to
+    /// (`verify-ca`, `verify-full`); overrides the URL's `sslrootcert`.
+    pub ssl_root_cert_file: Option<PathBuf>,
+    /// Client certificate (PEM), for servers that authenticate clients by it.
+    pub ssl_client_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `ssl_client_cert_file`.
+    pub ssl_client_key_file: Option<PathBuf>,
+    /// Connections at most: checkpoints of different threads run in parallel
+    /// over them.
+    pub pool_size: u32,
+    /// Checkpoint batches in flight at once; checkpoints arriving meanwhile go
+    /// together in the next batch (decision 0052).
+    pub checkpoint_writers: usize,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        let pool = awaken_actors::store::PoolSettings::default();
+        Self {
+            url: Secret::default(),
+            url_file: None,
+            ssl_mode: None,
+            ssl_root_cert_file: None,
+            ssl_client_cert_file: None,
+            ssl_client_key_file: None,
+            pool_size: pool.max_connections,
+            checkpoint_writers: pool.checkpoint_writers,
+        }
+    }
+}
+
+/// PostgreSQL's `sslmode`: whether a connection uses TLS and what it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PgSslMode {
+    /// Never TLS.
+    Disable,
+    /// TLS only if the server insists.
+    Allow,
+    /// TLS when the server offers it (PostgreSQL's default).
+    Prefer,
+    /// TLS always, the certificate unchecked.
+    Require,
+    /// TLS, the certificate chained to the root certificate.
+    VerifyCa,
+    /// TLS, the certificate chained and naming the host.
+    VerifyFull,
+}
+
+impl StoreConfig {
+    /// The PostgreSQL store at `url` with the default pool.
+    pub fn postgres(url: String) -> Self {
+        Self::Postgres(PostgresConfig {
+            url: Secret::new(url),
+            ..PostgresConfig::default()
+        })
+    }
+}
+
+/// The largest pool a node may ask for (PostgreSQL's own default
+/// `max_connections` is 100, shared by every node).
+const MAX_POOL_SIZE: u32 = 1000;
+
+impl PostgresConfig {
+    /// Reads `url_file` into `url` and checks the rest.
+    pub(super) fn resolve_and_check(&mut self) -> Result<(), ConfigError> {
+        let given = (!self.url.expose().is_empty()).then(|| self.url.clone());
+        self.url = resolve("store.url", given, self.url_file.take().as_deref())?
+            .ok_or_else(|| ConfigError::new("store.url (or store.url_file) is required"))?;
+        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
+            return Err(ConfigError::new(format!(
+                "store.pool_size must be between 1 and {MAX_POOL_SIZE}"
+            )));
+        }
+        if !(1..=self.pool_size as usize).contains(&self.checkpoint_writers) {
+            return Err(ConfigError::new(format!(
+                "store.checkpoint_writers must be between 1 and store.pool_size ({})",
+                self.pool_size
+            )));
+        }
+        if self.ssl_client_cert_file.is_some() != self.ssl_client_key_file.is_some() {
+            return Err(ConfigError::new(
+                "store.ssl_client_cert_file and store.ssl_client_key_file go together",
+            ));
+        }
+        for (key, path) in [
+            ("store.ssl_root_cert_file", &self.ssl_root_cert_file),
+            ("store.ssl_client_cert_file", &self.ssl_client_cert_file),
+            ("store.ssl_client_key_file", &self.ssl_client_key_file),
+        ] {
+            if let Some(path) = path {
+                check_readable(key, path)?;
+            }
+        }
+        Ok(())
+    }
+}
