@@ -413,6 +413,33 @@ async fn streams_a_tool_call_whose_arguments_arrive_in_pieces() {
 }
 
 #[tokio::test]
+async fn the_api_key_can_come_from_a_file_and_a_bad_file_names_no_key() {
+    let server = TestServer::start(vec![Reply::Ok(Completion::text(vec!["ok"]))]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("api-key");
+    std::fs::write(&key_file, "sk-from-a-secret\n").unwrap();
+    let mut spec = server.provider();
+    spec.api_key_file = Some(key_file.clone());
+    let executor = Arc::new(GenaiExecutor::from_spec(&spec).unwrap());
+    let items = stream_all(executor, request("gpt-test")).await;
+    assert_eq!(done(&items).text(), "ok");
+    assert_eq!(
+        server.requests()[0].authorization.as_deref(),
+        Some("Bearer sk-from-a-secret")
+    );
+
+    let both = spec.clone().with_api_key_env("PATH");
+    let error = GenaiExecutor::from_spec(&both).err().unwrap().to_string();
+    assert!(error.contains("not both"), "{error}");
+    std::fs::write(&key_file, "\n").unwrap();
+    let error = GenaiExecutor::from_spec(&spec).err().unwrap().to_string();
+    assert!(error.ends_with("the file is empty"), "{error}");
+    spec.api_key_file = Some(dir.path().join("missing"));
+    let error = GenaiExecutor::from_spec(&spec).err().unwrap().to_string();
+    assert!(error.contains("No such file"), "{error}");
+}
+
+#[tokio::test]
 async fn rate_limit_maps_retry_after_and_is_retried() {
     let server = TestServer::start(vec![
         Reply::Fail {

@@ -48,6 +48,10 @@ pub struct ProviderSpec {
     /// Name of the environment variable that holds the API key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// File that holds the API key (a mounted Secret); read when the provider
+    /// is built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Request timeout, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
@@ -61,6 +65,7 @@ impl ProviderSpec {
             adapter: adapter.into(),
             base_url: None,
             api_key_env: None,
+            api_key_file: None,
             timeout_ms: None,
         }
     }

@@ -91,6 +91,22 @@ pub enum GenaiConfigError {
         /// The variable name.
         var: String,
     },
+    /// Both `api_key_env` and `api_key_file` are set.
+    #[error("provider `{provider}`: set `api_key_env` or `api_key_file`, not both")]
+    TwoApiKeys {
+        /// The provider id.
+        provider: String,
+    },
+    /// The API key file cannot be read, or is empty.
+    #[error("provider `{provider}`: api_key_file `{path}`: {reason}")]
+    UnreadableApiKeyFile {
+        /// The provider id.
+        provider: String,
+        /// The file named.
+        path: String,
+        /// Why (never the content).
+        reason: String,
+    },
     /// The base URL is not an `http` or `https` URL.
     #[error("provider `{provider}`: base_url `{url}` is not an http(s) URL")]
     InvalidBaseUrl {
@@ -127,8 +143,42 @@ impl std::fmt::Debug for GenaiExecutor {
     }
 }
 
+/// The API key of `spec`, read now from its variable or file; empty without
+/// either (genai's OpenAI-style adapters insist on a key; an empty one carries
+/// none).
+fn api_key(spec: &ProviderSpec) -> Result<String, GenaiConfigError> {
+    match (&spec.api_key_env, &spec.api_key_file) {
+        (Some(_), Some(_)) => Err(GenaiConfigError::TwoApiKeys {
+            provider: spec.id.clone(),
+        }),
+        (Some(var), None) => match std::env::var(var) {
+            Ok(key) if !key.is_empty() => Ok(key),
+            _ => Err(GenaiConfigError::MissingApiKey {
+                provider: spec.id.clone(),
+                var: var.clone(),
+            }),
+        },
+        (None, Some(path)) => {
+            let unreadable = |reason: String| GenaiConfigError::UnreadableApiKeyFile {
+                provider: spec.id.clone(),
+                path: path.display().to_string(),
+                reason,
+            };
+            let key = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
+            // `echo key > file` adds a line break that is not part of the key.
+            let key = key.trim_end_matches(['\r', '\n']);
+            if key.is_empty() {
+                return Err(unreadable("the file is empty".into()));
+            }
+            Ok(key.to_owned())
+        }
+        (None, None) => Ok(String::new()),
+    }
+}
+
 impl GenaiExecutor {
-    /// Builds the executor for `spec`, reading its API key from the environment now.
+    /// Builds the executor for `spec`, reading its API key from the environment
+    /// or its file now.
     pub fn from_spec(spec: &ProviderSpec) -> Result<Self, GenaiConfigError> {
         let adapter =
             AdapterKind::from_lower_str(&spec.adapter.to_ascii_lowercase()).ok_or_else(|| {
@@ -137,19 +187,7 @@ impl GenaiExecutor {
                     adapter: spec.adapter.clone(),
                 }
             })?;
-        let auth = match &spec.api_key_env {
-            Some(var) => match std::env::var(var) {
-                Ok(key) if !key.is_empty() => AuthData::from_single(key),
-                _ => {
-                    return Err(GenaiConfigError::MissingApiKey {
-                        provider: spec.id.clone(),
-                        var: var.clone(),
-                    });
-                }
-            },
-            // genai's OpenAI-style adapters insist on a key; an empty one carries none.
-            None => AuthData::from_single(String::new()),
-        };
+        let auth = AuthData::from_single(api_key(spec)?);
         let endpoint = match &spec.base_url {
             Some(url) => Some(Endpoint::from_owned(
                 normalize_base_url(adapter, url).ok_or_else(|| {

@@ -26,6 +26,9 @@ pub struct ProviderConfig {
     /// Name of the environment variable holding the API key (read by each node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// File holding the API key (a mounted Secret; read by each node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Request timeout, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
@@ -66,6 +69,7 @@ impl ProviderConfig {
             adapter: self.adapter.clone(),
             base_url: self.base_url.clone(),
             api_key_env: self.api_key_env.clone(),
+            api_key_file: self.api_key_file.clone(),
             timeout_ms: self.timeout_ms,
         };
         let executor = GenaiExecutor::from_spec(&spec).map_err(|e| ProviderError(e.to_string()))?;

@@ -5,7 +5,8 @@
 //! Entries of `awaken.toml` are the operator's and are not checked. Entries of the
 //! config document come from API callers; without this policy, anyone allowed to
 //! write could run any command as the node's user (a stdio MCP server) or send any
-//! of its environment variables (secrets) to a URL of their choice (`token_env`).
+//! of its environment variables or files (secrets) to a URL of their choice
+//! (`token_env`, a provider's `api_key_env` or `api_key_file`).
 //! The checks read the document only: nothing is started or contacted before they
 //! pass.
 
@@ -29,9 +30,11 @@ pub struct EntryPolicy {
     /// exactly (use absolute paths). Allow only programs that are safe with any
     /// arguments.
     pub mcp_stdio_commands: Vec<String>,
-    /// Environment variables an MCP server (`transport.token_env`) or a remote
-    /// agent (`endpoint.auth.token_env`) may name.
+    /// Environment variables an MCP server (`transport.token_env`), a remote
+    /// agent (`endpoint.auth.token_env`) or a provider (`api_key_env`) may name.
     pub token_envs: Vec<String>,
+    /// Files a provider (`api_key_file`) may name, compared exactly.
+    pub token_files: Vec<std::path::PathBuf>,
 }
 
 impl EntryPolicy {
@@ -50,7 +53,30 @@ impl EntryPolicy {
                     .map_err(|error| refused(Namespace::Agents, id, error))?;
             }
         }
+        for (id, provider) in document.entries(Namespace::Providers) {
+            if let Some(variable) = provider.get("api_key_env").and_then(JsonValue::as_str) {
+                self.check_token_env(variable)
+                    .map_err(|error| refused(Namespace::Providers, id, error))?;
+            }
+            if let Some(file) = provider.get("api_key_file").and_then(JsonValue::as_str) {
+                self.check_token_file(file)
+                    .map_err(|error| refused(Namespace::Providers, id, error))?;
+            }
+        }
         Ok(())
+    }
+
+    fn check_token_file(&self, file: &str) -> Result<(), String> {
+        if self
+            .token_files
+            .iter()
+            .any(|allowed| allowed.as_os_str() == file)
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "api_key_file `{file}` is not in `server.config_api.token_files`"
+        ))
     }
 
     fn check_mcp_server(&self, spec: &McpServerSpec) -> Result<(), String> {
@@ -89,7 +115,7 @@ impl EntryPolicy {
             return Ok(());
         }
         Err(format!(
-            "token_env `{variable}` is not in `server.config_api.token_envs`"
+            "the variable `{variable}` is not in `server.config_api.token_envs`"
         ))
     }
 }
@@ -178,5 +204,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("DATABASE_URL"), "{error}");
+    }
+
+    #[test]
+    fn a_provider_of_the_api_names_only_allowed_key_variables_and_files() {
+        let policy = EntryPolicy {
+            token_envs: vec!["OPENAI_API_KEY".into()],
+            token_files: vec!["/var/run/secrets/openai".into()],
+            ..EntryPolicy::default()
+        };
+        let provider = |key: JsonValue| {
+            let mut entry = json!({"id": "p", "adapter": "openai"});
+            entry
+                .as_object_mut()
+                .unwrap()
+                .extend(key.as_object().unwrap().clone());
+            document(Namespace::Providers, entry)
+        };
+        assert!(
+            policy
+                .check(&provider(json!({"api_key_env": "OPENAI_API_KEY"})))
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&provider(
+                    json!({"api_key_file": "/var/run/secrets/openai"})
+                ))
+                .is_ok()
+        );
+        let error = policy
+            .check(&provider(json!({"api_key_env": "AWAKEN_STORE__URL"})))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("AWAKEN_STORE__URL"), "{error}");
+        let error = policy
+            .check(&provider(
+                json!({"api_key_file": "/etc/awaken/secrets/store-url"}),
+            ))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("server.config_api.token_files"), "{error}");
     }
 }

@@ -131,3 +131,92 @@ impl ClusterConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::io::Write;
+
+    use crate::serve::ServeConfig;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    fn load(cluster: &str) -> Result<ServeConfig, String> {
+        let toml = file(&format!(
+            "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\n\n[cluster]\n{cluster}\n"
+        ));
+        ServeConfig::load(Some(toml.path()), Vec::new()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn secrets_come_from_their_files_and_never_show_in_debug() {
+        let password = file("node-pw\n");
+        let config = load(&format!(
+            "nats_user = \"node\"\nnats_password_file = \"{}\"",
+            password.path().display()
+        ))
+        .unwrap();
+        let cluster = config.cluster.unwrap();
+        assert_eq!(cluster.nats_password.as_ref().unwrap().expose(), "node-pw");
+        assert_eq!(cluster.nats_password_file, None);
+        assert!(!format!("{cluster:?}").contains("node-pw"));
+
+        let token = file("t0ken");
+        let toml = file("[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\n");
+        let env = vec![
+            (
+                "AWAKEN_CLUSTER__NATS_URL".to_owned(),
+                "nats://h:1".to_owned(),
+            ),
+            (
+                "AWAKEN_CLUSTER__NATS_TOKEN_FILE".to_owned(),
+                token.path().display().to_string(),
+            ),
+        ];
+        let config = ServeConfig::load(Some(toml.path()), env).unwrap();
+        let cluster = config.cluster.unwrap();
+        assert_eq!(cluster.nats_token.unwrap().expose(), "t0ken");
+    }
+
+    #[test]
+    fn incomplete_or_double_logins_and_unreadable_files_are_refused() {
+        let password = file("pw");
+        for (cluster, expected) in [
+            (
+                "nats_user = \"node\"".to_owned(),
+                "cluster.nats_user and cluster.nats_password go together".to_owned(),
+            ),
+            (
+                "nats_user = \"n\"\nnats_password = \"p\"\nnats_token = \"t\"".to_owned(),
+                "set one NATS login".to_owned(),
+            ),
+            (
+                format!(
+                    "nats_password = \"p\"\nnats_password_file = \"{}\"",
+                    password.path().display()
+                ),
+                "set `cluster.nats_password` or `cluster.nats_password_file`, not both".to_owned(),
+            ),
+            (
+                "nats_token_file = \"/nonexistent/token\"".to_owned(),
+                "cluster.nats_token_file: cannot read `/nonexistent/token`".to_owned(),
+            ),
+            (
+                "nats_tls_ca_file = \"/nonexistent/ca.pem\"".to_owned(),
+                "cluster.nats_tls_ca_file: cannot read `/nonexistent/ca.pem`".to_owned(),
+            ),
+            (
+                "nats_tls_cert_file = \"/etc/hostname\"".to_owned(),
+                "cluster.nats_tls_cert_file and cluster.nats_tls_key_file go together".to_owned(),
+            ),
+        ] {
+            let error = load(&cluster).unwrap_err();
+            assert!(error.contains(&expected), "{cluster}: {error}");
+        }
+    }
+}

@@ -407,6 +407,43 @@ mod tests {
     }
 
     #[test]
+    fn api_keys_and_the_card_token_come_from_files_and_stay_out_of_debug() {
+        let keys = file("\"key-from-secret\" = \"tenant-b\"\n");
+        let token = file("card-token\n");
+        let toml = file(&format!(
+            "[server]\napi_keys_file = \"{}\"\na2a_extended_card_bearer_token_file = \"{}\"\n\n\
+             [server.api_keys]\n\"key-inline\" = \"tenant-a\"\n",
+            keys.path().display(),
+            token.path().display()
+        ));
+        let config = ServeConfig::load(Some(toml.path()), env(&[])).unwrap();
+        assert_eq!(config.server.api_keys.len(), 2);
+        assert_eq!(
+            config.server.api_keys.tenant("key-from-secret").unwrap(),
+            "tenant-b"
+        );
+        let token = config.server.a2a_extended_card_bearer_token.as_ref();
+        assert_eq!(token.unwrap().expose(), "card-token");
+        let shown = format!("{config:?}");
+        for secret in ["key-from-secret", "key-inline", "card-token"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("tenant-b"), "{shown}");
+
+        let bad = file("\"key-in-a-bad-line\" = \n");
+        let toml = file(&format!(
+            "[server]\napi_keys_file = \"{}\"\n",
+            bad.path().display()
+        ));
+        let error = ServeConfig::load(Some(toml.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("server.api_keys_file"), "{error}");
+        assert!(error.contains("is malformed"), "{error}");
+        assert!(!error.contains("key-in-a-bad-line"), "{error}");
+    }
+
+    #[test]
     fn the_demo_runs_only_without_agents_of_the_file_unless_asked() {
         let bare = ServeConfig::load(Some(file("").path()), env(&[])).unwrap();
         assert!(bare.wants_demo(), "a bare node is the demo");

@@ -131,3 +131,68 @@ impl PostgresConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::io::Write;
+
+    use super::*;
+    use crate::serve::ServeConfig;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    fn load(store: &str) -> Result<PostgresConfig, String> {
+        let toml = file(&format!("[store]\nkind = \"postgres\"\n{store}\n"));
+        match ServeConfig::load(Some(toml.path()), Vec::new()).map_err(|e| e.to_string())? {
+            ServeConfig {
+                store: StoreConfig::Postgres(postgres),
+                ..
+            } => Ok(postgres),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_url_comes_from_the_file_or_its_file_and_tls_settings_are_read() {
+        let url = file("postgres://app:pw@db/app\n");
+        let ca = file("not read until connecting");
+        let postgres = load(&format!(
+            "url_file = \"{}\"\nssl_mode = \"verify-full\"\nssl_root_cert_file = \"{}\"",
+            url.path().display(),
+            ca.path().display()
+        ))
+        .unwrap();
+        assert_eq!(postgres.url.expose(), "postgres://app:pw@db/app");
+        assert_eq!(postgres.ssl_mode, Some(PgSslMode::VerifyFull));
+        assert!(!format!("{postgres:?}").contains("pw@"));
+    }
+
+    #[test]
+    fn a_missing_url_a_bad_mode_or_an_unreadable_certificate_is_refused() {
+        for (store, expected) in [
+            ("", "store.url (or store.url_file) is required"),
+            ("url = \"postgres://x\"\nssl_mode = \"maybe\"", "maybe"),
+            (
+                "url = \"postgres://x\"\nssl_root_cert_file = \"/nonexistent/ca.pem\"",
+                "store.ssl_root_cert_file: cannot read `/nonexistent/ca.pem`",
+            ),
+            (
+                "url = \"postgres://x\"\nssl_client_key_file = \"/etc/hostname\"",
+                "go together",
+            ),
+            (
+                "url_file = \"/nonexistent/url\"",
+                "store.url_file: cannot read",
+            ),
+        ] {
+            let error = load(store).unwrap_err();
+            assert!(error.contains(expected), "{store}: {error}");
+        }
+    }
+}

@@ -174,8 +174,10 @@ pub struct ConfigApiConfig {
     /// `transport.command`); none by default.
     pub mcp_stdio_commands: Vec<String>,
     /// Environment variables an API-written MCP server or remote agent may name as
-    /// `token_env`; none by default.
+    /// `token_env`, or a provider as `api_key_env`; none by default.
     pub token_envs: Vec<String>,
+    /// Files an API-written provider may name as `api_key_file`; none by default.
+    pub token_files: Vec<PathBuf>,
 }
 
 impl ConfigApiConfig {
@@ -184,6 +186,7 @@ impl ConfigApiConfig {
         EntryPolicy {
             mcp_stdio_commands: self.mcp_stdio_commands.clone(),
             token_envs: self.token_envs.clone(),
+            token_files: self.token_files.clone(),
         }
     }
 }
