@@ -23,6 +23,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+#[allow(dead_code)] // each suite uses some of the shared helpers
 mod support;
 
 use std::path::Path;

@@ -49,18 +49,42 @@ pub struct NatsServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// The configuration file, for a server started with one.
+    config: Option<PathBuf>,
 }
 
 impl NatsServer {
     /// Starts a server on a free port with a fresh store directory.
     pub async fn start() -> Result<Self, HarnessError> {
         let dir = tempfile::tempdir().map_err(HarnessError::Spawn)?;
-        let (child, port) = spawn(&dir, None).await?;
+        let (child, port) = spawn(&dir, None, None).await?;
         Ok(Self {
             child: Some(child),
             port,
             dir,
+            config: None,
         })
+    }
+
+    /// Starts a server on a free port with a fresh store directory and
+    /// `config` (nats-server's configuration format: `tls { ... }`,
+    /// `authorization { ... }`) as its configuration file.
+    pub async fn start_configured(config: &str) -> Result<Self, HarnessError> {
+        let dir = tempfile::tempdir().map_err(HarnessError::Spawn)?;
+        let file = dir.path().join("server.conf");
+        std::fs::write(&file, config).map_err(HarnessError::Spawn)?;
+        let (child, port) = spawn(&dir, None, Some(&file)).await?;
+        Ok(Self {
+            child: Some(child),
+            port,
+            dir,
+            config: Some(file),
+        })
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The client URL.
@@ -85,7 +109,7 @@ impl NatsServer {
     /// Starts the server again on the same port and data.
     pub async fn restart(&mut self) -> Result<(), HarnessError> {
         self.kill().await;
-        let (child, _) = spawn(&self.dir, Some(self.port)).await?;
+        let (child, _) = spawn(&self.dir, Some(self.port), self.config.as_deref()).await?;
         self.child = Some(child);
         Ok(())
     }
@@ -328,13 +352,20 @@ async fn jetstream_ready(url: &str) -> Result<(), HarnessError> {
 }
 
 /// Runs a single nats-server on `port` (or one it picks) and returns its client port.
-async fn spawn(dir: &tempfile::TempDir, port: Option<u16>) -> Result<(Child, u16), HarnessError> {
+async fn spawn(
+    dir: &tempfile::TempDir,
+    port: Option<u16>,
+    config: Option<&Path>,
+) -> Result<(Child, u16), HarnessError> {
     let port_arg = port.map_or_else(|| "-1".to_owned(), |p| p.to_string());
     let mut args: Vec<OsString> = ["-js", "-a", "127.0.0.1", "-p", &port_arg, "-sd"]
         .iter()
         .map(OsString::from)
         .collect();
     args.push(dir.path().as_os_str().to_owned());
+    if let Some(config) = config {
+        args.extend([OsString::from("-c"), config.as_os_str().to_owned()]);
+    }
     let (child, line) = launch(Path::new("nats-server"), &args, CLIENT_LISTENING).await?;
     let port =
         client_port(&line).ok_or_else(|| HarnessError::NotReady(format!("no port in {line:?}")))?;

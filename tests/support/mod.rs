@@ -54,7 +54,9 @@ pub(crate) struct Cluster {
 pub(crate) struct Node {
     pub(crate) child: Child,
     pub(crate) base: String,
-    _config: tempfile::TempDir,
+    /// Every line the node wrote, stdout and stderr.
+    output: Arc<Mutex<Vec<String>>>,
+    _config: Option<tempfile::TempDir>,
 }
 
 impl Node {
@@ -76,32 +78,53 @@ impl Node {
             ),
         )
         .unwrap();
-        let mut child = Command::new(awaken_binary())
-            .arg("serve")
-            .arg("--config")
-            .arg(&path)
-            .arg("--tool-journal")
-            .arg(&cluster.journal)
+        let journal = ["--tool-journal".as_ref(), cluster.journal.as_os_str()];
+        let mut node = Self::serve(id, &[&path], &journal, &[]).await;
+        node._config = Some(config);
+        node
+    }
+
+    /// Runs `awaken serve --config <configs> <args>` with `env` added, named
+    /// `id` in the test's log; returns once it listens.
+    pub(crate) async fn serve(
+        id: &str,
+        configs: &[&Path],
+        args: &[&std::ffi::OsStr],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut command = Command::new(awaken_binary());
+        command.arg("serve");
+        for config in configs {
+            command.arg("--config").arg(config);
+        }
+        let mut child = command
+            .args(args)
             .env(
                 "RUST_LOG",
                 std::env::var("AWAKEN_E2E_LOG").unwrap_or_else(|_| "warn".to_owned()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        let output = Arc::new(Mutex::new(Vec::new()));
         // The node's log, each line marked with the node it came from.
         let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
         let node = id.to_owned();
+        let kept = Arc::clone(&output);
         tokio::spawn(async move {
             while let Ok(Some(line)) = log.next_line().await {
                 eprintln!("[{node}] {line}");
+                kept.lock().unwrap().push(line);
             }
         });
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let kept = Arc::clone(&output);
         let base = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.unwrap() {
+                kept.lock().unwrap().push(line.clone());
                 if let Ok(event) = serde_json::from_str::<Value>(&line)
                     && event["event"] == "listening"
                 {
@@ -113,12 +136,23 @@ impl Node {
         .await
         .expect("the node listens in time");
         // Keep reading stdout so the node never writes into a closed pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let kept = Arc::clone(&output);
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                kept.lock().unwrap().push(line);
+            }
+        });
         Self {
             child,
             base,
-            _config: config,
+            output,
+            _config: None,
         }
+    }
+
+    /// Everything the node wrote so far, one line each.
+    pub(crate) fn output(&self) -> String {
+        self.output.lock().unwrap().join("\n")
     }
 
     /// Starts nodes `n1`, `n2`, … of `cluster`.

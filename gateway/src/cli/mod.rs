@@ -54,7 +54,7 @@ pub async fn dispatch(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Run(args) => run::execute(args).await,
         Command::Bench(args) => bench::execute(args).await,
-        Command::Node(args) => node::execute(args).await,
+        Command::Node(args) => Box::pin(node::execute(args)).await,
         Command::Serve(args) => Box::pin(serve::execute(args)).await,
     }
 }

@@ -37,13 +37,13 @@ pub async fn join_cluster(
     config.events = events;
     let errors = ServerErrors::default();
     let client = nats::connect(cluster, config.node_id.as_str(), errors.clone()).await?;
-    ClusterNode::start(client, builder, config)
-        .await
-        .map_err(|e| match errors.last() {
-            // A denied JetStream request only times out: say what NATS refused.
-            Some(refused) => GatewayError::Cluster(format!(
-                "{e} (NATS said: {refused}; docs/security.md lists the permissions a node needs)"
-            )),
-            None => GatewayError::Cluster(e.to_string()),
-        })
+    tokio::select! {
+        started = ClusterNode::start(client, builder, config) => {
+            started.map_err(|e| GatewayError::Cluster(e.to_string()))
+        }
+        denied = errors.denied() => Err(GatewayError::Cluster(format!(
+            "NATS refused the node a subject it needs ({denied}): \
+             docs/security.md lists a node's permissions"
+        ))),
+    }
 }

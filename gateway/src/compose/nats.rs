@@ -3,9 +3,10 @@
 //! and TLS. No secret reaches a log line or an error: URLs are shown without
 //! their credentials.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_nats::{ConnectErrorKind, ConnectOptions, Event, ServerAddr};
+use async_nats::{ConnectErrorKind, ConnectOptions, Event, ServerAddr, ServerError};
+use tokio::sync::watch;
 
 use crate::error::{GatewayError, Result};
 use crate::secret::Secret;
@@ -69,22 +70,35 @@ fn servers(urls: &str) -> std::result::Result<(Vec<ServerAddr>, Option<UrlLogin>
     Ok((servers, login))
 }
 
-/// The last error the NATS server sent this connection (a permission denied,
-/// most often): start-up errors name it, since a refused JetStream request
-/// otherwise only times out.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ServerErrors(Arc<Mutex<Option<String>>>);
+/// The permission the NATS server denied this connection first, if any: a
+/// denied JetStream request otherwise only times out (and start-up retries
+/// it), so start-up watches for one and stops with it.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerErrors(Arc<watch::Sender<Option<String>>>);
+
+impl Default for ServerErrors {
+    fn default() -> Self {
+        Self(Arc::new(watch::Sender::new(None)))
+    }
+}
 
 impl ServerErrors {
-    fn record(&self, error: String) {
-        if let Ok(mut last) = self.0.lock() {
-            *last = Some(error);
+    fn record(&self, error: &ServerError) {
+        let text = error.to_string();
+        if text.to_ascii_lowercase().contains("permissions violation") {
+            self.0
+                .send_if_modified(|first| first.is_none().then(|| *first = Some(text)).is_some());
         }
     }
 
-    /// The last one, if any.
-    pub(crate) fn last(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|last| last.clone())
+    /// Resolves with the first permission denied (never, if none is).
+    pub(crate) async fn denied(&self) -> String {
+        let mut first = self.0.subscribe();
+        match first.wait_for(Option::is_some).await {
+            Ok(denied) => denied.clone().unwrap_or_default(),
+            // The sender lives in `self`: it cannot close while this waits.
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 
@@ -106,7 +120,7 @@ async fn options(
                 match event {
                     Event::ServerError(error) => {
                         tracing::error!(%error, "NATS refused an operation of this node");
-                        errors.record(error.to_string());
+                        errors.record(&error);
                     }
                     Event::Disconnected => tracing::warn!("disconnected from NATS"),
                     Event::Connected => tracing::info!("connected to NATS"),
@@ -183,10 +197,29 @@ pub(super) async fn connect(
                     .to_owned()
             }
             ConnectErrorKind::Tls => format!("TLS with NATS failed: {e}"),
+            // A failed handshake surfaces as an I/O error holding rustls' own.
+            _ if is_tls_failure(&e) => format!("TLS with NATS failed: {e}"),
             _ => format!("cannot connect to NATS: {e}"),
         };
         GatewayError::Config(format!("cluster.nats_url ({shown}): {why}"))
     })
+}
+
+/// Whether `error` comes from the TLS layer.
+fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        let tls = error.is::<async_nats::rustls::Error>()
+            || error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| inner.is::<async_nats::rustls::Error>());
+        if tls {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 #[cfg(test)]
