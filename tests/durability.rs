@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+#[allow(dead_code)] // the TLS server is for the secured suite
 #[path = "support/postgres_server.rs"]
 mod postgres_server;
 

@@ -78,6 +78,16 @@ impl PostgresServer {
     /// Initializes a data directory (trust authentication, user `postgres`) and
     /// starts the server on a free port.
     pub(crate) async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// Like [`Self::start`], but the server speaks TLS with `certificate` and
+    /// `key` (PEM) and refuses every connection that does not.
+    pub(crate) async fn start_tls_only(certificate: &str, key: &str) -> Self {
+        Self::start_with(Some((certificate, key))).await
+    }
+
+    async fn start_with(tls: Option<(&str, &str)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
         let run_as = root.then(|| (id_of("-u", "postgres"), id_of("-g", "postgres")));
@@ -114,12 +124,50 @@ impl PostgresServer {
             .programs
             .run_blocking("initdb", initdb.map(str::to_owned).to_vec())
             .await;
+        if let Some((certificate, key)) = tls {
+            server.require_tls(certificate, key);
+        }
         server.start_again().await;
         server
     }
 
+    /// Installs the server's certificate and key, turns TLS on and lets only
+    /// TLS connections in.
+    fn require_tls(&self, certificate: &str, key: &str) {
+        let data = self.dir.path().join("data");
+        for (name, content) in [("server.crt", certificate), ("server.key", key)] {
+            let path = data.join(name);
+            std::fs::write(&path, content).unwrap();
+            // PostgreSQL refuses a key others can read.
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+            if let Some((uid, gid)) = self.programs.run_as {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid)).unwrap();
+            }
+        }
+        let mut conf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap();
+        std::io::Write::write_all(
+            &mut conf,
+            b"\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
+        )
+        .unwrap();
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "hostssl all all 127.0.0.1/32 trust\nhostnossl all all 0.0.0.0/0 reject\n",
+        )
+        .unwrap();
+    }
+
     fn data(&self) -> String {
         self.dir.path().join("data").display().to_string()
+    }
+
+    /// The server's port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     /// A URL of the server's `postgres` database.

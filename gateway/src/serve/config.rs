@@ -54,7 +54,7 @@ pub struct ServeConfig {
 
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
-#[error("configuration: {0}")]
+#[error("{0}")]
 pub struct ConfigError(String);
 
 impl ConfigError {

@@ -1,6 +1,7 @@
-//! A node on a secured NATS, as production runs it: TLS with certificates the
-//! test makes (the server verifies the clients' certificates too) and users whose
-//! subject permissions are the ones `docs/security.md` lists.
+//! A node on a secured NATS and a TLS-only PostgreSQL, as production runs them:
+//! TLS with certificates the test makes (the NATS server verifies the clients'
+//! certificates too) and NATS users whose subject permissions are the ones
+//! `docs/security.md` lists.
 //!
 //! - a node logged in with a password read from a file runs a run that waits
 //!   for approval, and a decision publisher with the minimal permissions
@@ -9,13 +10,20 @@
 //!   and a user without a node's permissions each stop `awaken serve` at start-up
 //!   with one error line naming the cause, never a hang;
 //! - no secret (NATS passwords, the API key, the database password) appears in
-//!   the node's output, even at debug level, nor in what its HTTP routes answer.
+//!   the node's output, even at debug level, nor in what its HTTP routes answer;
+//! - a node logs in with an NKey seed from a file, and picks up renewed
+//!   certificate files when it reconnects, without a restart;
+//! - a node reaches a PostgreSQL that accepts TLS only with `verify-full`, and
+//!   refuses to start without TLS or with a root certificate that does not match.
 //!
 //! Needs `nats-server` on the PATH, nats-py in `target/py-venv`
 //! (`scripts/setup.sh`), PostgreSQL, and the `awaken` binary built beside.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+#[allow(dead_code)] // no crash here
+#[path = "support/postgres_server.rs"]
+mod postgres_server;
 #[allow(dead_code)] // this suite uses few of the shared helpers
 mod support;
 
@@ -25,11 +33,14 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 use awaken_cluster::testing::NatsServer;
+use postgres_server::PostgresServer;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
 use support::{Node, SETTLE, awaken_binary, database, new_thread, post, record};
 
 const NODE_PASSWORD: &str = "node-pw-5f1c9e";
+/// The NKey user's public key is in the server's configuration; its seed is
+/// made per test (`Pki::new`).
 const DECIDER_PASSWORD: &str = "decider-pw-77ab20";
 const API_KEY: &str = "api-key-93e0d1";
 const DATABASE_PASSWORD: &str = "db-pw-c4d2aa";
@@ -55,15 +66,28 @@ const DECIDER_PERMISSIONS: &str = r#"{
 /// and a client certificate it signed, and a second, unrelated CA.
 struct Pki {
     dir: tempfile::TempDir,
+    /// A NATS user's NKey.
+    nkey: nkeys::KeyPair,
 }
 
 impl Pki {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (ca, issuer) = authority("awaken test CA");
-        std::fs::write(dir.path().join("ca.pem"), ca).unwrap();
         let (rogue, _) = authority("someone else's CA");
         std::fs::write(dir.path().join("rogue-ca.pem"), rogue).unwrap();
+        let nkey = nkeys::KeyPair::new_user();
+        std::fs::write(dir.path().join("nkey.seed"), nkey.seed().unwrap()).unwrap();
+        let pki = Self { dir, nkey };
+        pki.issue("awaken test CA");
+        pki
+    }
+
+    /// (Re)writes `ca.pem` and the server and client certificates and keys it
+    /// signs, in place: what a certificate manager does when it renews them.
+    fn issue(&self, ca_name: &str) {
+        let dir = &self.dir;
+        let (ca, issuer) = authority(ca_name);
+        std::fs::write(dir.path().join("ca.pem"), ca).unwrap();
         for (name, names) in [
             (
                 "server",
@@ -83,7 +107,6 @@ impl Pki {
             )
             .unwrap();
         }
-        Self { dir }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -116,12 +139,14 @@ authorization {{
   users: [
     {{ user: "node", password: "{NODE_PASSWORD}", permissions: {NODE_PERMISSIONS} }}
     {{ user: "decider", password: "{DECIDER_PASSWORD}", permissions: {DECIDER_PERMISSIONS} }}
+    {{ nkey: "{nkey}", permissions: {NODE_PERMISSIONS} }}
   ]
 }}
 "#,
         server = pki.path("server.pem").display(),
         server_key = pki.path("server-key.pem").display(),
         ca = pki.path("ca.pem").display(),
+        nkey = pki.nkey.public_key(),
     );
     NatsServer::start_configured(&config).await.unwrap()
 }
@@ -435,7 +460,10 @@ async fn start_up_refuses_a_bad_login_an_untrusted_server_a_missing_key_or_denie
     assert_eq!(code, Some(2), "{stderr}");
     let line = error_line(&stderr);
     assert!(
-        line.contains("cluster.nats_tls_key_file: cannot read `/nonexistent/client-key.pem`"),
+        line.starts_with(
+            "error: invalid configuration: cluster.nats_tls_key_file: cannot read \
+             `/nonexistent/client-key.pem`"
+        ),
         "{line}"
     );
 
@@ -447,4 +475,145 @@ async fn start_up_refuses_a_bad_login_an_untrusted_server_a_missing_key_or_denie
     let line = error_line(&stderr);
     assert!(line.contains("Permissions Violation"), "{line}");
     assert!(line.contains("docs/security.md"), "{line}");
+}
+
+/// A client whose requests carry the test's API key.
+fn authorized_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {API_KEY}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// Runs agent `bench-text`'s one-step run on a new thread through `base` (the
+/// dispatch goes through NATS) and waits for its natural end.
+async fn a_run_finishes(client: &reqwest::Client, base: &str) {
+    let thread = new_thread(client, base).await;
+    let body = json!({"agentId": "bench-text", "messages": [{"role": "user", "content": "hi"}]});
+    let url = format!("{base}/v1/threads/{thread}/messages");
+    let (status, queued) = post(client, url, body).await;
+    assert_eq!(status, 202, "{queued}");
+    let run_id = queued["run_id"].as_str().unwrap();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        if let Some(run) = record(client, base, run_id).await
+            && run["status"] == "done"
+        {
+            assert_eq!(run["termination"]["type"], "natural_end", "{run}");
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run {run_id} never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nkey_login_works_and_renewed_certificates_are_used_on_reconnection() {
+    let pki = Pki::new();
+    let mut nats = secured_nats(&pki).await;
+    let (postgres_url, _schema) = database_with_password().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = node_config(dir.path(), &pki, &nats, &postgres_url, "node", "ca.pem");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "nats_user = \"node\"\n",
+        &format!(
+            "nats_nkey_seed_file = \"{}\"\n",
+            pki.path("nkey.seed").display()
+        ),
+    );
+    let text = text
+        .lines()
+        .filter(|line| !line.starts_with("nats_password_file"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&config, text).unwrap();
+    let node = Node::serve("secured-1", &[&config], &[], &[("RUST_LOG", "info")]).await;
+    let client = authorized_client();
+    a_run_finishes(&client, &node.base).await;
+
+    // Every certificate renewed under a new CA, in place; the server restarts
+    // on them. The node reconnects with the files as they are now.
+    pki.issue("awaken test CA, renewed");
+    nats.restart().await.unwrap();
+    a_run_finishes(&client, &node.base).await;
+    let output = node.output();
+    assert!(
+        output.matches("connected to NATS").count() >= 2,
+        "the node reconnected: {output}"
+    );
+    assert_no_secret("the node's output", &output);
+    assert!(
+        !output.contains(&pki.nkey.seed().unwrap()),
+        "the NKey seed appears in the node's output"
+    );
+}
+
+/// A single node's configuration on the PostgreSQL at `port`, TLS as `tls`
+/// says (lines of `[store]`).
+fn postgres_node_config(dir: &Path, port: u16, tls: &str) -> PathBuf {
+    let keys = file(dir, "api-keys.toml", &format!("\"{API_KEY}\" = \"ops\"\n"));
+    file(
+        dir,
+        "awaken.toml",
+        &format!(
+            "[server]\naddress = \"127.0.0.1:0\"\napi_keys_file = \"{keys}\"\n\n\
+             [store]\nkind = \"postgres\"\n\
+             url = \"postgres://postgres:{DATABASE_PASSWORD}@127.0.0.1:{port}/postgres\"\n{tls}\n",
+            keys = keys.display(),
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reaches_a_tls_only_postgres_with_verify_full_and_nothing_less() {
+    let pki = Pki::new();
+    let certificate = std::fs::read_to_string(pki.path("server.pem")).unwrap();
+    let key = std::fs::read_to_string(pki.path("server-key.pem")).unwrap();
+    let postgres = PostgresServer::start_tls_only(&certificate, &key).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let verified = format!(
+        "ssl_mode = \"verify-full\"\nssl_root_cert_file = \"{}\"",
+        pki.path("ca.pem").display()
+    );
+    let config = postgres_node_config(dir.path(), postgres.port(), &verified);
+    let mut node = Node::serve("pg-tls", &[&config], &[], &[("RUST_LOG", "debug")]).await;
+    let client = authorized_client();
+    let thread = new_thread(&client, &node.base).await;
+    let response = client
+        .get(format!("{}/v1/threads/{thread}", node.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    node.signal("TERM");
+    assert!(node.child.wait().await.unwrap().success());
+    assert_no_secret("the node's output", &node.output());
+
+    // Without TLS the server lets nobody in; with another CA's root the node
+    // does not trust the server. Both stop start-up naming the store.
+    let plain = postgres_node_config(dir.path(), postgres.port(), "ssl_mode = \"disable\"");
+    let (code, stderr) = refused_start(&plain).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = error_line(&stderr);
+    assert!(line.contains("store.url"), "{line}");
+    assert!(line.contains("no encryption"), "{line}");
+    let rogue = format!(
+        "ssl_mode = \"verify-full\"\nssl_root_cert_file = \"{}\"",
+        pki.path("rogue-ca.pem").display()
+    );
+    let untrusted = postgres_node_config(dir.path(), postgres.port(), &rogue);
+    let (code, stderr) = refused_start(&untrusted).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = error_line(&stderr);
+    assert!(line.contains("store.url"), "{line}");
+    assert!(line.to_lowercase().contains("certificate"), "{line}");
 }
