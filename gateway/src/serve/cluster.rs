@@ -184,6 +184,29 @@ mod tests {
     }
 
     #[test]
+    fn values_from_the_environment_stay_as_written() {
+        let toml = file("[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\n");
+        let env = [
+            ("AWAKEN_CLUSTER__NATS_USER", "0042"),
+            ("AWAKEN_CLUSTER__NATS_PASSWORD", "0123"),
+            ("AWAKEN_CLUSTER__NODE_ID", "007"),
+            ("AWAKEN_CLUSTER__SHARDS", "64"),
+            ("AWAKEN_STORE__POOL_SIZE", "8"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let config = ServeConfig::load(Some(toml.path()), env).unwrap();
+        let cluster = config.cluster.unwrap();
+        assert_eq!(cluster.nats_user.as_deref(), Some("0042"));
+        assert_eq!(cluster.nats_password.unwrap().expose(), "0123");
+        assert_eq!(cluster.node_id.as_deref(), Some("007"));
+        assert_eq!(cluster.shards, 64);
+        let crate::serve::StoreConfig::Postgres(postgres) = config.store else {
+            panic!("postgres")
+        };
+        assert_eq!(postgres.pool_size, 8);
+    }
+
+    #[test]
     fn incomplete_or_double_logins_and_unreadable_files_are_refused() {
         let password = file("pw");
         for (cluster, expected) in [

@@ -117,9 +117,11 @@ impl ServeConfig {
                     .then(|| (key.to_owned(), value))
             })
             .collect();
+        // Values stay text: parsed, `0123` would lose its zero (a password, a
+        // node id); the settings that are numbers or booleans read text too.
         let environment = config::Environment::default()
             .separator(ENV_SEPARATOR)
-            .try_parsing(true)
+            .try_parsing(false)
             .source(Some(overrides));
         let config = builder
             .add_source(environment)
@@ -344,7 +346,7 @@ mod tests {
             ),
             (
                 "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\ncheckpoint_writers = \"two\"\n",
-                "\"two\"",
+                "expected a number, found `two`",
             ),
             ("[server\n", "TOML"),
         ] {

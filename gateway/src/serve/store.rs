@@ -43,10 +43,35 @@ pub struct PostgresConfig {
     pub ssl_client_key_file: Option<PathBuf>,
     /// Connections at most: checkpoints of different threads run in parallel
     /// over them.
+    #[serde(deserialize_with = "number")]
     pub pool_size: u32,
     /// Checkpoint batches in flight at once; checkpoints arriving meanwhile go
     /// together in the next batch (decision 0052).
+    #[serde(deserialize_with = "number")]
     pub checkpoint_writers: usize,
+}
+
+/// A number written in TOML, or given as text by an `AWAKEN_STORE__*` variable
+/// (environment values stay text so a secret like `0123` keeps its zero; serde
+/// reads a tagged enum such as `[store]` without the config crate's coercion).
+fn number<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText<T> {
+        Number(T),
+        Text(String),
+    }
+    match NumberOrText::<T>::deserialize(deserializer)? {
+        NumberOrText::Number(number) => Ok(number),
+        NumberOrText::Text(text) => text.trim().parse().map_err(|e| {
+            serde::de::Error::custom(format!("expected a number, found `{text}` ({e})"))
+        }),
+    }
 }
 
 impl Default for PostgresConfig {
