@@ -34,122 +34,16 @@ use tokio::io::AsyncReadExt;
 
 use awaken_cluster::testing::NatsServer;
 use postgres_server::PostgresServer;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
+use support::tls::{DECIDER_PASSWORD, NODE_PASSWORD, Pki, secured_nats};
 use support::{Node, SETTLE, awaken_binary, database, new_thread, post, record};
 
-const NODE_PASSWORD: &str = "node-pw-5f1c9e";
-/// The NKey user's public key is in the server's configuration; its seed is
-/// made per test (`Pki::new`).
-const DECIDER_PASSWORD: &str = "decider-pw-77ab20";
 const API_KEY: &str = "api-key-93e0d1";
 const DATABASE_PASSWORD: &str = "db-pw-c4d2aa";
 
 /// Longest a refused start-up may take: a denied JetStream request times out
 /// (async-nats waits 10 s for an answer) before the node gives up.
 const REFUSAL: Duration = Duration::from_secs(60);
-
-/// What a node may publish and subscribe to (docs/security.md).
-const NODE_PERMISSIONS: &str = r#"{
-  publish: { allow: ["awaken.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "_INBOX.>"] }
-  subscribe: { allow: ["awaken.>", "_INBOX.>"] }
-}"#;
-
-/// What a decision publisher may: publish decisions, read their JetStream
-/// acknowledgements and the rejections (docs/security.md).
-const DECIDER_PERMISSIONS: &str = r#"{
-  publish: { allow: ["awaken.decisions.>"] }
-  subscribe: { allow: ["_INBOX.>", "awaken.advisories.decisions.>"] }
-}"#;
-
-/// Certificates made for one test: a CA, a server certificate for 127.0.0.1
-/// and a client certificate it signed, and a second, unrelated CA.
-struct Pki {
-    dir: tempfile::TempDir,
-    /// A NATS user's NKey.
-    nkey: nkeys::KeyPair,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let (rogue, _) = authority("someone else's CA");
-        std::fs::write(dir.path().join("rogue-ca.pem"), rogue).unwrap();
-        let nkey = nkeys::KeyPair::new_user();
-        std::fs::write(dir.path().join("nkey.seed"), nkey.seed().unwrap()).unwrap();
-        let pki = Self { dir, nkey };
-        pki.issue("awaken test CA");
-        pki
-    }
-
-    /// (Re)writes `ca.pem` and the server and client certificates and keys it
-    /// signs, in place: what a certificate manager does when it renews them.
-    fn issue(&self, ca_name: &str) {
-        let dir = &self.dir;
-        let (ca, issuer) = authority(ca_name);
-        std::fs::write(dir.path().join("ca.pem"), ca).unwrap();
-        for (name, names) in [
-            (
-                "server",
-                vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
-            ),
-            ("client", vec!["awaken-node".to_owned()]),
-        ] {
-            let key = KeyPair::generate().unwrap();
-            let cert = CertificateParams::new(names)
-                .unwrap()
-                .signed_by(&key, &issuer)
-                .unwrap();
-            std::fs::write(dir.path().join(format!("{name}.pem")), cert.pem()).unwrap();
-            std::fs::write(
-                dir.path().join(format!("{name}-key.pem")),
-                key.serialize_pem(),
-            )
-            .unwrap();
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-/// A self-signed CA: its certificate (PEM) and the issuer that signs with it.
-fn authority(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), Issuer::new(params, key))
-}
-
-/// A JetStream server with TLS (client certificates verified) and two users.
-async fn secured_nats(pki: &Pki) -> NatsServer {
-    let config = format!(
-        r#"
-tls {{
-  cert_file: "{server}"
-  key_file: "{server_key}"
-  ca_file: "{ca}"
-  verify: true
-  timeout: 5
-}}
-authorization {{
-  users: [
-    {{ user: "node", password: "{NODE_PASSWORD}", permissions: {NODE_PERMISSIONS} }}
-    {{ user: "decider", password: "{DECIDER_PASSWORD}", permissions: {DECIDER_PERMISSIONS} }}
-    {{ nkey: "{nkey}", permissions: {NODE_PERMISSIONS} }}
-  ]
-}}
-"#,
-        server = pki.path("server.pem").display(),
-        server_key = pki.path("server-key.pem").display(),
-        ca = pki.path("ca.pem").display(),
-        nkey = pki.nkey.public_key(),
-    );
-    NatsServer::start_configured(&config).await.unwrap()
-}
 
 /// Writes `text` to `name` in `dir`; its path.
 fn file(dir: &Path, name: &str, text: &str) -> PathBuf {

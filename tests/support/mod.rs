@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+pub(crate) mod tls;
+
 /// How long a suite waits for the cluster to settle after its faults.
 pub(crate) const SETTLE: Duration = Duration::from_secs(90);
 /// The cluster's shards and lease TTL (as in each node's config).
