@@ -10,6 +10,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+#[allow(dead_code)] // no crash here
+#[path = "support/postgres_server.rs"]
+mod postgres_server;
 #[allow(dead_code)] // the deploy checks use few of the shared helpers
 mod support;
 
@@ -17,8 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use awaken_cluster::testing::NatsServer;
+use postgres_server::PostgresServer;
 use serde_json::Value;
+use support::tls::{NODE_PASSWORD, Pki, secured_nats};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -90,25 +97,88 @@ fn kustomize(overlay: &str) -> String {
     )
 }
 
-/// Starts `awaken` as `pod` describes and waits for `/health/ready`; with API
-/// keys from the Secret file, checks they are the ones in force.
-async fn starts_and_becomes_ready(pod: &Value) {
+/// What a rendered pod finds around it: the files of its Secrets, the database
+/// its Secret's URL names, and NATS.
+struct Surroundings {
+    /// Secret name → (file name, content).
+    secrets: BTreeMap<&'static str, Vec<(&'static str, String)>>,
+    postgres_url: String,
+    nats_url: String,
+    /// What keeps the services and certificates alive.
+    _held: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+impl Surroundings {
+    /// A local NATS and PostgreSQL schema; the API keys' Secret.
+    async fn plain() -> Self {
+        let (postgres_url, schema) = support::database().await;
+        let nats = NatsServer::start().await.unwrap();
+        let keys = format!("[server.api_keys]\n\"{API_KEY}\" = \"tenant-deploy\"\n");
+        Self {
+            secrets: BTreeMap::from([("awaken-api-keys", vec![("secrets.toml", keys)])]),
+            postgres_url,
+            nats_url: nats.url(),
+            _held: vec![Box::new(nats), Box::new(schema)],
+        }
+    }
+
+    /// A NATS that requires TLS, client certificates and a password, and a
+    /// PostgreSQL that accepts TLS only; their Secrets as cert-manager and an
+    /// operator would write them.
+    async fn secured() -> Self {
+        let pki = Pki::new();
+        let nats = secured_nats(&pki).await;
+        let read = |name: &str| std::fs::read_to_string(pki.path(name)).unwrap();
+        let postgres =
+            PostgresServer::start_tls_only(&read("server.pem"), &read("server-key.pem")).await;
+        let client_tls = vec![
+            ("ca.crt", read("ca.pem")),
+            ("tls.crt", read("client.pem")),
+            ("tls.key", read("client-key.pem")),
+        ];
+        Self {
+            secrets: BTreeMap::from([
+                (
+                    "awaken-nats",
+                    vec![("password", format!("{NODE_PASSWORD}\n"))],
+                ),
+                ("awaken-nats-tls", client_tls),
+                ("awaken-postgres-tls", vec![("ca.crt", read("ca.pem"))]),
+            ]),
+            postgres_url: format!("postgres://postgres@127.0.0.1:{}/postgres", postgres.port()),
+            nats_url: format!("tls://127.0.0.1:{}", nats.port()),
+            _held: vec![Box::new(nats), Box::new(postgres), Box::new(pki)],
+        }
+    }
+}
+
+/// Starts `awaken` as `pod` describes in `around` and waits for
+/// `/health/ready`; with API keys from the Secret file, checks they are the ones
+/// in force.
+async fn starts_and_becomes_ready(pod: &Value, around: &Surroundings) {
     let dir = tempfile::tempdir().unwrap();
     let local = |path: &str| dir.path().join(path.trim_start_matches('/'));
+    // Paths in the files (the Secrets' mounts) point into the local pod root.
+    let root = format!("{}/etc/awaken/", dir.path().display());
     for (path, text) in pod["files"].as_object().unwrap() {
         let file = local(path);
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(file, text.as_str().unwrap()).unwrap();
+        let text = text.as_str().unwrap().replace("/etc/awaken/", &root);
+        std::fs::write(file, text).unwrap();
     }
-    let with_keys = !pod["secret_dirs"].as_array().unwrap().is_empty();
-    for secret in pod["secret_dirs"].as_array().unwrap() {
-        let secret = local(secret.as_str().unwrap());
-        std::fs::create_dir_all(&secret).unwrap();
-        let keys = format!("[server.api_keys]\n\"{API_KEY}\" = \"tenant-deploy\"\n");
-        std::fs::write(secret.join("secrets.toml"), keys).unwrap();
+    for (secret, mount) in pod["secrets"].as_object().unwrap() {
+        let files = around
+            .secrets
+            .get(secret.as_str())
+            .unwrap_or_else(|| panic!("the test has no Secret {secret}"));
+        let mount = local(mount.as_str().unwrap());
+        std::fs::create_dir_all(&mount).unwrap();
+        for (name, content) in files {
+            std::fs::write(mount.join(name), content).unwrap();
+        }
     }
-    let (postgres_url, _schema) = support::database().await;
-    let nats = NatsServer::start().await.unwrap();
+    let with_keys = pod["secrets"].get("awaken-api-keys").is_some();
+    let postgres_url = around.postgres_url.clone();
 
     let mut command = Command::new(support::awaken_binary());
     for arg in pod["args"].as_array().unwrap() {
@@ -138,7 +208,7 @@ async fn starts_and_becomes_ready(pod: &Value) {
     }
     if pod["cluster"].as_bool().unwrap() {
         // The Service names of NATS point here: one local server, one copy.
-        command.env("AWAKEN_CLUSTER__NATS_URL", nats.url());
+        command.env("AWAKEN_CLUSTER__NATS_URL", &around.nats_url);
         command.env("AWAKEN_CLUSTER__REPLICAS", "1");
     }
     let mut child = command
@@ -221,28 +291,57 @@ async fn the_chart_in_cluster_mode_with_every_option_renders_valid_objects_that_
     ] {
         assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
     }
-    starts_and_becomes_ready(&pod).await;
+    starts_and_becomes_ready(&pod, &Surroundings::plain().await).await;
+}
+
+/// The chart with every Secret of a secured deployment: the node's NATS login
+/// (user and password file) and TLS with a client certificate, PostgreSQL with
+/// `verify-full` against a CA from a Secret. The rendered files and settings
+/// must get the binary onto a NATS and a PostgreSQL that accept nothing less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_with_nats_credentials_and_tls_everywhere_starts_on_secured_services() {
+    let rendered = helm(&[
+        "--set",
+        "nats.url=tls://nats:4222",
+        "--set",
+        "nats.auth.existingSecret=awaken-nats",
+        "--set",
+        "nats.auth.user=node",
+        "--set",
+        "nats.auth.passwordKey=password",
+        "--set",
+        "nats.tls.existingSecret=awaken-nats-tls",
+        "--set",
+        "nats.tls.clientCertificate=true",
+        "--set",
+        "postgres.sslMode=verify-full",
+        "--set",
+        "postgres.tls.existingSecret=awaken-postgres-tls",
+    ]);
+    let pod = checked("chart-secured", &rendered);
+    assert!(pod["cluster"].as_bool().unwrap());
+    starts_and_becomes_ready(&pod, &Surroundings::secured().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_in_single_mode_renders_valid_objects_that_start() {
     let pod = checked("chart-single", &helm(&["--set", "mode=single"]));
     assert!(!pod["cluster"].as_bool().unwrap());
-    starts_and_becomes_ready(&pod).await;
+    starts_and_becomes_ready(&pod, &Surroundings::plain().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_single_node_overlay_renders_valid_objects_that_start() {
     let pod = checked("kustomize-single", &kustomize("single-node"));
     assert!(!pod["cluster"].as_bool().unwrap());
-    starts_and_becomes_ready(&pod).await;
+    starts_and_becomes_ready(&pod, &Surroundings::plain().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_three_node_overlay_renders_valid_objects_that_start() {
     let pod = checked("kustomize-three-node", &kustomize("three-node"));
     assert!(pod["cluster"].as_bool().unwrap());
-    starts_and_becomes_ready(&pod).await;
+    starts_and_becomes_ready(&pod, &Surroundings::plain().await).await;
 }
 
 #[test]
@@ -252,6 +351,19 @@ fn the_chart_refuses_values_its_schema_forbids() {
         ("replicaCount=0", "replicaCount"),
         ("nats.url=http://nats:4222", "url"),
         ("postgres.poolSize=0", "poolSize"),
+        ("postgres.sslMode=maybe", "sslMode"),
+        (
+            "nats.auth.user=node",
+            "nats.auth.user needs nats.auth.passwordKey",
+        ),
+        (
+            "nats.auth.tokenKey=token",
+            "nats.auth.existingSecret, which is not set",
+        ),
+        (
+            "nats.auth.existingSecret=s,nats.auth.tokenKey=t,nats.auth.credsKey=c",
+            "set one login",
+        ),
     ] {
         let out = std::process::Command::new(tool("helm"))
             .args(["template", "awaken", "deploy/helm/awaken", "--set", set])

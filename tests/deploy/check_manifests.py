@@ -99,7 +99,7 @@ def main():
     config_maps = {cm["metadata"]["name"]: cm for cm in by_kind.get("ConfigMap", [])}
     mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
     files = {}
-    secrets = []
+    secrets = {}
     for volume in spec.get("volumes", []):
         if "configMap" in volume:
             name = volume["configMap"]["name"]
@@ -108,7 +108,7 @@ def main():
             for key, text in config_maps[name]["data"].items():
                 files[f"{mounts[volume['name']]}/{key}"] = text
         elif "secret" in volume:
-            secrets.append(mounts[volume["name"]])
+            secrets[volume["secret"]["secretName"]] = mounts[volume["name"]]
     config = {}
     for text in files.values():
         for section, table in tomllib.loads(text).items():
@@ -144,7 +144,7 @@ def main():
             "args": container.get("args", []),
             "env": container.get("env", []),
             "files": files,
-            "secret_dirs": secrets,
+            "secrets": secrets,
             "cluster": "cluster" in config,
             "kinds": sorted(by_kind),
         },
