@@ -291,5 +291,21 @@ mod tests {
             error.to_string(),
             "invalid configuration: cluster.nats_nkey_seed: is not an NKey seed"
         );
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join("node.creds");
+        std::fs::write(&creds, "not a credentials file").unwrap();
+        let cluster = ClusterConfig {
+            nats_creds_file: Some(creds),
+            ..ClusterConfig::default()
+        };
+        let error = options(&cluster, "n", ServerErrors::default())
+            .await
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("invalid configuration: cluster.nats_creds_file: "),
+            "{error}"
+        );
     }
 }
