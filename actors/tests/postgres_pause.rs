@@ -21,7 +21,7 @@ use awaken_actors::store::conformance::{checkpoint, run, tid, user_messages};
 use awaken_actors::store::{
     FencingToken, MessageQuery, PoolSettings, PostgresStore, ThreadRunStore,
 };
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -92,7 +92,11 @@ async fn a_paused_owner_neither_blocks_the_next_owner_nor_commits_after_it() {
     let (new_owner, schema) = PostgresStore::for_tests().await;
     let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let options = PgConnectOptions::from_str(&url).unwrap();
+    // The proxy reads the client's bytes: no TLS on this connection (a local
+    // server may offer it, and sqlx takes it when offered).
+    let options = PgConnectOptions::from_str(&url)
+        .unwrap()
+        .ssl_mode(PgSslMode::Disable);
     let upstream = format!("{}:{}", options.get_host(), options.get_port());
     let proxy = StallingProxy::start(upstream).await;
     let settings = PoolSettings {
