@@ -13,7 +13,12 @@
 //!   the nodes journal every execution);
 //! - runs waiting for approval outlive a restart of every node and of NATS, and
 //!   each decision, sent twice through different nodes, is applied once (the
-//!   repeat answered as a duplicate) and starts its call once.
+//!   repeat answered as a duplicate) and starts its call once; on the three-server
+//!   layout, so do decisions sent while a node and a NATS server are killed.
+//!
+//! Nodes start as the three-node overlay's pods do (`support::Node::start`): its
+//! `awaken.toml`, the store URL and node id from the environment, plus the
+//! test's shorter leases.
 //!
 //! Needs PostgreSQL (`AWAKEN_TEST_POSTGRES_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/test`), `nats-server` on the PATH, and the
@@ -469,4 +474,53 @@ async fn scaling_three_to_five_to_two_nodes_under_load_loses_nothing() {
     nodes.truncate(2);
     approve(&client, &nodes[1].base, &approvals, 3..6).await;
     nothing_lost_and_each_call_once(&client, &nodes[0].base, &cluster, &runs, &approvals).await;
+}
+
+/// On the three-node layout, a node and a NATS server are killed (SIGKILL)
+/// while runs wait for approval and others execute. Decisions sent through the
+/// survivors meanwhile, and after both came back, each apply once and start
+/// their call once; every run ends. (A call cut by the kill may run again on the
+/// next owner, with the same idempotency key: at most twice.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_and_a_nats_server_killed_mid_approval_lose_no_decision() {
+    let Loaded {
+        mut nats,
+        _schema,
+        _dir,
+        cluster,
+        mut nodes,
+        client,
+        approvals,
+        runs,
+    } = pod_layout_under_load().await;
+
+    nodes[1].child.kill().await.unwrap();
+    nats.kill(2).await;
+    approve(&client, &nodes[0].base, &approvals, 0..3).await;
+    nats.restart(2).await.unwrap();
+    nodes[1] = Node::start("n2", &cluster).await;
+    approve(&client, &nodes[1].base, &approvals, 3..6).await;
+
+    let ended = all_end(&client, &nodes[2].base, &runs).await;
+    assert_hot_threads_ended_well(&runs, &ended);
+    let approved: std::collections::BTreeMap<String, Vec<String>> = approvals
+        .iter()
+        .map(|(run_id, _)| (run_id.clone(), vec![run_id.clone()]))
+        .collect();
+    for (run_id, run) in all_end(&client, &nodes[2].base, &approved).await {
+        assert_eq!(run["termination"]["type"], "natural_end", "{run_id}: {run}");
+    }
+    let starts = tool_starts_per_call(&cluster.journal);
+    for (run_id, call) in &approvals {
+        assert_eq!(
+            starts.get(&format!("{run_id}:{call}")),
+            Some(&1),
+            "{starts:?}"
+        );
+    }
+    let repeated: Vec<_> = starts.iter().filter(|(_, n)| **n > 2).collect();
+    assert!(
+        repeated.is_empty(),
+        "calls started more than twice: {repeated:?}"
+    );
 }

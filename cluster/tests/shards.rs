@@ -374,3 +374,60 @@ async fn a_departed_nodes_shards_are_taken_as_its_leases_expire() {
     );
     owner.drain(Duration::from_secs(5)).await.unwrap();
 }
+
+/// Runs that never finish on the shards being handed off.
+struct Busy {
+    asked: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl ShardEvent for Busy {
+    async fn acquired(&self, _shard: ShardId, _token: FencingToken) {}
+    async fn draining(&self, _shard: ShardId) {}
+    async fn lost(&self, _shard: ShardId) {}
+    async fn handing_off(&self, _shards: &[ShardId]) {
+        self.asked.notify_one();
+        std::future::pending::<()>().await;
+    }
+}
+
+#[tokio::test]
+async fn a_node_stopping_while_it_hands_shards_off_does_not_wait_for_the_runs() {
+    let server = NatsServer::start().await.unwrap();
+    // Long leases: the hand-off would wait two of them (20 s) for the runs.
+    let ttl = Duration::from_secs(10);
+    let js = jetstream::new(server.connect().await.unwrap());
+    let table = LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, ttl, 1)
+        .await
+        .unwrap();
+    let members = watch::Sender::new(BTreeSet::from([node("a")]));
+    let config = ShardOwnerConfig {
+        count: ShardCount::new(8).unwrap(),
+        lease_ttl: ttl,
+    };
+    let mut owner = ShardOwner::new(node("a"), config, table);
+    let busy = Arc::new(Busy {
+        asked: tokio::sync::Notify::new(),
+    });
+    owner.start(
+        members.subscribe(),
+        Arc::clone(&busy) as Arc<dyn ShardEvent>,
+    );
+    until(&mut owner.ownership(), Duration::from_secs(10), |o| {
+        o.len() == 8
+    })
+    .await;
+
+    // A node joins: a hands half its shards off, waiting for their runs.
+    members.send_replace(BTreeSet::from([node("a"), node("b")]));
+    tokio::time::timeout(Duration::from_secs(10), busy.asked.notified())
+        .await
+        .expect("the hand-off starts");
+
+    // Stopping now ends the wait: the drain is done well before the hand-off's
+    // own limit.
+    tokio::time::timeout(Duration::from_secs(5), owner.drain(Duration::from_secs(5)))
+        .await
+        .expect("the drain does not wait for the hand-off")
+        .unwrap();
+}

@@ -40,6 +40,11 @@ pub(crate) fn awaken_binary() -> PathBuf {
     binary
 }
 
+/// The `awaken.toml` of the three-node overlay's pods (`deploy/k8s`).
+pub(crate) fn pod_config() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/k8s/overlays/three-node/awaken.toml")
+}
+
 /// Where a node connects and what it records.
 #[derive(Debug, Clone)]
 pub(crate) struct Cluster {
@@ -62,26 +67,34 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Starts node `id` as the three-node overlay's pods start: its
+    /// `awaken.toml` (what the ConfigMap carries), the store URL and node id from
+    /// the environment as the Deployment sets them, and a second file with the
+    /// test's own values (local addresses, and shorter leases and drains so that
+    /// failover happens within a test's time).
     pub(crate) async fn start(id: &str, cluster: &Cluster) -> Self {
         let config = tempfile::tempdir().unwrap();
-        let path = config.path().join("awaken.toml");
+        let local = config.path().join("local.toml");
         std::fs::write(
-            &path,
+            &local,
             format!(
                 "[server]\naddress = \"127.0.0.1:0\"\n\n\
-                 [store]\nkind = \"postgres\"\nurl = \"{postgres}\"\n\n\
-                 [cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nshards = {SHARDS}\n\
+                 [cluster]\nnats_url = \"{nats}\"\nshards = {SHARDS}\n\
                  lease_ttl_secs = {ttl}\nclaim_lease_ms = 3000\ndrain_timeout_secs = 5\n\
                  replicas = {replicas}\n",
-                postgres = cluster.postgres_url,
                 nats = cluster.nats_url,
                 ttl = LEASE_TTL.as_secs(),
                 replicas = cluster.replicas,
             ),
         )
         .unwrap();
+        let pod_config = pod_config();
         let journal = ["--tool-journal".as_ref(), cluster.journal.as_os_str()];
-        let mut node = Self::serve(id, &[&path], &journal, &[]).await;
+        let env = [
+            ("AWAKEN_STORE__URL", cluster.postgres_url.as_str()),
+            ("AWAKEN_CLUSTER__NODE_ID", id),
+        ];
+        let mut node = Self::serve(id, &[&pod_config, &local], &journal, &env).await;
         node._config = Some(config);
         node
     }

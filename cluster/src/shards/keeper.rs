@@ -94,7 +94,7 @@ impl Keeper {
                 }
                 () = expiry => Round::Expiry,
             };
-            if let Err(error) = self.round(round).await {
+            if let Err(error) = self.round(round, &stop).await {
                 tracing::warn!(%error, "shard ownership round failed; retrying");
             }
             look_again = self.next_look(&mut recheck);
@@ -120,7 +120,11 @@ impl Keeper {
         Some(tokio::time::Instant::now() + wait)
     }
 
-    async fn round(&mut self, round: Round) -> Result<(), ClusterError> {
+    async fn round(
+        &mut self,
+        round: Round,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<(), ClusterError> {
         let members = self.members.borrow().clone();
         let quota = quota(self.config.count, &members, &self.node_id) as usize;
         if round == Round::Expiry {
@@ -143,7 +147,7 @@ impl Keeper {
                 .into_iter()
                 .take(self.held.len() - quota)
                 .collect();
-            self.hand_off(&surplus).await;
+            self.hand_off(&surplus, stop.clone()).await;
             for shard in surplus {
                 self.release(shard).await?;
             }
@@ -239,18 +243,25 @@ impl Keeper {
     /// Lets the runs executing on `shards` finish here before the shards are
     /// released (decision 0057), renewing every lease meanwhile; gives up after
     /// two lease TTLs (a longer run continues on the next owner from its
-    /// checkpoint).
-    async fn hand_off(&mut self, shards: &[ShardId]) {
+    /// checkpoint), or at once when the node stops (its drain has its own wait).
+    async fn hand_off(&mut self, shards: &[ShardId], mut stop: watch::Receiver<bool>) {
         let events = Arc::clone(&self.events);
         let settled = events.handing_off(shards);
         tokio::pin!(settled);
         let limit = tokio::time::sleep(self.config.lease_ttl * 2);
         tokio::pin!(limit);
+        let stopping = async move {
+            // The guard `wait_for` returns is dropped here, not held by the loop.
+            let _ = stop.wait_for(|stopping| *stopping).await;
+        };
+        tokio::pin!(stopping);
         let period = self.config.lease_ttl / 3;
         let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             tokio::select! {
                 () = &mut settled => return,
+                // A node stopping drains every shard anyway: no reason to wait.
+                () = &mut stopping => return,
                 () = &mut limit => {
                     tracing::warn!(shards = shards.len(), "runs still executing on shards being handed off: the next owner continues them from their checkpoints");
                     return;
