@@ -413,3 +413,102 @@ async fn push_urls_to_internal_hosts_are_refused_and_never_called() {
         "the internal service was contacted"
     );
 }
+
+/// The first SSE frame of `response`, as JSON, within `within`.
+async fn first_frame(response: reqwest::Response, within: std::time::Duration) -> Value {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut frames = response.bytes_stream().eventsource();
+    let frame = tokio::time::timeout(within, async {
+        loop {
+            let frame = frames.next().await.expect("the stream ended").unwrap();
+            if !frame.data.is_empty() {
+                return frame;
+            }
+        }
+    })
+    .await
+    .expect("the stream opened at once");
+    serde_json::from_str(&frame.data).unwrap()
+}
+
+/// `SubscribeToTask` on a task inside a minute-long tool call opens with the
+/// task at once, on both bindings, rather than with the call's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_opens_with_the_task_in_its_current_state_at_once() {
+    let server = TestServer::local(http_support::writable_config()).await;
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "sleep", "arguments": {"ms": 60000}}]},
+        {"text": "rested"}]});
+    for (namespace, body) in [
+        (
+            "providers",
+            json!({"id": "p", "adapter": "scripted", "script": script}),
+        ),
+        (
+            "models",
+            json!({"id": "m", "provider": "p", "model": "script"}),
+        ),
+        ("agents", json!({"id": "sleepy", "model": "m"})),
+    ] {
+        let (status, body) =
+            json(server.post(&format!("/v1/config/{namespace}"), body).await).await;
+        assert_eq!(status, StatusCode::CREATED, "{namespace}: {body}");
+    }
+    let mut request = send("rest a minute");
+    request["configuration"] = json!({"returnImmediately": true});
+    let (status, body) = send_to(&server, "sleepy", request).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let task_id = body["task"]["id"].as_str().unwrap().to_owned();
+    // The run is inside its call once the task says so.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let path = format!("/v1/a2a/sleepy/tasks/{task_id}");
+        let (_, task) = rest(&server, Method::GET, &path, None).await;
+        if task["status"]["state"] == "TASK_STATE_WORKING" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{task}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    // Well under the call's minute: the opening frame does not wait for it.
+    let within = std::time::Duration::from_secs(10);
+    let response = server
+        .client
+        .post(server.url(&format!("/v1/a2a/sleepy/tasks/{task_id}:subscribe")))
+        .header(V1.0, V1.1)
+        .send()
+        .await
+        .unwrap();
+    let opening = first_frame(response, within).await;
+    assert_eq!(opening["task"]["id"], task_id.as_str(), "{opening}");
+    assert_eq!(
+        opening["task"]["status"]["state"], "TASK_STATE_WORKING",
+        "{opening}"
+    );
+
+    let response = server
+        .client
+        .post(server.url("/v1/a2a"))
+        .header(V1.0, V1.1)
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask",
+            "params": {"tenant": "sleepy", "id": task_id}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let opening = first_frame(response, within).await;
+    assert_eq!(opening["id"], 7, "{opening}");
+    assert_eq!(
+        opening["result"]["task"]["id"],
+        task_id.as_str(),
+        "{opening}"
+    );
+
+    let path = format!("/v1/a2a/sleepy/tasks/{task_id}:cancel");
+    let (status, _) = rest(&server, Method::POST, &path, Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -268,6 +268,10 @@ pub(crate) trait Encoder: Send + 'static {
     /// `RunFinish`).
     fn close(&mut self, out: &mut Vec<Self::Frame>);
 
+    /// Appends what opens the stream, sent at once rather than with the first
+    /// event (which may be a long tool call away), e.g. A2A's opening `Task`.
+    fn open(&mut self, _out: &mut Vec<Self::Frame>) {}
+
     /// A last raw `data` line after the frames, e.g. AI SDK's `[DONE]`.
     fn terminator(&self) -> Option<&'static str> {
         None
@@ -278,6 +282,8 @@ struct Encoding<E> {
     events: RunEvents,
     encoder: E,
     state: AppState,
+    /// The encoder's opening frames were sent.
+    opened: bool,
     done: bool,
 }
 
@@ -306,11 +312,7 @@ impl<E: Encoder> Encoding<E> {
                 self.done = true;
             }
         }
-        for frame in frames {
-            if let Err(error) = sse_frames::push_json_frame(chunk, None, &frame) {
-                tracing::warn!(%error, "protocol frame not encodable");
-            }
-        }
+        self.push_frames(frames, chunk);
         if self.done
             && let Some(terminator) = self.encoder.terminator()
         {
@@ -318,10 +320,24 @@ impl<E: Encoder> Encoding<E> {
         }
     }
 
+    fn push_frames(&self, frames: Vec<E::Frame>, chunk: &mut Vec<u8>) {
+        for frame in frames {
+            if let Err(error) = sse_frames::push_json_frame(chunk, None, &frame) {
+                tracing::warn!(%error, "protocol frame not encodable");
+            }
+        }
+    }
+
     /// The frames of the next event, with those of every event already waiting
     /// behind it (up to [`sse_frames::BURST_BYTES`]) in the same chunk.
     async fn next_burst(&mut self) -> Option<Bytes> {
         let mut chunk = Vec::with_capacity(sse_frames::FRAME_CAPACITY);
+        if !self.opened {
+            self.opened = true;
+            let mut frames = Vec::new();
+            self.encoder.open(&mut frames);
+            self.push_frames(frames, &mut chunk);
+        }
         while chunk.is_empty() {
             if self.done {
                 return None;
@@ -412,6 +428,7 @@ pub(crate) async fn encoded_events<E: Encoder>(
         events,
         encoder,
         state: state.clone(),
+        opened: false,
         done: false,
     };
     let frames = futures::stream::unfold(encoding, |mut encoding| async move {

@@ -130,7 +130,8 @@ impl TaskStream {
         items
     }
 
-    /// The items that close a stream whose events ended.
+    /// The opening task if it was not sent yet: what opens a stream, and what
+    /// closes one whose events ended before it was sent.
     pub(crate) fn closing(&mut self) -> Vec<StreamResponse> {
         self.first
             .take()
@@ -183,6 +184,13 @@ impl Encoder for TaskStream {
     }
 
     fn close(&mut self, out: &mut Vec<JsonValue>) {
+        for item in self.closing() {
+            out.push(self.framing.frame(&item));
+        }
+    }
+
+    fn open(&mut self, out: &mut Vec<JsonValue>) {
+        // The task in its current state comes first, before the run's next event.
         for item in self.closing() {
             out.push(self.framing.frame(&item));
         }
