@@ -173,6 +173,11 @@ async fn bad_calls_are_answered_and_change_nothing() {
             json!({"thread_id": "t-1", "decisions": [{"call_id": "c", "action": "maybe"}]}),
             "invalid arguments",
         ),
+        (json!({"message": "hi", "decisions": []}), "not both"),
+        (
+            json!({"thread_id": "t-1", "decisions": []}),
+            "`decisions` is empty",
+        ),
     ];
     for (arguments, needle) in tool_errors {
         let (status, answer) = rpc(&server, None, call(1, "demo", arguments.clone())).await;

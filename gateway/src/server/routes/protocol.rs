@@ -405,13 +405,22 @@ pub(crate) fn user_input(
     Ok(message)
 }
 
+/// Prefixes of the state keys that are the runtime's own bookkeeping (its
+/// `__runtime.*` keys and the `runtime.*` action keys, e.g. the tool intercepts):
+/// never shown to a frontend.
+const RUNTIME_KEY_PREFIXES: [&str; 2] = ["__", "runtime."];
+
 /// The state a frontend may see: the persisted keys without the runtime's own
-/// (`__`-prefixed) bookkeeping.
+/// bookkeeping.
 pub(crate) fn visible_state(state: &PersistedState) -> JsonValue {
     let visible: serde_json::Map<String, JsonValue> = state
         .extensions
         .iter()
-        .filter(|(key, _)| !key.starts_with("__"))
+        .filter(|(key, _)| {
+            !RUNTIME_KEY_PREFIXES
+                .iter()
+                .any(|prefix| key.starts_with(prefix))
+        })
         .map(|(key, value)| (key.clone(), value.to_json()))
         .collect();
     JsonValue::Object(visible)
@@ -441,4 +450,30 @@ pub(crate) async fn encoded_events<E: Encoder>(
         let _ = stopping.wait_for(|stopping| *stopping).await;
     };
     sse_frames::response(Box::pin(frames.take_until(stopped))).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use awaken_actors::state::EncodedValue;
+
+    use super::*;
+
+    #[test]
+    fn the_visible_state_leaves_the_runtime_keys_out() {
+        let mut state = PersistedState::default();
+        for key in [
+            "__runtime.tool_call_states",
+            "runtime.tool_intercepts",
+            "todo",
+        ] {
+            let value = EncodedValue::encode(&serde_json::json!({"k": key})).unwrap();
+            state.extensions.insert(key.to_owned(), value);
+        }
+        assert_eq!(
+            visible_state(&state),
+            serde_json::json!({"todo": {"k": "todo"}})
+        );
+    }
 }

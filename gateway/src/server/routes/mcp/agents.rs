@@ -35,9 +35,10 @@ struct AgentCall {
     /// The thread to run on (created when new); a new thread when absent.
     #[serde(default)]
     thread_id: Option<String>,
-    /// Answers for the calls the thread's waiting run asked about.
+    /// Answers for the calls the thread's waiting run asked about (one at least
+    /// when given).
     #[serde(default)]
-    decisions: Vec<DecisionPayload>,
+    decisions: Option<Vec<DecisionPayload>>,
 }
 
 /// The MCP handler; it finds the node's state and the caller in the HTTP request
@@ -138,6 +139,7 @@ fn agent_tool(id: &str) -> McpToolInfo {
             },
             "decisions": {
                 "type": "array",
+                "minItems": 1,
                 "description": "Answers for a waiting run of `thread_id`: one per pending call.",
                 "items": {
                     "type": "object",
@@ -177,7 +179,22 @@ async fn run_agent(
         .thread_id
         .map(|id| ThreadId::new(id).map_err(|e| ApiError::BadRequest(format!("thread_id: {e}"))))
         .transpose()?;
-    let events = if call.decisions.is_empty() {
+    let events = if let Some(decisions) = call.decisions {
+        if call.message.is_some() {
+            return Err(ApiError::BadRequest(
+                "give `message` or `decisions`, not both".into(),
+            ));
+        }
+        if decisions.is_empty() {
+            return Err(ApiError::BadRequest(
+                "`decisions` is empty: give one per call the run waits on".into(),
+            ));
+        }
+        let thread_id = thread_id
+            .ok_or_else(|| ApiError::BadRequest("`decisions` need the `thread_id`".into()))?;
+        let run = waiting_run(state, caller, &thread_id).await?;
+        resume_followed(state, &run, decisions).await?
+    } else {
         let message = call
             .message
             .filter(|m| !m.trim().is_empty())
@@ -194,16 +211,6 @@ async fn run_agent(
             run_id,
         )
         .await?
-    } else {
-        if call.message.is_some() {
-            return Err(ApiError::BadRequest(
-                "give `message` or `decisions`, not both".into(),
-            ));
-        }
-        let thread_id = thread_id
-            .ok_or_else(|| ApiError::BadRequest("`decisions` need the `thread_id`".into()))?;
-        let run = waiting_run(state, caller, &thread_id).await?;
-        resume_followed(state, &run, call.decisions).await?
     };
     outcome(events).await
 }
