@@ -54,7 +54,7 @@ pub use suspension::{
     Suspension, ToolCallResume, ToolCallResumeMode,
 };
 pub use thread::{Thread, ThreadMetadata};
-pub use tool::{ToolDescriptor, ToolResult, ToolStatus};
+pub use tool::{RUN_CANCELLED_MESSAGE, ToolDescriptor, ToolResult, ToolStatus};
 pub use tool_call::{
     ToolCallOutcome, ToolCallState, ToolCallStatus, ToolCallTransitionError, derive_run_status,
 };

@@ -71,6 +71,11 @@ pub enum ToolStatus {
     Error,
 }
 
+/// The message of the result of a call closed because its run was cancelled
+/// (code `cancelled`, as a call a decision cancelled, whose message is the
+/// decision's reason): how a thread's log tells the two apart.
+pub const RUN_CANCELLED_MESSAGE: &str = "the run was cancelled";
+
 /// What a tool execution produced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolResult {

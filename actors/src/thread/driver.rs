@@ -22,8 +22,8 @@ use crate::context::{
 };
 use crate::contract::{
     AgentEvent, AppliedDecision, ContentBlock, ContextWindowPolicy, Message, PendingToolCall,
-    ResumeDecisionAction, RunStatus, RunWaitingState, RunWaitingTicket, StoppedReason,
-    SuspendTicket, Suspension, TerminationReason, ToolCallOutcome, ToolCallResume,
+    RUN_CANCELLED_MESSAGE, ResumeDecisionAction, RunStatus, RunWaitingState, RunWaitingTicket,
+    StoppedReason, SuspendTicket, Suspension, TerminationReason, ToolCallOutcome, ToolCallResume,
     ToolCallResumeMode, ToolCallState, ToolCallStatus, ToolExecutionMode, ToolResult, ToolStatus,
     Visibility, WaitingReason, strip_unpaired_tool_calls,
 };
@@ -940,7 +940,7 @@ impl Driver<'_> {
             let result = ToolResult::error_with_code(
                 call.tool_name.clone(),
                 "cancelled",
-                "the run was cancelled",
+                RUN_CANCELLED_MESSAGE,
             );
             self.close_call(&call.call_id, ToolCallStatus::Cancelled, result)
                 .await?;

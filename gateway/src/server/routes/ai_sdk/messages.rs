@@ -5,7 +5,7 @@
 //! filled into their tool parts.
 
 use awaken_actors::JsonValue;
-use awaken_actors::contract::{ContentBlock, Message, Role};
+use awaken_actors::contract::{ContentBlock, Message, RUN_CANCELLED_MESSAGE, Role};
 use serde_json::json;
 
 /// The UI messages of `messages`, in order.
@@ -54,15 +54,12 @@ pub(crate) fn ui_messages(messages: &[Message]) -> Vec<JsonValue> {
                 else {
                     continue;
                 };
-                let text = message.text();
-                let output = serde_json::from_str(&text).unwrap_or(JsonValue::String(text));
                 if let Some(part) = current
                     .parts
                     .iter_mut()
                     .find(|part| part["toolCallId"] == json!(call_id))
                 {
-                    part["state"] = json!("output-available");
-                    part["output"] = output;
+                    fill_output(part, &message.text());
                 }
             }
         }
@@ -71,6 +68,52 @@ pub(crate) fn ui_messages(messages: &[Message]) -> Vec<JsonValue> {
         out.push(done.into_json());
     }
     out
+}
+
+/// Completes a tool part with the call's result as the log keeps it
+/// (`awaken_actors::contract::ToolResult::to_json`): a success keeps its output; a failure
+/// (`{"error": …, "code"?: …}`, nothing else) becomes `output-error` with its
+/// message, or `output-denied` for a call the user denied (a permission rule or
+/// a cancelling decision, not the run's cancellation), as the stream showed them.
+fn fill_output(part: &mut JsonValue, text: &str) {
+    let output: JsonValue =
+        serde_json::from_str(text).unwrap_or_else(|_| JsonValue::String(text.to_owned()));
+    match failure(&output) {
+        None => {
+            part["state"] = json!("output-available");
+            part["output"] = output;
+        }
+        Some((message, code)) => {
+            let message = message.to_owned();
+            let denied = match code {
+                Some("denied") => true,
+                Some("cancelled") => message != RUN_CANCELLED_MESSAGE,
+                _ => false,
+            };
+            if denied {
+                part["state"] = json!("output-denied");
+            } else {
+                part["state"] = json!("output-error");
+                part["errorText"] = json!(if message.is_empty() {
+                    "the tool failed".to_owned()
+                } else {
+                    message
+                });
+            }
+        }
+    }
+}
+
+/// The message and code of a failed call's logged result.
+fn failure(output: &JsonValue) -> Option<(&str, Option<&str>)> {
+    let fields = output.as_object()?;
+    let message = fields.get("error")?.as_str()?;
+    let code = match fields.get("code") {
+        Some(code) => Some(code.as_str()?),
+        None => None,
+    };
+    let expected = 1 + usize::from(code.is_some());
+    (fields.len() == expected).then_some((message, code))
 }
 
 struct AssistantMessage {
@@ -113,7 +156,7 @@ fn content_parts(content: &[ContentBlock]) -> Vec<JsonValue> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use awaken_actors::contract::ToolCall;
+    use awaken_actors::contract::{ToolCall, ToolResult};
     use awaken_actors::{RunId, ToolCallId};
 
     use super::*;
@@ -146,5 +189,40 @@ mod tests {
         );
         assert_eq!(ui[1]["parts"][2]["state"], "output-available");
         assert_eq!(ui[1]["parts"][2]["output"], json!(["a"]));
+    }
+
+    #[test]
+    fn failed_and_denied_calls_show_as_such_not_as_outputs() {
+        let run = RunId::new("run-1").unwrap();
+        let calls = ["c-failed", "c-denied", "c-refused", "c-run-cancelled"];
+        let asked = Message::assistant_with_tool_calls(
+            "",
+            calls
+                .iter()
+                .map(|id| ToolCall::new(ToolCallId::new(*id).unwrap(), "rm", json!({})))
+                .collect(),
+        )
+        .with_run_id(run.clone());
+        let results = [
+            ToolResult::error_with_code("rm", "tool_error", "disk full"),
+            ToolResult::error_with_code("rm", "cancelled", "not that file"),
+            ToolResult::error_with_code("rm", "denied", "rule `rm` denies it"),
+            ToolResult::error_with_code("rm", "cancelled", RUN_CANCELLED_MESSAGE),
+        ];
+        let mut log = vec![Message::user("hi"), asked];
+        for (id, result) in calls.iter().zip(results) {
+            let call = ToolCallId::new(*id).unwrap();
+            log.push(Message::tool_result(call, result.to_json_text()).with_run_id(run.clone()));
+        }
+        let ui = ui_messages(&log);
+        let parts = ui[1]["parts"].as_array().unwrap();
+        let part = |id: &str| parts.iter().find(|p| p["toolCallId"] == id).unwrap();
+        assert_eq!(part("c-failed")["state"], "output-error");
+        assert_eq!(part("c-failed")["errorText"], "disk full");
+        assert_eq!(part("c-denied")["state"], "output-denied");
+        assert_eq!(part("c-refused")["state"], "output-denied");
+        assert_eq!(part("c-run-cancelled")["state"], "output-error");
+        assert_eq!(part("c-run-cancelled")["errorText"], RUN_CANCELLED_MESSAGE);
+        assert!(parts.iter().all(|p| p.get("output").is_none()), "{parts:?}");
     }
 }
