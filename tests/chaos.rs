@@ -39,7 +39,7 @@ use serde_json::json;
 use support::{
     Cluster, EventLog, Node, RunStream, SETTLE, all_end, assert_hot_threads_ended_well, database,
     every_thread_executes, holds_a_shard, holds_every_shard, hot_threads, new_thread, post, record,
-    thread_owned_by, tool_starts_per_call,
+    thread_owned_by, tool_starts_per_call, waiting_call,
 };
 
 /// Hot threads, and inputs sent to each of them together.
@@ -143,26 +143,6 @@ async fn every_run_ends_on_a_nats_cluster_losing_a_server_and_a_node() {
     let ended = all_end(&client, &nodes[0].base, &runs).await;
     assert_hot_threads_ended_well(&runs, &ended);
     assert_no_fenced_work(&events, &cluster);
-}
-
-/// The first waiting call of a run's record, once the run waits.
-async fn waiting_call(client: &reqwest::Client, base: &str, run_id: &str) -> String {
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        if let Some(run) = record(client, base, run_id).await
-            && run["status"] == "waiting"
-        {
-            return run["waiting"]["tickets"][0]["tool_call_id"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "run {run_id} never waited"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

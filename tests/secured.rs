@@ -36,7 +36,7 @@ use awaken_cluster::testing::NatsServer;
 use postgres_server::PostgresServer;
 use serde_json::{Value, json};
 use support::tls::{DECIDER_PASSWORD, NODE_PASSWORD, Pki, secured_nats};
-use support::{Node, SETTLE, awaken_binary, database, new_thread, post, record};
+use support::{Node, SETTLE, awaken_binary, database, new_thread, post, record, waiting_call};
 
 const API_KEY: &str = "api-key-93e0d1";
 const DATABASE_PASSWORD: &str = "db-pw-c4d2aa";
@@ -108,26 +108,6 @@ fn assert_no_secret(what: &str, text: &str) {
     for secret in [NODE_PASSWORD, DECIDER_PASSWORD, API_KEY, DATABASE_PASSWORD] {
         // The message names the place, not the secret.
         assert!(!text.contains(secret), "a secret appears in {what}");
-    }
-}
-
-/// The run's first waiting call, once the run waits.
-async fn waiting_call(client: &reqwest::Client, base: &str, run_id: &str) -> String {
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        if let Some(run) = record(client, base, run_id).await
-            && run["status"] == "waiting"
-        {
-            return run["waiting"]["tickets"][0]["tool_call_id"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -127,6 +127,18 @@ pub fn check_readable(key: &str, path: &Path) -> Result<(), SecretError> {
         })
 }
 
+/// [`check_readable`] for each setting of `files` that is set.
+pub fn check_all_readable(
+    files: &[(&str, &Option<std::path::PathBuf>)],
+) -> Result<(), SecretError> {
+    for (key, path) in files {
+        if let Some(path) = path {
+            check_readable(key, path)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

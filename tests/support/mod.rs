@@ -215,6 +215,26 @@ pub(crate) async fn record(client: &reqwest::Client, base: &str, run_id: &str) -
     response.json().await.ok()
 }
 
+/// The first waiting call of a run's record, once the run waits.
+pub(crate) async fn waiting_call(client: &reqwest::Client, base: &str, run_id: &str) -> String {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        if let Some(run) = record(client, base, run_id).await
+            && run["status"] == "waiting"
+        {
+            return run["waiting"]["tickets"][0]["tool_call_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run {run_id} never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A new thread through `base`; its id.
 pub(crate) async fn new_thread(client: &reqwest::Client, base: &str) -> String {
     let (status, thread) = post(client, format!("{base}/v1/threads"), json!({})).await;

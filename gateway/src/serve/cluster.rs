@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::config::ConfigError;
-use crate::secret::{Secret, check_readable, resolve};
+use crate::secret::{Secret, check_all_readable, resolve};
 
 /// Cluster membership.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,17 +118,12 @@ impl ClusterConfig {
                 "cluster.nats_tls_cert_file and cluster.nats_tls_key_file go together",
             ));
         }
-        for (key, path) in [
+        Ok(check_all_readable(&[
             ("cluster.nats_creds_file", &self.nats_creds_file),
             ("cluster.nats_tls_ca_file", &self.nats_tls_ca_file),
             ("cluster.nats_tls_cert_file", &self.nats_tls_cert_file),
             ("cluster.nats_tls_key_file", &self.nats_tls_key_file),
-        ] {
-            if let Some(path) = path {
-                check_readable(key, path)?;
-            }
-        }
-        Ok(())
+        ])?)
     }
 }
 
@@ -136,15 +131,8 @@ impl ClusterConfig {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::io::Write;
-
     use crate::serve::ServeConfig;
-
-    fn file(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file
-    }
+    use crate::serve::config::tests::file;
 
     fn load(cluster: &str) -> Result<ServeConfig, String> {
         let toml = file(&format!(

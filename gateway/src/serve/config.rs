@@ -221,7 +221,7 @@ impl ServeConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used)]
 
     use std::io::Write;
@@ -229,7 +229,8 @@ mod tests {
     use super::*;
     use crate::serve::PostgresConfig;
 
-    fn file(text: &str) -> tempfile::NamedTempFile {
+    /// A `.toml` file holding `text` (the config tests of `serve` share it).
+    pub(in crate::serve) fn file(text: &str) -> tempfile::NamedTempFile {
         let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
         file.write_all(text.as_bytes()).unwrap();
         file

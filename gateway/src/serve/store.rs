@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::config::ConfigError;
-use crate::secret::{Secret, check_readable, resolve};
+use crate::secret::{Secret, check_all_readable, resolve};
 
 /// The thread store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,16 +144,11 @@ impl PostgresConfig {
                 "store.ssl_client_cert_file and store.ssl_client_key_file go together",
             ));
         }
-        for (key, path) in [
+        Ok(check_all_readable(&[
             ("store.ssl_root_cert_file", &self.ssl_root_cert_file),
             ("store.ssl_client_cert_file", &self.ssl_client_cert_file),
             ("store.ssl_client_key_file", &self.ssl_client_key_file),
-        ] {
-            if let Some(path) = path {
-                check_readable(key, path)?;
-            }
-        }
-        Ok(())
+        ])?)
     }
 }
 
@@ -161,16 +156,9 @@ impl PostgresConfig {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::io::Write;
-
     use super::*;
     use crate::serve::ServeConfig;
-
-    fn file(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file
-    }
+    use crate::serve::config::tests::file;
 
     fn load(store: &str) -> Result<PostgresConfig, String> {
         let toml = file(&format!("[store]\nkind = \"postgres\"\n{store}\n"));
