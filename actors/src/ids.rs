@@ -216,6 +216,11 @@ define_id!(
     DispatchId,
     "dispatch"
 );
+define_id!(
+    /// One webhook on a run's status (an A2A push notification config id).
+    WebhookId,
+    "webhook"
+);
 
 #[cfg(test)]
 mod tests {

@@ -33,7 +33,9 @@ pub use error::{
     BuildError, InferenceExecutionError, ResolveError, RuntimeError, StateError, StorageError,
     ToolError,
 };
-pub use ids::{AgentId, DecisionId, DispatchId, IdError, MessageId, RunId, ThreadId, ToolCallId};
+pub use ids::{
+    AgentId, DecisionId, DispatchId, IdError, MessageId, RunId, ThreadId, ToolCallId, WebhookId,
+};
 pub use phase::Phase;
 
 /// JSON values as used in tool arguments, state encoding and config sections.

@@ -9,6 +9,8 @@
 //!                                persistent state, run index, last written run
 //!   messages/<thread_id>.jsonl   the log: one JSON message per line, append-only
 //!   runs/<run_id>.json           one run record
+//!   webhooks/<run_id>.json       the run's webhooks with their delivery leases
+//!                                (module `file_webhooks`)
 //!   profiles/<namespace>/<key>.json
 //! ```
 //!
@@ -55,10 +57,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedMutexGuard;
 
+use super::file_webhooks::WebhookFiles;
+use super::memory_webhooks::WebhookTable;
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread, now_millis,
-    page_of, page_runs, run_owned_elsewhere, stamped_new_thread, thread_not_found,
+    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence, implicit_thread,
+    now_millis, page_of, page_runs, run_owned_elsewhere, stamped_new_thread, thread_not_found,
     updated_metadata,
 };
 use crate::JsonValue;
@@ -74,7 +78,7 @@ const THREADS: &str = "threads";
 const MESSAGES: &str = "messages";
 const RUNS: &str = "runs";
 const PROFILES: &str = "profiles";
-const TMP_PREFIX: &str = ".tmp-";
+pub(super) const TMP_PREFIX: &str = ".tmp-";
 
 /// Durable single-process store: JSON files under a root directory, crash-atomic
 /// checkpoints, no database needed.
@@ -88,6 +92,7 @@ struct Inner {
     root: PathBuf,
     index: Mutex<Index>,
     thread_locks: Mutex<HashMap<ThreadId, Arc<tokio::sync::Mutex<()>>>>,
+    webhooks: WebhookFiles,
 }
 
 /// What the process keeps in memory: which threads exist (in creation order) and which
@@ -180,7 +185,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StorageError> {
 }
 
 /// Refuses a string that cannot safely be a file name.
-fn file_name<'a>(kind: &str, id: &'a str) -> Result<&'a str, StorageError> {
+pub(super) fn file_name<'a>(kind: &str, id: &'a str) -> Result<&'a str, StorageError> {
     let reason = if id.is_empty() {
         Some("is empty")
     } else if id.contains(['/', '\\']) {
@@ -214,13 +219,15 @@ fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
     }
 }
 
-fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StorageError> {
+/// Reads and decodes a JSON file; `None` when it does not exist.
+pub(super) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StorageError> {
     read_optional(path)?
         .map(|bytes| decode(path, &bytes))
         .transpose()
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+/// Makes the directory's entries durable.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir)
         .and_then(|dir| dir.sync_all())
         .map_err(|err| io_error(dir.display(), err))
@@ -245,12 +252,13 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     sync_dir(dir)
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StorageError> {
+/// Replaces `path` with `value` as JSON: temporary file, fsync, rename, fsync dir.
+pub(super) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StorageError> {
     write_atomic(path, &encode(value)?)
 }
 
 /// Removes a file; an absent file is not an error.
-fn remove_file(path: &Path) -> Result<(), StorageError> {
+pub(super) fn remove_file(path: &Path) -> Result<(), StorageError> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -259,7 +267,7 @@ fn remove_file(path: &Path) -> Result<(), StorageError> {
 }
 
 /// Names of the entries of `dir` (`None` for names that are not UTF-8).
-fn entries(dir: &Path) -> Result<Vec<(PathBuf, Option<String>)>, StorageError> {
+pub(super) fn entries(dir: &Path) -> Result<Vec<(PathBuf, Option<String>)>, StorageError> {
     let read = match fs::read_dir(dir) {
         Ok(read) => read,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -468,11 +476,18 @@ impl Inner {
         self.commit_with_run(&head, is_new, &run)
     }
 
-    fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+    fn delete_thread(
+        &self,
+        id: &ThreadId,
+        webhooks: &mut WebhookTable,
+    ) -> Result<(), StorageError> {
         let head_path = self.head_path(id)?;
         let Some(head) = self.read_head(id)? else {
             return Err(thread_not_found(id));
         };
+        // Before the commit point: webhooks may outlive any thread, so nothing
+        // could tell those of a thread deleted by a crashed delete from the others.
+        self.webhooks.delete_thread(webhooks, id)?;
         // The commit point: without its head the thread does not exist.
         remove_file(&head_path)?;
         sync_dir(&self.root.join(THREADS))?;
@@ -602,10 +617,14 @@ impl FileStore {
     /// Opens (creating if needed) a store under `root`, repairing what an earlier crash
     /// left behind. One process at a time may own a root.
     pub async fn open(root: impl Into<PathBuf>) -> Result<Self, StorageError> {
+        let root: PathBuf = root.into();
+        let webhook_root = root.clone();
+        let webhooks = run_blocking(move || WebhookFiles::open(&webhook_root)).await?;
         let inner = Arc::new(Inner {
-            root: root.into(),
+            root,
             index: Mutex::new(Index::default()),
             thread_locks: Mutex::new(HashMap::new()),
+            webhooks,
         });
         let recovering = Arc::clone(&inner);
         run_blocking(move || recovering.recover()).await?;
@@ -667,7 +686,8 @@ impl FileStore {
     }
 }
 
-async fn run_blocking<T, F>(work: F) -> Result<T, StorageError>
+/// Runs `work` on the blocking pool.
+pub(super) async fn run_blocking<T, F>(work: F) -> Result<T, StorageError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, StorageError> + Send + 'static,
@@ -718,9 +738,16 @@ impl ThreadRunStore for FileStore {
 
     async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
         let owned = id.clone();
-        let result = self
-            .write(id, move |inner| inner.delete_thread(&owned))
-            .await;
+        // The thread's lock, then the webhooks' (webhook calls take theirs alone).
+        let thread = self.lock_thread(id).await;
+        let mut webhooks = self.inner.webhooks.lock().await;
+        let inner = Arc::clone(&self.inner);
+        let result = run_blocking(move || {
+            let result = inner.delete_thread(&owned, &mut webhooks);
+            drop(thread);
+            result
+        })
+        .await;
         self.release_thread_lock(id);
         result
     }
@@ -853,6 +880,10 @@ impl ThreadRunStore for FileStore {
         })
         .await
     }
+
+    fn webhooks(&self) -> &dyn WebhookStore {
+        &self.inner.webhooks
+    }
 }
 
 #[async_trait]
@@ -883,6 +914,7 @@ impl ProfileStore for FileStore {
 mod tests {
     use super::*;
     use crate::store::conformance::{TempDir, checkpoint, rid, run, tid, user_messages};
+    use crate::store::file_webhooks::WEBHOOKS;
 
     async fn store() -> (FileStore, TempDir) {
         let dir = TempDir::new();
@@ -945,7 +977,10 @@ mod tests {
         assert!(store.list_threads(0, 10).await.unwrap().is_empty());
         assert!(names(&dir.path().join(MESSAGES)).is_empty());
         // Nothing escaped the root.
-        assert_eq!(names(dir.path()), vec![MESSAGES, PROFILES, RUNS, THREADS]);
+        assert_eq!(
+            names(dir.path()),
+            vec![MESSAGES, PROFILES, RUNS, THREADS, WEBHOOKS]
+        );
     }
 
     async fn invalid_run(store: &FileStore, thread: &ThreadId) {

@@ -5,7 +5,8 @@
 //! the thread's log and never copies the log. Three kinds of lock, always taken in this
 //! order and never held across an `.await` (no method awaits while holding one):
 //! the catalog (`RwLock`: which threads exist, in creation order), a thread's slot
-//! (`Mutex`), and the run index (`RwLock`: which thread owns each run id).
+//! (`Mutex`), the run index (`RwLock`: which thread owns each run id), and the
+//! webhook table (`Mutex`, module `memory_webhooks`), which webhook calls take alone.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,11 +14,12 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 use async_trait::async_trait;
 
+use super::memory_webhooks::WebhookTable;
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, check_checkpoint, check_fence, implicit_thread, now_millis,
-    page_of, page_runs, run_order_key, run_owned_elsewhere, stamped_new_thread, thread_not_found,
-    updated_metadata,
+    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence, implicit_thread,
+    now_millis, page_of, page_runs, run_order_key, run_owned_elsewhere, stamped_new_thread,
+    thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -26,12 +28,13 @@ use crate::hashing::FastHashMap;
 use crate::ids::{RunId, ThreadId};
 use crate::state::{InMemoryProfileStore, PersistedState, ProfileStore};
 
-/// Keeps threads, logs, runs, state and profiles in memory: for tests, benchmarks and
-/// single-process use. Nothing survives the process.
+/// Keeps threads, logs, runs, state, webhooks and profiles in memory: for tests,
+/// benchmarks and single-process use. Nothing survives the process.
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
     catalog: RwLock<Catalog>,
     run_owners: RwLock<FastHashMap<RunId, ThreadId>>,
+    webhooks: Mutex<WebhookTable>,
     profiles: InMemoryProfileStore,
 }
 
@@ -184,6 +187,11 @@ impl InMemoryStore {
         Self::default()
     }
 
+    /// The webhook table, locked for one call (never across an `.await`).
+    pub(super) fn webhook_table(&self) -> MutexGuard<'_, WebhookTable> {
+        lock(&self.webhooks)
+    }
+
     fn slot(&self, id: &ThreadId) -> Option<Arc<Slot>> {
         read(&self.catalog).threads.get(id).cloned()
     }
@@ -287,6 +295,7 @@ impl ThreadRunStore for InMemoryStore {
         for run_id in data.runs.keys() {
             owners.remove(run_id);
         }
+        self.webhook_table().delete_thread(id);
         Ok(())
     }
 
@@ -448,6 +457,10 @@ impl ThreadRunStore for InMemoryStore {
             Self::insert_slot(&mut catalog, data);
             return Ok(());
         }
+    }
+
+    fn webhooks(&self) -> &dyn WebhookStore {
+        self
     }
 }
 

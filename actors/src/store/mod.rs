@@ -13,15 +13,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Message, RunRecord, RunStatus, Thread, ThreadMetadata};
 use crate::error::StorageError;
-use crate::ids::{AgentId, RunId, ThreadId};
+use crate::ids::{AgentId, RunId, ThreadId, WebhookId};
 use crate::state::PersistedState;
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 mod file;
+mod file_webhooks;
 mod memory;
+mod memory_webhooks;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod webhooks;
 
 pub use file::FileStore;
 pub use memory::InMemoryStore;
@@ -29,6 +32,7 @@ pub use memory::InMemoryStore;
 pub use postgres::TestSchema;
 #[cfg(feature = "postgres")]
 pub use postgres::{PoolSettings, PostgresStore};
+pub use webhooks::{Webhook, WebhookAdvance, WebhookClaim, WebhookStore};
 
 /// Largest page any listing returns; `limit`s are clamped to `1..=MAX_PAGE_LIMIT`.
 pub const MAX_PAGE_LIMIT: usize = 200;
@@ -228,7 +232,8 @@ pub trait ThreadRunStore: Send + Sync + 'static {
         metadata: ThreadMetadata,
     ) -> Result<(), StorageError>;
 
-    /// Deletes the thread with its messages, runs, state and fence; `NotFound` for an unknown thread.
+    /// Deletes the thread with its messages, runs, state, fence and its runs'
+    /// webhooks; `NotFound` for an unknown thread.
     async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError>;
 
     /// Thread ids in creation order, skipping `offset` and returning at most `limit`.
@@ -303,6 +308,9 @@ pub trait ThreadRunStore: Send + Sync + 'static {
         self.fence(id, token).await?;
         self.load_thread_snapshot(id).await
     }
+
+    /// The webhooks on this store's runs.
+    fn webhooks(&self) -> &dyn WebhookStore;
 
     /// What this store has sent to its database so far, for benchmarks and
     /// metrics; `None` for a store without one (memory, files).
@@ -413,6 +421,19 @@ pub(crate) fn check_run_thread(run: &RunRecord, thread_id: &ThreadId) -> Result<
 /// `AlreadyExists` naming a run id that another thread owns.
 pub(crate) fn run_owned_elsewhere(run_id: &RunId, owner: &ThreadId) -> StorageError {
     StorageError::AlreadyExists(format!("run `{run_id}` belongs to thread `{owner}`"))
+}
+
+/// The order webhooks are claimed in: oldest first, then by id, then by run id (a
+/// run's webhooks list in this order too).
+pub(crate) fn webhook_order_key(webhook: &Webhook) -> (u64, &WebhookId, &RunId) {
+    (webhook.created_at, &webhook.id, &webhook.run_id)
+}
+
+/// `InvalidInput` refusing a new webhook on a run that has `max_per_run` already.
+pub(crate) fn too_many_webhooks(run_id: &RunId, max_per_run: usize) -> StorageError {
+    StorageError::InvalidInput(format!(
+        "run `{run_id}` has {max_per_run} webhooks already, the most it may have"
+    ))
 }
 
 /// `NotFound` naming a thread.

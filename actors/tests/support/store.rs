@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use awaken_actors::contract::{RunRecord, Thread, ThreadMetadata};
 use awaken_actors::store::{
     Checkpoint, FencingToken, InMemoryStore, MessagePage, MessageQuery, RunPage, RunQuery,
-    ThreadRunStore, ThreadSnapshot, ThreadSummary,
+    ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore,
 };
 use awaken_actors::{RunId, StorageError, ThreadId};
 use tokio::sync::watch;
@@ -121,5 +121,8 @@ impl ThreadRunStore for HookedStore {
     }
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
         self.inner.fence(id, token).await
+    }
+    fn webhooks(&self) -> &dyn WebhookStore {
+        self.inner.webhooks()
     }
 }

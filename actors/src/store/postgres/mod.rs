@@ -13,11 +13,13 @@
 //! | `{prefix}_runs` | `id` | `data` (the [`RunRecord`]), `thread_id`, `status`, `created_at` |
 //! | `{prefix}_state` | `thread_id` | `data` (the [`PersistedState`]) |
 //! | `{prefix}_profiles` | `(namespace, key)` | `data` (the value) |
+//! | `{prefix}_webhooks` | `(run_id, id)` | `config`, `progress`, `dead_letters` (JSONB), `thread_id`, `done`, `lease_holder`, `lease_until`, `created_at` (module `webhooks`) |
 //!
 //! Records are JSONB; the columns beside them exist for filtering, ordering and the
 //! checkpoint checks. Every table has `updated_at TIMESTAMPTZ`. Id columns use the `"C"`
 //! collation so runs order by id exactly as the other stores order them. Messages, runs
-//! and state reference their thread `ON DELETE CASCADE`.
+//! and state reference their thread `ON DELETE CASCADE`; webhooks reference nothing (one
+//! may be stored before its run) and are deleted with their thread by the same statement.
 //!
 //! # Checkpoints
 //!
@@ -42,6 +44,7 @@
 
 mod group;
 mod stats;
+mod webhooks;
 mod write;
 
 use std::str::FromStr;
@@ -56,8 +59,8 @@ use tokio::sync::OnceCell;
 
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
-    StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, now_millis, stamped_new_thread,
-    thread_not_found, updated_metadata,
+    StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, now_millis,
+    stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -156,6 +159,7 @@ struct Statements {
     get_profile: String,
     put_profile: String,
     delete_profile: String,
+    webhooks: webhooks::WebhookStatements,
 }
 
 impl Statements {
@@ -235,7 +239,7 @@ impl Statements {
             update_thread_data: format!(
                 "UPDATE {p}_threads SET data = $2, updated_at = now() WHERE id = $1"
             ),
-            delete_thread: format!("DELETE FROM {p}_threads WHERE id = $1"),
+            delete_thread: webhooks::delete_thread_statement(p),
             list_threads: format!("SELECT id FROM {p}_threads ORDER BY seq OFFSET $1 LIMIT $2"),
             list_summaries: format!(
                 "SELECT t.data, t.message_count, r.data FROM {p}_threads t
@@ -283,6 +287,7 @@ impl Statements {
             delete_profile: format!(
                 "DELETE FROM {p}_profiles WHERE namespace = $1 AND key = $2"
             ),
+            webhooks: webhooks::WebhookStatements::new(p),
         }
     }
 }
@@ -453,7 +458,7 @@ impl PostgresStore {
             .await
             .map_err(db_error)?;
         }
-        for statement in &self.sql.schema {
+        for statement in self.sql.schema.iter().chain(&self.sql.webhooks.schema) {
             sqlx::query(sql(statement))
                 .execute(self.send_in(&mut tx))
                 .await
@@ -531,6 +536,8 @@ macro_rules! in_transaction {
         }
     }};
 }
+// For `webhooks`, whose puts are transactions too.
+use in_transaction;
 
 #[async_trait]
 impl ThreadRunStore for PostgresStore {
@@ -590,12 +597,12 @@ impl ThreadRunStore for PostgresStore {
 
     async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
         self.ready().await?;
-        let deleted = sqlx::query(sql(&self.sql.delete_thread))
+        let deleted: i64 = sqlx::query_scalar(sql(&self.sql.delete_thread))
             .bind(id.as_str())
-            .execute(self.send())
+            .fetch_one(self.send())
             .await
             .map_err(db_error)?;
-        if deleted.rows_affected() == 0 {
+        if deleted == 0 {
             return Err(thread_not_found(id));
         }
         Ok(())
@@ -775,6 +782,10 @@ impl ThreadRunStore for PostgresStore {
         token: FencingToken,
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
         self.fence_and_read(id, token).await
+    }
+
+    fn webhooks(&self) -> &dyn WebhookStore {
+        self
     }
 
     fn io_counts(&self) -> Option<StoreIoCounts> {
@@ -1099,11 +1110,13 @@ mod tests {
                 "awaken_runs",
                 "awaken_state",
                 "awaken_threads",
+                "awaken_webhooks",
                 "myapp_messages",
                 "myapp_profiles",
                 "myapp_runs",
                 "myapp_state",
                 "myapp_threads",
+                "myapp_webhooks",
             ]
         );
 
@@ -1128,7 +1141,7 @@ mod tests {
         for racer in racers {
             racer.await.unwrap().unwrap();
         }
-        assert_eq!(tables(&store).await.len(), 5);
+        assert_eq!(tables(&store).await.len(), 6);
     }
 
     #[tokio::test]
@@ -1149,7 +1162,8 @@ mod tests {
 
     #[tokio::test]
     async fn statements_and_round_trips_are_counted_as_sent() {
-        use crate::store::conformance::{checkpoint, run, tid, user_messages};
+        use crate::store::conformance::{checkpoint, rid, run, tid, user_messages, webhook, wid};
+        use crate::store::{WebhookAdvance, WebhookClaim};
 
         let (store, _guard) = PostgresStore::for_tests().await;
         store.ready().await.unwrap();
@@ -1196,5 +1210,49 @@ mod tests {
         let before = store.io_counts().unwrap();
         store.create_run(&run(&id, "r2", 2)).await.unwrap();
         assert_eq!(sent(before), (0, 4, 4), "BEGIN, lock, insert, COMMIT");
+
+        let hooks = store.webhooks();
+        let before = store.io_counts().unwrap();
+        hooks
+            .put_webhook(webhook(&id, "r2", "w", 1), 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            sent(before),
+            (0, 4, 4),
+            "BEGIN, lock the run, upsert, COMMIT"
+        );
+
+        let before = store.io_counts().unwrap();
+        let claim = WebhookClaim {
+            holder: "n1".to_owned(),
+            now_ms: 1,
+            until_ms: 100,
+            limit: 10,
+            run_id: None,
+        };
+        assert_eq!(hooks.claim_webhooks(&claim).await.unwrap().len(), 1);
+        let advance = WebhookAdvance {
+            progress: JsonValue::Null,
+            done: true,
+            dead_letter: None,
+            lease_until_ms: 100,
+        };
+        assert!(
+            hooks
+                .advance_webhook(&rid("r2"), &wid("w"), "n1", &advance)
+                .await
+                .unwrap()
+        );
+        assert_eq!(sent(before), (0, 2, 2), "a claim and an advance, one each");
+
+        let before = store.io_counts().unwrap();
+        store.delete_thread(&id).await.unwrap();
+        assert_eq!(
+            sent(before),
+            (0, 1, 1),
+            "a thread and its webhooks, one statement"
+        );
+        assert!(hooks.load_webhooks(&rid("r2")).await.unwrap().is_empty());
     }
 }
