@@ -383,7 +383,7 @@ pub enum BuildError {
     /// Two remote backends share a name.
     #[error("remote backend `{0}` is registered twice")]
     RemoteBackendConflict(String),
-    /// A remote agent's card could not be read at start-up.
+    /// A remote agent cannot be used as configured (found at start-up discovery).
     #[error(transparent)]
     DiscoveryFailed(#[from] crate::delegation::DiscoveryError),
 }

@@ -158,7 +158,8 @@ pub enum RemoteError {
     Protocol(String),
 }
 
-/// A remote agent's card could not be read at start-up.
+/// A remote agent cannot be used as configured (no such backend, or an endpoint
+/// the backend refuses), found when its card is read at start-up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot discover remote agent `{agent}`: {reason}")]
 pub struct DiscoveryError {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::agent_runtime::{AgentRuntime, RuntimeServices};
 use super::registry::RegistrySet;
 use crate::contract::{AgentSpec, ModelSpec};
-use crate::delegation::{DiscoveryError, RemoteBackend};
+use crate::delegation::{DiscoveryError, RemoteBackend, RemoteError};
 use crate::error::BuildError;
 use crate::ids::AgentId;
 use crate::llm::LlmExecutor;
@@ -150,9 +150,11 @@ impl AgentRuntimeBuilder {
     }
 
     /// Reads the card of every agent with an endpoint through its backend, all at
-    /// once; the first that cannot be read fails with
-    /// [`BuildError::DiscoveryFailed`], so a wrong URL or token is reported at
-    /// start-up rather than at the first delegation.
+    /// once. An endpoint the backend cannot use (or no such backend) fails with
+    /// [`BuildError::DiscoveryFailed`]: that is a configuration mistake. An agent
+    /// whose card cannot be read now (its service is down or not started yet, as
+    /// happens when services start in any order) is only logged: it is used without
+    /// a card, and the backend reads the card at its first call.
     pub async fn discover_remote_agents(mut self) -> Result<Self, BuildError> {
         let registries = &self.registries;
         let lookups = registries.agents.iter().filter_map(|(id, spec)| {
@@ -169,17 +171,24 @@ impl AgentRuntimeBuilder {
                         endpoint.backend
                     ))
                 })?;
-                let card = backend
-                    .discover(&spec.id, endpoint)
-                    .await
+                backend
+                    .check_endpoint(endpoint)
                     .map_err(|e| failed(e.to_string()))?;
-                Ok::<_, DiscoveryError>((id.to_owned(), card))
+                match backend.discover(&spec.id, endpoint).await {
+                    Ok(card) => Ok(Some((id.to_owned(), card))),
+                    Err(RemoteError::Config(reason)) => Err(failed(reason)),
+                    Err(error) => {
+                        tracing::warn!(agent = %id, %error, "remote agent not discovered at start-up: its card is read at its first call");
+                        Ok::<_, DiscoveryError>(None)
+                    }
+                }
             })
         });
         let cards = futures::future::join_all(lookups).await;
         for found in cards {
-            let (id, card) = found?;
-            self.registries.remote_cards.upsert(id, card);
+            if let Some((id, card)) = found? {
+                self.registries.remote_cards.upsert(id, card);
+            }
         }
         Ok(self)
     }

@@ -9,6 +9,7 @@
 //! `docs/a2a.md` ("Remote agents").
 
 mod card;
+mod cards;
 mod endpoint;
 mod http;
 mod view;
@@ -25,6 +26,9 @@ use futures::StreamExt;
 use reqwest::Url;
 use serde_json::{Value as JsonValue, json};
 
+use std::sync::Arc;
+
+use self::cards::{CardCache, CardTiming};
 use self::endpoint::Settings;
 use self::http::Http;
 use self::view::TaskView;
@@ -39,6 +43,8 @@ pub const A2A_BACKEND: &str = "a2a";
 #[derive(Debug, Clone)]
 pub struct A2aBackend {
     http: Http,
+    /// Cards read at start-up or first use, refreshed as they age or fail.
+    cards: Arc<CardCache>,
 }
 
 impl Default for A2aBackend {
@@ -50,7 +56,10 @@ impl Default for A2aBackend {
 impl A2aBackend {
     /// A backend with its own connection pool.
     pub fn new() -> Self {
-        Self { http: Http::new() }
+        Self {
+            http: Http::new(),
+            cards: Arc::new(CardCache::new(CardTiming::default())),
+        }
     }
 
     /// Reads the task every poll interval until it ends or asks for input.
@@ -82,27 +91,22 @@ impl A2aBackend {
             }
         }
     }
-}
 
-#[async_trait]
-impl RemoteBackend for A2aBackend {
-    fn check_endpoint(&self, endpoint: &RemoteEndpoint) -> Result<(), RemoteError> {
-        Settings::of(endpoint).map(drop)
-    }
-
-    async fn discover(
+    /// Sends the call's message, then follows the task (streamed when the
+    /// endpoint or the agent's card says so) until it ends or waits.
+    async fn send_and_follow(
         &self,
-        _agent: &AgentId,
-        endpoint: &RemoteEndpoint,
-    ) -> Result<RemoteAgentCard, RemoteError> {
-        card::discover(&self.http, &Settings::of(endpoint)?).await
-    }
-
-    async fn execute(&self, call: RemoteCall<'_>) -> Result<RemoteOutcome, RemoteError> {
-        let settings = Settings::of(call.endpoint)?;
-        let stream = settings
-            .stream
-            .unwrap_or_else(|| call.card.is_some_and(|card| card.streaming));
+        settings: &Settings,
+        call: RemoteCall<'_>,
+    ) -> Result<RemoteOutcome, RemoteError> {
+        let stream = match settings.stream {
+            Some(stream) => stream,
+            None => self
+                .cards
+                .card(&self.http, settings, call.agent_id)
+                .await
+                .is_some_and(|card| card.streaming),
+        };
         let (message, answered) = message_of(&call.act, &call.idempotency_key);
         let mut view = TaskView::answering(answered);
         if let RemoteAct::Answer { task, .. } = &call.act {
@@ -134,7 +138,7 @@ impl RemoteBackend for A2aBackend {
         let operations = settings.operations();
         if stream {
             let url = format!("{operations}/message:stream");
-            let response = self.http.post_stream(&settings, &url, &request).await?;
+            let response = self.http.post_stream(settings, &url, &request).await?;
             let mut events = response.bytes_stream().eventsource();
             while let Some(event) = events.next().await {
                 let event = match event {
@@ -156,12 +160,40 @@ impl RemoteBackend for A2aBackend {
             }
         } else {
             let url = format!("{operations}/message:send");
-            let item: StreamResponse = self.http.post_json(&settings, &url, &request).await?;
+            let item: StreamResponse = self.http.post_json(settings, &url, &request).await?;
             if let Some(outcome) = take_in(&mut view, item, call.progress, true).await {
                 return Ok(outcome);
             }
         }
-        self.poll(&settings, &mut view, call.progress).await
+        self.poll(settings, &mut view, call.progress).await
+    }
+}
+
+#[async_trait]
+impl RemoteBackend for A2aBackend {
+    fn check_endpoint(&self, endpoint: &RemoteEndpoint) -> Result<(), RemoteError> {
+        Settings::of(endpoint).map(drop)
+    }
+
+    async fn discover(
+        &self,
+        agent: &AgentId,
+        endpoint: &RemoteEndpoint,
+    ) -> Result<RemoteAgentCard, RemoteError> {
+        let card = card::discover(&self.http, &Settings::of(endpoint)?).await?;
+        self.cards.keep(agent, card.clone());
+        Ok(card)
+    }
+
+    async fn execute(&self, call: RemoteCall<'_>) -> Result<RemoteOutcome, RemoteError> {
+        let settings = Settings::of(call.endpoint)?;
+        let agent = call.agent_id.clone();
+        let executed = self.send_and_follow(&settings, call).await;
+        if let Err(error) = &executed {
+            tracing::debug!(%agent, %error, "remote call failed: its card is read again at the next call");
+            self.cards.stale(&agent);
+        }
+        executed
     }
 
     async fn cancel(
