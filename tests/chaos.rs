@@ -53,6 +53,7 @@ fn cluster(nats_url: String, postgres_url: &str, replicas: usize, dir: &Path) ->
         postgres_url: postgres_url.to_owned(),
         replicas,
         journal: dir.join("tools.journal"),
+        server_toml: String::new(),
     }
 }
 

@@ -55,6 +55,8 @@ pub(crate) struct Cluster {
     pub(crate) replicas: usize,
     /// The file every node appends its tool executions to.
     pub(crate) journal: PathBuf,
+    /// More of each node's own `local.toml`: `[server]` keys, then tables.
+    pub(crate) server_toml: String,
 }
 
 /// One `awaken serve` cluster node.
@@ -78,10 +80,11 @@ impl Node {
         std::fs::write(
             &local,
             format!(
-                "[server]\naddress = \"127.0.0.1:0\"\n\n\
+                "[server]\naddress = \"127.0.0.1:0\"\n{server}\n\n\
                  [cluster]\nnats_url = \"{nats}\"\nshards = {SHARDS}\n\
                  lease_ttl_secs = {ttl}\nclaim_lease_ms = 3000\ndrain_timeout_secs = 5\n\
                  replicas = {replicas}\n",
+                server = cluster.server_toml,
                 nats = cluster.nats_url,
                 ttl = LEASE_TTL.as_secs(),
                 replicas = cluster.replicas,

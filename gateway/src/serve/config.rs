@@ -172,6 +172,7 @@ impl ServeConfig {
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
+        self.server.a2a_push.check().map_err(ConfigError)?;
         if self.cluster.is_some() && !matches!(self.store, StoreConfig::Postgres(_)) {
             return refuse(
                 "a cluster needs a store every node shares: set store.kind = \"postgres\"",

@@ -58,6 +58,8 @@ pub struct ServerConfig {
     /// Hosts (names or literal addresses) A2A push notifications may go to even
     /// though they are loopback, private or link-local; others must be public.
     pub a2a_push_allowed_hosts: Vec<String>,
+    /// How A2A push notifications are retried and handed between nodes.
+    pub a2a_push: A2aPushConfig,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +83,7 @@ impl Default for ServerConfig {
             a2a_extended_card_bearer_token_file: None,
             mcp: McpEndpointConfig::default(),
             a2a_push_allowed_hosts: Vec::new(),
+            a2a_push: A2aPushConfig::default(),
         }
     }
 }
@@ -105,6 +108,66 @@ impl ServerConfig {
                         .map_or_else(String::new, |span| format!(" (at byte {})", span.start)),
                 })?;
             self.api_keys.0.extend(keys);
+        }
+        Ok(())
+    }
+}
+
+/// Retries and leases of A2A push notification delivery (`[server.a2a_push]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct A2aPushConfig {
+    /// Tries per notification before it is recorded as a dead letter.
+    pub attempts: u32,
+    /// The wait before the first retry; each next one doubles, up to `max_backoff_ms`.
+    pub first_backoff_ms: u64,
+    /// The longest wait between two tries.
+    pub max_backoff_ms: u64,
+    /// How long one try may take.
+    pub attempt_timeout_ms: u64,
+    /// How long a node holds a webhook's delivery between renewals: when the node
+    /// dies, another takes delivery over this long after its last renewal.
+    pub lease_ms: u64,
+    /// How often a node looks for webhooks that nobody delivers.
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for A2aPushConfig {
+    fn default() -> Self {
+        Self {
+            attempts: 10,
+            first_backoff_ms: 500,
+            max_backoff_ms: 60_000,
+            attempt_timeout_ms: 10_000,
+            lease_ms: 30_000,
+            sweep_interval_ms: 5_000,
+        }
+    }
+}
+
+impl A2aPushConfig {
+    /// What is wrong with these settings, if anything.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let key = |name: &str| format!("server.a2a_push.{name}");
+        if self.attempts == 0 {
+            return Err(format!("{} must be at least 1", key("attempts")));
+        }
+        if self.first_backoff_ms == 0 || self.max_backoff_ms < self.first_backoff_ms {
+            return Err(format!(
+                "{} must be at least 1 and at most {}",
+                key("first_backoff_ms"),
+                key("max_backoff_ms")
+            ));
+        }
+        if self.attempt_timeout_ms == 0 {
+            return Err(format!("{} must be at least 1", key("attempt_timeout_ms")));
+        }
+        // A lease renewed every third of its length survives one slow renewal.
+        if self.lease_ms < 300 {
+            return Err(format!("{} must be at least 300", key("lease_ms")));
+        }
+        if self.sweep_interval_ms == 0 {
+            return Err(format!("{} must be at least 1", key("sweep_interval_ms")));
         }
         Ok(())
     }

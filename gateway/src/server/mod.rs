@@ -20,7 +20,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use config::{ApiKeys, McpEndpointConfig, ServerConfig};
+pub use config::{A2aPushConfig, ApiKeys, McpEndpointConfig, ServerConfig};
 use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use routes::{router, served_routes};

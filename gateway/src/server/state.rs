@@ -61,7 +61,11 @@ impl AppState {
     ) -> Self {
         let mcp = mcp_service(&config);
         let in_flight = Semaphore::new(config.max_concurrent_requests.max(1));
-        let a2a_push = Arc::new(PushNotifications::new(&config.a2a_push_allowed_hosts));
+        let a2a_push = PushNotifications::new(
+            Arc::clone(&control),
+            &config.a2a_push_allowed_hosts,
+            config.a2a_push.clone(),
+        );
         Self(Arc::new(SharedState {
             in_flight,
             control,
@@ -91,7 +95,9 @@ impl AppState {
             config.config_api.entry_policy(),
         )
         .await?;
-        Ok(Self::new(control, config, runtime_config))
+        let state = Self::new(control, config, runtime_config);
+        state.a2a_push.start_sweeping(state.stopping());
+        Ok(state)
     }
 
     /// Watches for the server's shutdown.

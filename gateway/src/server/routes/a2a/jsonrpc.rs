@@ -178,7 +178,7 @@ async fn call(
                     decode(raw)?
                 }
             };
-            unary(json!(state.a2a_push.create(state, &task, input).await?))
+            unary(json!(state.a2a_push.create(&task, input).await?))
         }
         "GetTaskPushNotificationConfig" => {
             let p: PushParams = decode(params)?;
@@ -186,13 +186,13 @@ async fn call(
             let task = get_task(state, &scope, &p.task_id, Some(0)).await?;
             let config_id =
                 p.id.ok_or_else(|| A2aError::InvalidParams("`id` is missing".into()))?;
-            unary(json!(state.a2a_push.get(&task.id, &config_id)?))
+            unary(json!(state.a2a_push.get(&task.id, &config_id).await?))
         }
         "ListTaskPushNotificationConfigs" | "ListTaskPushNotificationConfig" => {
             let p: PushParams = decode(params)?;
             let scope = scope_of(p.tenant)?;
             let task = get_task(state, &scope, &p.task_id, Some(0)).await?;
-            unary(json!({"configs": state.a2a_push.list(&task.id), "nextPageToken": ""}))
+            unary(json!({"configs": state.a2a_push.list(&task.id).await?, "nextPageToken": ""}))
         }
         "DeleteTaskPushNotificationConfig" => {
             let p: PushParams = decode(params)?;
@@ -200,7 +200,7 @@ async fn call(
             let task = get_task(state, &scope, &p.task_id, Some(0)).await?;
             let config_id =
                 p.id.ok_or_else(|| A2aError::InvalidParams("`id` is missing".into()))?;
-            state.a2a_push.delete(&task.id, &config_id)?;
+            state.a2a_push.delete(&task.id, &config_id).await?;
             unary(json!({}))
         }
         "GetExtendedAgentCard" => {

@@ -11,7 +11,6 @@ mod error;
 mod jsonrpc;
 mod ops;
 mod push;
-mod push_target;
 mod rest;
 mod service;
 mod stream;

@@ -28,7 +28,7 @@ pub(crate) async fn send(
     }
     let mut accepted = accept(state, scope, &request).await?;
     if let Some(push) = configuration.task_push_notification_config {
-        state.a2a_push.create(state, &accepted.task, push).await?;
+        state.a2a_push.create(&accepted.task, push).await?;
     }
     if stream {
         let encoder = TaskStream::new(accepted.task, framing);

@@ -138,7 +138,7 @@ pub(crate) async fn create_push(
 ) -> Result<Response, A2aError> {
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
     let input: PushConfigInput = body(&bytes)?;
-    let config = state.a2a_push.create(&state, &task, input).await?;
+    let config = state.a2a_push.create(&task, input).await?;
     Ok((StatusCode::OK, Json(config)).into_response())
 }
 
@@ -148,7 +148,7 @@ pub(crate) async fn list_push(
     Scoped { scope, params }: Scoped,
 ) -> Result<Response, A2aError> {
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
-    let configs = state.a2a_push.list(&task.id);
+    let configs = state.a2a_push.list(&task.id).await?;
     Ok(Json(serde_json::json!({"configs": configs, "nextPageToken": ""})).into_response())
 }
 
@@ -158,7 +158,10 @@ pub(crate) async fn get_push(
     Scoped { scope, params }: Scoped,
 ) -> Result<Response, A2aError> {
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
-    let config = state.a2a_push.get(&task.id, param(&params, "config")?)?;
+    let config = state
+        .a2a_push
+        .get(&task.id, param(&params, "config")?)
+        .await?;
     Ok(Json(config).into_response())
 }
 
@@ -168,7 +171,10 @@ pub(crate) async fn delete_push(
     Scoped { scope, params }: Scoped,
 ) -> Result<Response, A2aError> {
     let task = get_task(&state, &scope, param(&params, "task")?, Some(0)).await?;
-    state.a2a_push.delete(&task.id, param(&params, "config")?)?;
+    state
+        .a2a_push
+        .delete(&task.id, param(&params, "config")?)
+        .await?;
     Ok(Json(serde_json::json!({})).into_response())
 }
 

@@ -62,16 +62,16 @@ impl TaskStream {
     }
 
     /// A stream for push notifications: no opening task, only what changes from
-    /// `task`'s state on.
-    pub(crate) fn watching(task: &Task) -> Self {
-        let mut stream = Self::new(task.clone(), Framing::Plain);
-        stream.first = None;
-        stream
-    }
-
-    /// The task's state as last reported.
-    pub(crate) fn state(&self) -> TaskState {
-        self.state
+    /// `state` on.
+    pub(crate) fn watching(task_id: String, context_id: String, state: TaskState) -> Self {
+        Self {
+            framing: Framing::Plain,
+            task_id,
+            context_id,
+            first: None,
+            state,
+            text_started: false,
+        }
     }
 
     /// The items `event` becomes (without framing): what push notifications send

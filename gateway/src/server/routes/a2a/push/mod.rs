@@ -1,75 +1,104 @@
-//! Push notifications: per-task configs, and a watcher per task that POSTs every
-//! state change to each config's URL, retrying failed deliveries.
+//! Push notifications: a task's configs, kept in the thread store as webhooks on
+//! the task's run (every node sees them, they survive restarts), and their
+//! delivery: every status change of the task POSTed to each config's URL, at least
+//! once and in order, by one node at a time (`lease`), from the run's events
+//! (`delivery`), with retries and a dead letter after the last (`post`).
 //!
-//! Configs live in this gateway's memory, and the watcher follows the task's run
-//! from here wherever the run executes (a cluster's events reach every node).
+//! The node that stores a config claims it at once; every node also sweeps the
+//! store for webhooks whose lease ran out (their node died), so another one goes
+//! on where delivery stopped.
 
-use std::sync::Arc;
+mod delivery;
+mod lease;
+mod post;
+mod target;
+
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use awaken_actors::{RunId, ThreadId};
+use awaken_actors::mailbox::now_ms;
+use awaken_actors::store::{ThreadRunStore, Webhook, WebhookClaim};
+use awaken_actors::{RunId, ThreadId, WebhookId};
+use awaken_cluster::RunControl;
 use dashmap::DashMap;
-use reqwest::header::AUTHORIZATION;
+use tokio::sync::watch;
 
 use super::error::A2aError;
-use super::push_target::PushTargets;
-use super::stream::TaskStream;
-use super::wire::{PushConfigInput, StreamResponse, Task, TaskPushNotificationConfig};
-use crate::server::state::AppState;
+use crate::a2a::wire::{PushConfigInput, Task, TaskPushNotificationConfig};
+use crate::server::config::A2aPushConfig;
+use delivery::{Delivery, Progress};
+use post::Sender;
+use target::PushTargets;
 
-/// The header carrying a config's token, so the receiver can tell real notifications.
-pub(crate) const TOKEN_HEADER: &str = "X-A2A-Notification-Token";
 /// The most configs one task may have.
 const MAX_CONFIGS_PER_TASK: usize = 16;
 /// The longest URL accepted.
 const MAX_URL_LEN: usize = 2048;
-/// Delivery attempts per notification and config.
-const ATTEMPTS: u32 = 4;
-/// The wait before the first retry; each retry waits four times longer.
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-/// How long one delivery attempt may take.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Webhooks one sweep claims at a time (it claims again while it gets this many).
+const CLAIM_BATCH: usize = 64;
 
-/// Push notification configs and their watchers.
+/// Push notification configs and the deliveries this node runs.
 pub(crate) struct PushNotifications {
-    configs: DashMap<String, Vec<TaskPushNotificationConfig>>,
-    watchers: DashMap<String, tokio::task::AbortHandle>,
-    client: reqwest::Client,
+    control: Arc<dyn RunControl>,
+    settings: A2aPushConfig,
+    sender: Sender,
     /// Where URLs may point.
     targets: PushTargets,
+    /// This process's name on the leases it holds.
+    holder: String,
+    running: DashMap<(RunId, WebhookId), tokio::task::AbortHandle>,
 }
 
 impl std::fmt::Debug for PushNotifications {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PushNotifications")
-            .field("tasks", &self.configs.len())
+            .field("holder", &self.holder)
+            .field("delivering", &self.running.len())
             .finish_non_exhaustive()
     }
 }
 
 impl PushNotifications {
-    /// Push notifications to public hosts and `allowed_hosts`.
-    pub(crate) fn new(allowed_hosts: &[String]) -> Self {
+    /// Push notifications to public hosts and `allowed_hosts`, delivered as
+    /// `settings` say.
+    pub(crate) fn new(
+        control: Arc<dyn RunControl>,
+        allowed_hosts: &[String],
+        settings: A2aPushConfig,
+    ) -> Arc<Self> {
         let targets = PushTargets::new(allowed_hosts);
-        Self {
-            configs: DashMap::new(),
-            watchers: DashMap::new(),
-            // Every connection resolves through the policy, and a redirect could
-            // point anywhere, so none is followed.
-            client: reqwest::Client::builder()
-                .timeout(ATTEMPT_TIMEOUT)
-                .dns_resolver(targets.resolver())
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default(),
+        Arc::new(Self {
+            control,
+            sender: Sender::new(&targets, &settings),
+            settings,
             targets,
-        }
+            holder: uuid::Uuid::now_v7().to_string(),
+            running: DashMap::new(),
+        })
     }
 
-    /// Stores a config for `task` and makes sure a watcher delivers its changes.
+    /// Claims, every `sweep_interval_ms` until `stopping` turns true, the webhooks
+    /// nobody delivers (their node died or stopped) and delivers them from here.
+    pub(crate) fn start_sweeping(self: &Arc<Self>, mut stopping: watch::Receiver<bool>) {
+        let push: Weak<Self> = Arc::downgrade(self);
+        let every = Duration::from_millis(self.settings.sweep_interval_ms);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    _ = stopping.wait_for(|stopping| *stopping) => return,
+                }
+                let Some(push) = push.upgrade() else { return };
+                push.claim_and_deliver(None).await;
+            }
+        });
+    }
+
+    /// Stores a config for `task` and starts delivering its changes from here.
     pub(crate) async fn create(
         self: &Arc<Self>,
-        state: &AppState,
         task: &Task,
         input: PushConfigInput,
     ) -> Result<TaskPushNotificationConfig, A2aError> {
@@ -83,39 +112,53 @@ impl PushNotifications {
                 task.id
             )));
         }
+        let id = match input.id.filter(|id| !id.is_empty()) {
+            Some(id) => WebhookId::new(id)
+                .map_err(|e| A2aError::InvalidParams(format!("config id: {e}")))?,
+            None => WebhookId::generate(),
+        };
+        let (run_id, thread_id) = task_ids(task)?;
         let config = TaskPushNotificationConfig {
-            id: input
-                .id
-                .filter(|id| !id.is_empty())
-                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+            id: id.to_string(),
             task_id: task.id.clone(),
             tenant: input.tenant.filter(|tenant| !tenant.is_empty()),
             url: input.url,
             token: input.token.filter(|token| !token.is_empty()),
             authentication: input.authentication,
         };
-        {
-            let mut configs = self.configs.entry(task.id.clone()).or_default();
-            let existing = configs.iter().position(|existing| existing.id == config.id);
-            match existing {
-                Some(index) => configs[index] = config.clone(),
-                None if configs.len() >= MAX_CONFIGS_PER_TASK => {
-                    return Err(A2aError::InvalidParams(format!(
+        let webhook = Webhook {
+            run_id: run_id.clone(),
+            thread_id,
+            id,
+            config: serde_json::to_value(&config).map_err(|e| internal("encode", &e))?,
+            progress: Progress::from_state(task.status.state).to_json(),
+            // Changes of a task that already ended will not come.
+            done: task.status.state.is_terminal(),
+            dead_letters: Vec::new(),
+            created_at: now_ms(),
+        };
+        let stored = self
+            .store()
+            .webhooks()
+            .put_webhook(webhook, MAX_CONFIGS_PER_TASK)
+            .await
+            .map_err(|e| match e {
+                awaken_actors::error::StorageError::InvalidInput(_) => {
+                    A2aError::InvalidParams(format!(
                         "task `{}` has {MAX_CONFIGS_PER_TASK} push configs already",
                         task.id
-                    )));
+                    ))
                 }
-                None => configs.push(config.clone()),
-            }
-        }
-        if !task.status.state.is_terminal() {
-            self.watch(state, task);
+                other => internal("store", &other),
+            })?;
+        if !stored.done {
+            self.claim_and_deliver(Some(run_id)).await;
         }
         Ok(config)
     }
 
     /// Refuses a URL that is too long, not http(s), or points at an internal
-    /// host (see `push_target`); checked before a task is started with it.
+    /// host (see `target`); checked before a task is started with it.
     pub(crate) async fn check_url(&self, url: &str) -> Result<(), A2aError> {
         if url.len() > MAX_URL_LEN {
             return Err(A2aError::InvalidParams(format!(
@@ -136,160 +179,129 @@ impl PushNotifications {
     }
 
     /// One config of `task_id`.
-    pub(crate) fn get(
+    pub(crate) async fn get(
         &self,
         task_id: &str,
         config_id: &str,
     ) -> Result<TaskPushNotificationConfig, A2aError> {
-        self.configs
-            .get(task_id)
-            .and_then(|configs| configs.iter().find(|c| c.id == config_id).cloned())
+        self.list(task_id)
+            .await?
+            .into_iter()
+            .find(|config| config.id == config_id)
             .ok_or_else(|| unknown_config(task_id, config_id))
     }
 
-    /// Every config of `task_id`.
-    pub(crate) fn list(&self, task_id: &str) -> Vec<TaskPushNotificationConfig> {
-        self.configs
-            .get(task_id)
-            .map(|configs| configs.clone())
-            .unwrap_or_default()
+    /// Every config of `task_id`, oldest first.
+    pub(crate) async fn list(
+        &self,
+        task_id: &str,
+    ) -> Result<Vec<TaskPushNotificationConfig>, A2aError> {
+        let Ok(run_id) = RunId::new(task_id) else {
+            return Ok(Vec::new());
+        };
+        let webhooks = self
+            .store()
+            .webhooks()
+            .load_webhooks(&run_id)
+            .await
+            .map_err(|e| internal("store", &e))?;
+        Ok(webhooks
+            .iter()
+            .filter_map(|webhook| config_of(webhook).ok())
+            .collect())
     }
 
-    /// Removes one config; the task's watcher stops with its last config.
-    pub(crate) fn delete(&self, task_id: &str, config_id: &str) -> Result<(), A2aError> {
-        let removed = match self.configs.get_mut(task_id) {
-            Some(mut configs) => {
-                let before = configs.len();
-                configs.retain(|config| config.id != config_id);
-                before != configs.len()
-            }
-            None => false,
+    /// Removes one config; its delivery stops.
+    pub(crate) async fn delete(&self, task_id: &str, config_id: &str) -> Result<(), A2aError> {
+        let (Ok(run_id), Ok(id)) = (RunId::new(task_id), WebhookId::new(config_id)) else {
+            return Err(unknown_config(task_id, config_id));
         };
+        let removed = self
+            .store()
+            .webhooks()
+            .delete_webhook(&run_id, &id)
+            .await
+            .map_err(|e| internal("store", &e))?;
         if !removed {
             return Err(unknown_config(task_id, config_id));
         }
-        if self
-            .configs
-            .remove_if(task_id, |_, configs| configs.is_empty())
-            .is_some()
-            && let Some((_, watcher)) = self.watchers.remove(task_id)
-        {
-            watcher.abort();
+        // A delivery on another node stops at its next renewal or notification.
+        if let Some((_, delivery)) = self.running.remove(&(run_id, id)) {
+            delivery.abort();
         }
         Ok(())
     }
 
-    /// Starts the task's watcher unless one runs.
-    fn watch(self: &Arc<Self>, state: &AppState, task: &Task) {
-        let (Ok(run_id), Ok(thread_id)) = (
-            RunId::new(task.id.as_str()),
-            ThreadId::new(task.context_id.as_str()),
-        ) else {
-            return;
-        };
-        let entry = self.watchers.entry(task.id.clone());
+    /// Claims the free webhooks (of `run_id` only, when given) and delivers them
+    /// from here.
+    async fn claim_and_deliver(self: &Arc<Self>, run_id: Option<RunId>) {
+        loop {
+            let now = now_ms();
+            let claim = WebhookClaim {
+                holder: self.holder.clone(),
+                now_ms: now,
+                until_ms: now.saturating_add(self.settings.lease_ms),
+                limit: CLAIM_BATCH,
+                run_id: run_id.clone(),
+            };
+            let claimed = match self.store().webhooks().claim_webhooks(&claim).await {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    tracing::warn!(%error, "push notifications: claiming webhooks failed");
+                    return;
+                }
+            };
+            let more = claimed.len() == CLAIM_BATCH;
+            for webhook in claimed {
+                self.deliver(webhook);
+            }
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// Starts delivering a webhook this node just claimed.
+    fn deliver(self: &Arc<Self>, webhook: Webhook) {
+        let key = (webhook.run_id.clone(), webhook.id.clone());
+        let entry = self.running.entry(key);
         if let dashmap::Entry::Occupied(existing) = &entry
             && !existing.get().is_finished()
         {
             return;
         }
-        let push = Arc::clone(self);
-        let stream = TaskStream::watching(task);
-        let handle = tokio::spawn(push.run_watcher(state.clone(), thread_id, run_id, stream));
+        let delivery = Delivery::new(Arc::clone(self), webhook);
+        let handle = tokio::spawn(delivery.run());
         entry.insert(handle.abort_handle());
     }
 
-    /// Follows the run activation by activation until it ends, delivering every
-    /// status change.
-    async fn run_watcher(
-        self: Arc<Self>,
-        state: AppState,
-        thread_id: ThreadId,
-        run_id: RunId,
-        mut stream: TaskStream,
-    ) {
-        let mut after = None;
-        loop {
-            let follow = match state.control.follow(&thread_id, &run_id, after).await {
-                Ok(follow) if after.is_none() => follow.skip_backlog(),
-                Ok(follow) => follow,
-                Err(error) => {
-                    tracing::warn!(%run_id, %error, "push notifications: cannot follow the task");
-                    return;
-                }
-            };
-            let mut follow = follow;
-            while let Some(event) = follow.next().await {
-                let snapshot = match &event.event {
-                    awaken_actors::contract::AgentEvent::RunFinish { .. } => state
-                        .control
-                        .store()
-                        .load_thread_snapshot(&thread_id)
-                        .await
-                        .ok()
-                        .flatten(),
-                    _ => None,
-                };
-                for item in stream.items(&event, snapshot.as_ref()) {
-                    if matches!(item, StreamResponse::StatusUpdate(_)) {
-                        self.deliver(run_id.as_str(), &item).await;
-                    }
-                }
-            }
-            after = follow.last_seq().or(after);
-            if stream.state().is_terminal() {
-                self.watchers.remove(run_id.as_str());
-                return;
-            }
-            if after.is_none() {
-                // Nothing was ever seen: the follow closed without events (the
-                // node is shutting down).
-                return;
-            }
-        }
-    }
-
-    /// Sends `item` to every config of the task, all at once, each with retries.
-    async fn deliver(&self, task_id: &str, item: &StreamResponse) {
-        let configs = self.list(task_id);
-        let deliveries = configs
-            .iter()
-            .map(|config| deliver_one(&self.client, config, item));
-        futures::future::join_all(deliveries).await;
+    fn store(&self) -> Arc<dyn ThreadRunStore> {
+        self.control.store()
     }
 }
 
-async fn deliver_one(
-    client: &reqwest::Client,
-    config: &TaskPushNotificationConfig,
-    item: &StreamResponse,
-) {
-    let mut backoff = FIRST_BACKOFF;
-    for attempt in 1..=ATTEMPTS {
-        let mut request = client.post(&config.url).json(item);
-        if let Some(token) = &config.token {
-            request = request.header(TOKEN_HEADER, token);
-        }
-        if let Some(auth) = &config.authentication
-            && let Some(credentials) = &auth.credentials
-        {
-            request = request.header(AUTHORIZATION, format!("{} {credentials}", auth.scheme));
-        }
-        match request.send().await {
-            Ok(response) if response.status().is_success() => return,
-            Ok(response) => {
-                tracing::debug!(url = %config.url, status = %response.status(), attempt, "push notification refused");
-            }
-            Err(error) => {
-                tracing::debug!(url = %config.url, %error, attempt, "push notification not delivered");
-            }
-        }
-        if attempt < ATTEMPTS {
-            tokio::time::sleep(backoff).await;
-            backoff *= 4;
-        }
+/// The config a webhook holds.
+fn config_of(webhook: &Webhook) -> Result<TaskPushNotificationConfig, serde_json::Error> {
+    serde_json::from_value(webhook.config.clone())
+}
+
+/// The run and thread a task is.
+fn task_ids(task: &Task) -> Result<(RunId, ThreadId), A2aError> {
+    match (
+        RunId::new(task.id.as_str()),
+        ThreadId::new(task.context_id.as_str()),
+    ) {
+        (Ok(run_id), Ok(thread_id)) => Ok((run_id, thread_id)),
+        _ => Err(A2aError::TaskNotFound(task.id.clone())),
     }
-    tracing::warn!(url = %config.url, task_id = %config.task_id, "push notification dropped after {ATTEMPTS} attempts");
+}
+
+/// A failure of this node, logged in full and told to the client in short.
+fn internal(what: &str, error: &dyn std::fmt::Display) -> A2aError {
+    tracing::warn!(%error, "push notifications: {what} failed");
+    A2aError::Internal(format!(
+        "push notification configs are unavailable ({what})"
+    ))
 }
 
 fn unknown_config(task_id: &str, config_id: &str) -> A2aError {
