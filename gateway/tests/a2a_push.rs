@@ -281,7 +281,10 @@ async fn configs_live_in_the_thread_store_and_a_second_server_on_it_lists_them()
     let first = TestServer::local(quick_retries(3)).await;
     let task = send_with_push(&first, &url, "tok-4").await;
     receiver
-        .wait_until(Duration::from_secs(30), all_completed(std::slice::from_ref(&task)))
+        .wait_until(
+            Duration::from_secs(30),
+            all_completed(std::slice::from_ref(&task)),
+        )
         .await;
 
     // Another gateway over the same node (and so the same store) sees the config.

@@ -25,6 +25,7 @@ mod child;
 mod config;
 mod remote;
 mod remote_tool;
+mod started;
 mod tool;
 
 pub use activity::DELEGATE_ACTIVITY_TYPE;

@@ -101,14 +101,21 @@ pub enum RemoteAct {
         /// The decision.
         answer: RemoteAnswer,
     },
+    /// Follow a task this call started on a node that stopped before the task
+    /// ended (a failover): nothing is sent, so the remote work runs once.
+    Follow {
+        /// The task already started.
+        task: RemoteTask,
+    },
 }
 
 /// Hears a remote task while a call waits for it.
 #[async_trait]
 pub trait RemoteProgress: Send + Sync {
     /// The backend knows the task's ids: from now on a timeout or an abandoned
-    /// call cancels that task.
-    fn task_known(&self, task: &RemoteTask);
+    /// call cancels that task, and a node taking the call over follows it
+    /// (awaited: the task is on record before the backend reads on).
+    async fn task_known(&self, task: &RemoteTask);
 
     /// One progress item in the backend's own form (A2A: a `StreamResponse`).
     async fn event(&self, event: JsonValue);

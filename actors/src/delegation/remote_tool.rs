@@ -11,6 +11,7 @@ use super::remote::{
     RemoteAct, RemoteAgentCard, RemoteAnswer, RemoteBackend, RemoteCall, RemoteOutcome,
     RemoteProgress, RemoteRequest, RemoteTask,
 };
+use super::started::StartedTasks;
 use super::tool::{delegate_descriptor, prompt_of};
 use crate::JsonValue;
 use crate::contract::{
@@ -203,19 +204,29 @@ impl Tool for RemoteAgentTool {
             .agent_spec
             .config::<DelegationConfigKey>()
             .map_err(|e| ToolError::Internal(e.to_string()))?;
-        let act = Self::act(&args, ctx)?;
+        let started = StartedTasks::of(ctx);
+        // A task an earlier execution started and did not settle (its node
+        // stopped) is followed, not started again.
+        let act = match &started {
+            Some(started) => match started.started().await {
+                Some(task) => RemoteAct::Follow { task },
+                None => Self::act(&args, ctx)?,
+            },
+            None => Self::act(&args, ctx)?,
+        };
         let watch = TaskWatch {
             backend: Arc::clone(&self.backend),
             endpoint: self.endpoint.clone(),
             task: Mutex::new(None),
+            started,
             activity: DelegateActivity::new(
                 &ctx.call_id,
                 ctx.activity_sink.clone().filter(|_| config.stream_events),
             ),
         };
         let task = match &act {
-            RemoteAct::Answer { task, .. } => {
-                watch.task_known(task);
+            RemoteAct::Answer { task, .. } | RemoteAct::Follow { task } => {
+                watch.task_known(task).await;
                 Some(task)
             }
             RemoteAct::Start { .. } => None,
@@ -243,7 +254,7 @@ impl Tool for RemoteAgentTool {
         let limit = std::time::Duration::from_millis(self.endpoint.timeout_ms.max(1));
         let outcome = match tokio::time::timeout(limit, self.backend.execute(call)).await {
             Ok(Ok(outcome)) => {
-                watch.settled();
+                watch.settled().await;
                 outcome
             }
             Ok(Err(error)) => {
@@ -302,6 +313,8 @@ struct TaskWatch {
     endpoint: RemoteEndpoint,
     /// The task while it may need cancelling.
     task: Mutex<Option<RemoteTask>>,
+    /// Where the task is on record for a node taking the call over.
+    started: Option<StartedTasks>,
     activity: DelegateActivity,
 }
 
@@ -313,9 +326,14 @@ impl TaskWatch {
             .take()
     }
 
-    /// The task ended or waits: nothing to cancel.
-    fn settled(&self) {
-        self.take();
+    /// The task ended or waits (a waiting task is named by the call's ticket):
+    /// nothing to cancel or follow.
+    async fn settled(&self) {
+        if self.take().is_some()
+            && let Some(started) = &self.started
+        {
+            started.forget().await;
+        }
     }
 
     /// Cancels the task now (a timeout) and hands it back.
@@ -324,17 +342,23 @@ impl TaskWatch {
         if let Err(error) = self.backend.cancel(&self.endpoint, &task).await {
             tracing::warn!(task = %task.task_id, %error, "cannot cancel a remote task that timed out");
         }
+        if let Some(started) = &self.started {
+            started.forget().await;
+        }
         Some(task)
     }
 }
 
 #[async_trait]
 impl RemoteProgress for TaskWatch {
-    fn task_known(&self, task: &RemoteTask) {
+    async fn task_known(&self, task: &RemoteTask) {
         *self
             .task
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(task.clone());
+        if let Some(started) = &self.started {
+            started.record(task).await;
+        }
     }
 
     async fn event(&self, event: JsonValue) {
@@ -351,9 +375,13 @@ impl Drop for TaskWatch {
             return;
         };
         let (backend, endpoint) = (Arc::clone(&self.backend), self.endpoint.clone());
+        let started = self.started.take();
         runtime.spawn(async move {
             if let Err(error) = backend.cancel(&endpoint, &task).await {
                 tracing::warn!(task = %task.task_id, %error, "cannot cancel an abandoned remote task");
+            }
+            if let Some(started) = started {
+                started.forget().await;
             }
         });
     }

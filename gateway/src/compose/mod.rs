@@ -23,7 +23,7 @@ use awaken_actors::runtime::AgentRuntimeBuilder;
 use awaken_actors::thread::ThreadConfig;
 
 pub use cluster::join_cluster;
-pub use store::open_store;
+pub use store::{NodeStore, open_store};
 
 use crate::base::runtime_base;
 use crate::demo::{self, FakeFiles, Journal};
@@ -81,7 +81,8 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
     let builder = file_entries
         .register(builder, mcp_tools)
         .map_err(|e| GatewayError::Config(e.to_string()))?
-        .with_thread_run_store(store)
+        .with_thread_run_store(store.threads)
+        .with_profile_store(store.profiles)
         .discover_remote_agents()
         .await
         .map_err(|e| GatewayError::Config(e.to_string()))?;

@@ -4,6 +4,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use awaken_actors::state::ProfileStore;
 use awaken_actors::store::{FileStore, InMemoryStore, PoolSettings, PostgresStore, ThreadRunStore};
 use sqlx::postgres::{PgConnectOptions, PgSslMode as SslMode};
 
@@ -48,15 +49,32 @@ fn connect_options(config: &PostgresConfig) -> Result<PgConnectOptions> {
     Ok(options)
 }
 
-/// Opens the configured thread store (a PostgreSQL schema is created or
-/// migrated); `lease_ttl` is the shard lease of a cluster member.
-pub async fn open_store(
-    config: &StoreConfig,
-    lease_ttl: Option<Duration>,
-) -> Result<Arc<dyn ThreadRunStore>> {
+/// A node's store, seen as what it keeps: threads and runs, and profile state
+/// (the same database).
+#[derive(Clone)]
+pub struct NodeStore {
+    /// Threads, runs, their state and webhooks.
+    pub threads: Arc<dyn ThreadRunStore>,
+    /// Profile and shared state (and what tools keep across a failover).
+    pub profiles: Arc<dyn ProfileStore>,
+}
+
+impl NodeStore {
+    fn of<S: ThreadRunStore + ProfileStore>(store: S) -> Self {
+        let store = Arc::new(store);
+        Self {
+            threads: Arc::clone(&store) as Arc<dyn ThreadRunStore>,
+            profiles: store,
+        }
+    }
+}
+
+/// Opens the configured store (a PostgreSQL schema is created or migrated);
+/// `lease_ttl` is the shard lease of a cluster member.
+pub async fn open_store(config: &StoreConfig, lease_ttl: Option<Duration>) -> Result<NodeStore> {
     Ok(match config {
-        StoreConfig::Memory => Arc::new(InMemoryStore::new()),
-        StoreConfig::File { path } => Arc::new(
+        StoreConfig::Memory => NodeStore::of(InMemoryStore::new()),
+        StoreConfig::File { path } => NodeStore::of(
             FileStore::open(path.clone())
                 .await
                 .map_err(|e| invalid("store.path", e))?,
@@ -72,7 +90,7 @@ pub async fn open_store(
                 .ensure_schema()
                 .await
                 .map_err(|e| invalid("postgres", e))?;
-            Arc::new(store)
+            NodeStore::of(store)
         }
     })
 }

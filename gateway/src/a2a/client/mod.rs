@@ -62,8 +62,9 @@ impl A2aBackend {
         }
     }
 
-    /// Reads the task every poll interval until it ends or asks for input.
-    /// Unreachable reads are retried (the caller's timeout bounds the wait).
+    /// Reads the task now and then every poll interval until it ends or asks
+    /// for input. Unreachable reads are retried (the caller's timeout bounds the
+    /// wait).
     async fn poll(
         &self,
         settings: &Settings,
@@ -74,8 +75,12 @@ impl A2aBackend {
             RemoteError::Protocol("the remote agent answered without a task".to_owned())
         })?;
         let url = task_url(settings, &task.task_id, "")?;
+        let mut first = true;
         loop {
-            tokio::time::sleep(settings.poll_interval).await;
+            if !first {
+                tokio::time::sleep(settings.poll_interval).await;
+            }
+            first = false;
             match self.http.get_json::<Task>(settings, &url).await {
                 Ok(task) => {
                     let changed = view.state() != Some(task.status.state);
@@ -107,23 +112,21 @@ impl A2aBackend {
                 .await
                 .is_some_and(|card| card.streaming),
         };
-        let (message, answered) = message_of(&call.act, &call.idempotency_key);
+        let Some((message, answered)) = message_of(&call.act, &call.idempotency_key) else {
+            // A task started before a failover: read on where it is, sending
+            // nothing (a new message would start the work again).
+            let RemoteAct::Follow { task } = &call.act else {
+                return Err(RemoteError::Protocol("nothing to send".to_owned()));
+            };
+            let mut view = TaskView::answering(Vec::new());
+            view.apply(StreamResponse::Task(working(task)));
+            return self.poll(settings, &mut view, call.progress).await;
+        };
         let mut view = TaskView::answering(answered);
         if let RemoteAct::Answer { task, .. } = &call.act {
             // A stream of the answered task opens with the task itself; a polled
             // one needs its id from the start.
-            view.apply(StreamResponse::Task(Task {
-                id: task.task_id.clone(),
-                context_id: task.context_id.clone(),
-                status: crate::a2a::wire::TaskStatus {
-                    state: crate::a2a::wire::TaskState::Working,
-                    message: None,
-                    timestamp: None,
-                },
-                artifacts: Vec::new(),
-                history: Vec::new(),
-                metadata: None,
-            }));
+            view.apply(StreamResponse::Task(working(task)));
         }
         let request = SendMessageRequest {
             tenant: settings.tenant.clone(),
@@ -224,7 +227,7 @@ async fn take_in(
     }
     view.apply(item);
     if !known && let Some(task) = view.task() {
-        progress.task_known(&task);
+        progress.task_known(&task).await;
     }
     view.outcome()
 }
@@ -241,8 +244,25 @@ fn task_url(settings: &Settings, task_id: &str, suffix: &str) -> Result<String, 
     Ok(url.to_string())
 }
 
-/// The message `act` sends, and the remote calls it answers.
-fn message_of(act: &RemoteAct, message_id: &str) -> (Message, Vec<String>) {
+/// `task` as known before its first read: working.
+fn working(task: &RemoteTask) -> Task {
+    Task {
+        id: task.task_id.clone(),
+        context_id: task.context_id.clone(),
+        status: crate::a2a::wire::TaskStatus {
+            state: crate::a2a::wire::TaskState::Working,
+            message: None,
+            timestamp: None,
+        },
+        artifacts: Vec::new(),
+        history: Vec::new(),
+        metadata: None,
+    }
+}
+
+/// The message `act` sends, and the remote calls it answers; `None` when it
+/// sends nothing.
+fn message_of(act: &RemoteAct, message_id: &str) -> Option<(Message, Vec<String>)> {
     let (task, parts, answered) = match act {
         RemoteAct::Start { prompt } => (None, vec![Part::text(prompt.clone())], Vec::new()),
         RemoteAct::Answer { task, answer } => (
@@ -250,6 +270,7 @@ fn message_of(act: &RemoteAct, message_id: &str) -> (Message, Vec<String>) {
             vec![answer_part(answer)],
             answer.call_ids.clone(),
         ),
+        RemoteAct::Follow { .. } => return None,
     };
     let message = Message {
         message_id: message_id.to_owned(),
@@ -261,7 +282,7 @@ fn message_of(act: &RemoteAct, message_id: &str) -> (Message, Vec<String>) {
         extensions: Vec::new(),
         reference_task_ids: Vec::new(),
     };
-    (message, answered)
+    Some((message, answered))
 }
 
 /// A decision as the waiting task reads it: `{"decisions": [...]}` for the calls it
