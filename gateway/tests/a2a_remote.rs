@@ -411,3 +411,68 @@ async fn awaken_serve_starts_without_its_remote_agent_and_only_the_delegate_call
     let health = client.get(format!("{base}/health")).send().await.unwrap();
     assert!(health.status().is_success());
 }
+
+/// A remote agent that misbehaves as `mode` says when sent a message: a card it
+/// serves well, then malformed JSON, a task in a state A2A does not have, an
+/// artifact far above the client's limit, or no answer at all.
+async fn misbehaving_remote(mode: &'static str) -> String {
+    async fn card() -> axum::Json<Value> {
+        axum::Json(json!({
+            "name": "odd",
+            "description": "an agent that answers oddly",
+            "supportedInterfaces": [{"url": "x", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}],
+            "capabilities": {"streaming": false},
+        }))
+    }
+    let send = move || async move {
+        let task = |state: &str, artifacts: Value| {
+            json!({"task": {"id": "t-1", "contextId": "c-1", "status": {"state": state},
+                            "artifacts": artifacts}})
+            .to_string()
+        };
+        let body = match mode {
+            "malformed" => "{\"task\": {\"id\": ".to_owned(),
+            "unknown-state" => task("TASK_STATE_DREAMING", json!([])),
+            "oversized" => task(
+                "TASK_STATE_COMPLETED",
+                json!([{"artifactId": "a", "parts": [{"text": "x".repeat(9 * 1024 * 1024)}]}]),
+            ),
+            _ => std::future::pending().await,
+        };
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+    };
+    let app = axum::Router::new()
+        .route("/a2a/.well-known/agent-card.json", axum::routing::get(card))
+        .route("/a2a/message:send", axum::routing::post(send));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/a2a", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_remote_agent_fails_only_the_delegate_call_with_a_clear_error() {
+    for (mode, said) in [
+        ("malformed", "unexpected answer"),
+        ("unknown-state", "unknown variant `TASK_STATE_DREAMING`"),
+        ("oversized", "answered more than 8 MiB"),
+        ("silent", "timeout"),
+    ] {
+        let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, misbehaving_remote(mode).await);
+        endpoint.timeout_ms = 1_500;
+        endpoint.options = serde_json::from_value(json!({"stream": false})).unwrap();
+        let remote = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
+        let a = serve_a(service_a(remote)).await;
+        let events = boss_run(&a).await;
+        // The parent run goes on: its model hears of the failure and answers.
+        assert_eq!(finish_type(&events), "natural_end", "{mode}");
+        let answer = answer(&events);
+        assert!(answer.contains(said), "{mode}: {answer}");
+        // And the node serves the next run as before.
+        let again = boss_run(&a).await;
+        assert_eq!(finish_type(&again), "natural_end", "{mode}");
+    }
+}

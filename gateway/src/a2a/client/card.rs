@@ -60,9 +60,8 @@ pub(super) async fn discover(
             misses.push(format!("{url} ({status})"));
             continue;
         }
-        let card: Card = response
-            .json()
-            .await
+        let body = super::http::read_body(response, &url).await?;
+        let card: Card = serde_json::from_slice(&body)
             .map_err(|e| RemoteError::Protocol(format!("{url} is not an agent card: {e}")))?;
         match checked(card, &url, tenant) {
             Ok(card) => return Ok(card),

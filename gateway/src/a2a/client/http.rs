@@ -15,6 +15,9 @@ use crate::a2a::wire::PROTOCOL_VERSION;
 
 /// Longest wait for a connection to a remote agent.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer (a task, a card) or stream event read from a remote agent:
+/// a bigger one is refused rather than held in memory.
+pub(super) const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
 /// One connection pool for every remote agent.
 #[derive(Debug, Clone)]
@@ -89,10 +92,60 @@ impl Http {
 }
 
 async fn read_json<T: DeserializeOwned>(response: Response, url: &str) -> Result<T, RemoteError> {
-    response
-        .json()
+    let body = read_body(response, url).await?;
+    serde_json::from_slice(&body).map_err(|e| RemoteError::Protocol(format!("{url}: {e}")))
+}
+
+/// The whole body, refused once it passes [`MAX_ANSWER_BYTES`].
+pub(super) async fn read_body(mut response: Response, url: &str) -> Result<Vec<u8>, RemoteError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
         .await
-        .map_err(|e| RemoteError::Protocol(format!("{url}: {e}")))
+        .map_err(|e| RemoteError::Unreachable(format!("{url}: {e}")))?
+    {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(too_large(url));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The refusal of an answer above [`MAX_ANSWER_BYTES`].
+pub(super) fn too_large(url: &str) -> RemoteError {
+    RemoteError::Protocol(format!(
+        "{url} answered more than {} MiB: refused",
+        MAX_ANSWER_BYTES / (1024 * 1024)
+    ))
+}
+
+/// The response's event stream, cut off with an error when one event grows
+/// past [`MAX_ANSWER_BYTES`] (events end at a blank line).
+pub(super) fn bounded_events(
+    response: Response,
+    url: String,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, RemoteError>> {
+    use futures::StreamExt;
+    let mut since_boundary = 0usize;
+    let mut last = 0u8;
+    response.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| RemoteError::Unreachable(format!("{url}: {e}")))?;
+        for &byte in chunk.iter() {
+            if byte == b'\n' && last == b'\n' {
+                since_boundary = 0;
+            } else if byte != b'\r' {
+                since_boundary += 1;
+            }
+            if byte != b'\r' {
+                last = byte;
+            }
+        }
+        if since_boundary > MAX_ANSWER_BYTES {
+            return Err(too_large(&url));
+        }
+        Ok(chunk)
+    })
 }
 
 /// The response when it is a success; its error body as a refusal otherwise.
@@ -101,7 +154,11 @@ async fn accepted(response: Response, url: &str) -> Result<Response, RemoteError
     if status.is_success() {
         return Ok(response);
     }
-    let body: JsonValue = response.json().await.unwrap_or_default();
+    let body: JsonValue = read_body(response, url)
+        .await
+        .ok()
+        .and_then(|body| serde_json::from_slice(&body).ok())
+        .unwrap_or_default();
     let error = &body["error"];
     let said = match (error["status"].as_str(), error["message"].as_str()) {
         (Some(code), Some(message)) => format!("{code}: {message}"),

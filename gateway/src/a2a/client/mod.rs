@@ -142,10 +142,13 @@ impl A2aBackend {
         if stream {
             let url = format!("{operations}/message:stream");
             let response = self.http.post_stream(settings, &url, &request).await?;
-            let mut events = response.bytes_stream().eventsource();
+            let mut events = http::bounded_events(response, url.clone()).eventsource();
             while let Some(event) = events.next().await {
                 let event = match event {
                     Ok(event) => event,
+                    Err(eventsource_stream::EventStreamError::Transport(
+                        error @ RemoteError::Protocol(_),
+                    )) => return Err(error),
                     Err(error) => {
                         tracing::debug!(%url, %error, "remote task stream broke off; polling on");
                         break;
