@@ -9,6 +9,7 @@ mod http_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use awaken_actors::contract::{
     AgentEvent, AgentSpec, ModelSpec, RemoteAuth, RemoteEndpoint, StreamEvent,
@@ -475,4 +476,137 @@ async fn a_misbehaving_remote_agent_fails_only_the_delegate_call_with_a_clear_er
         let again = boss_run(&a).await;
         assert_eq!(finish_type(&again), "natural_end", "{mode}");
     }
+}
+
+/// An OAuth2 token endpoint for client `a` with secret `s3cret`: hands out
+/// `tokens` in turn (the last one from then on); counts what it issued.
+async fn token_endpoint(tokens: Vec<&'static str>) -> (String, Arc<AtomicUsize>) {
+    let issued = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&issued);
+    let issue = move |headers: axum::http::HeaderMap, body: String| {
+        let count = Arc::clone(&count);
+        let tokens = tokens.clone();
+        async move {
+            // HTTP Basic of `a:s3cret`, and the client credentials grant.
+            let basic = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok());
+            if basic != Some("Basic YTpzM2NyZXQ=")
+                || !body.contains("grant_type=client_credentials")
+                || !body.contains("scope=agents")
+            {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    axum::Json(json!({"error": "invalid_client"})),
+                );
+            }
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let token = tokens[n.min(tokens.len() - 1)];
+            (
+                StatusCode::OK,
+                axum::Json(
+                    json!({"access_token": token, "token_type": "Bearer", "expires_in": 3600}),
+                ),
+            )
+        }
+    };
+    let app = axum::Router::new().route("/token", axum::routing::post(issue));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/token", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, issued)
+}
+
+/// B, whose only API key is `key`.
+async fn b_with_key(key: &str) -> TestServer {
+    let keys = BTreeMap::from([(key.to_owned(), "tenant-a".to_owned())]);
+    TestServer::local(ServerConfig {
+        api_keys: keys.into(),
+        ..ServerConfig::default()
+    })
+    .await
+}
+
+fn with_auth(b: &TestServer, auth: Value) -> AgentSpec {
+    let mut remote = remote_spec(b, "bench-text", json!({}));
+    if let Some(endpoint) = &mut remote.endpoint {
+        endpoint.auth = Some(serde_json::from_value(auth).unwrap());
+    }
+    remote
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth2_client_credentials_tokens_are_fetched_reused_and_renewed_when_refused() {
+    let b = b_with_key("tok-good").await;
+    // The first token B does not take: the call gets a new one and goes on.
+    let (token_url, issued) = token_endpoint(vec!["tok-stale", "tok-good"]).await;
+    let remote = with_auth(
+        &b,
+        json!({"type": "oauth2_client_credentials", "token_url": token_url,
+               "client_id": "a", "client_secret": "s3cret", "scopes": ["agents"]}),
+    );
+    let a = serve_a(service_a(remote)).await;
+    for _ in 0..3 {
+        let events = boss_run(&a).await;
+        assert_eq!(finish_type(&events), "natural_end");
+        let said = answer(&events);
+        assert!(said.contains(r#""status":"completed""#), "{said}");
+        assert!(!said.contains("s3cret") && !said.contains("tok-"), "{said}");
+    }
+    assert_eq!(issued.load(Ordering::SeqCst), 2, "one refused, then reused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_file_is_read_at_each_call_so_a_renewed_secret_applies_at_once() {
+    let b = b_with_key("key-2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "key-1\n").unwrap();
+    let remote = with_auth(&b, json!({"type": "bearer", "token_file": file}));
+    let a = serve_a(service_a(remote)).await;
+
+    let refused = answer(&boss_run(&a).await);
+    assert!(refused.contains("401"), "{refused}");
+    assert!(!refused.contains("key-1"), "{refused}");
+
+    std::fs::write(&file, "key-2\n").unwrap();
+    let accepted = answer(&boss_run(&a).await);
+    assert!(
+        accepted.contains(r#""status":"completed""#),
+        "{accepted}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_key_goes_in_the_header_the_endpoint_names() {
+    // An agent that wants `X-Partner-Key: pk-1` on every request.
+    let send = |headers: axum::http::HeaderMap| async move {
+        if headers.get("x-partner-key").and_then(|v| v.to_str().ok()) != Some("pk-1") {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": {"message": "no key"}})),
+            );
+        }
+        let task = json!({"task": {"id": "t-1", "contextId": "c-1",
+            "status": {"state": "TASK_STATE_COMPLETED",
+                       "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "keyed answer"}]}}}});
+        (StatusCode::OK, axum::Json(task))
+    };
+    let app = axum::Router::new().route("/a2a/message:send", axum::routing::post(send));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/a2a", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, base);
+    endpoint.options = serde_json::from_value(json!({"stream": false})).unwrap();
+    endpoint.auth = Some(
+        serde_json::from_value(
+            json!({"type": "api_key", "header": "X-Partner-Key", "key": "pk-1"}),
+        )
+        .unwrap(),
+    );
+    let remote = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
+    let a = serve_a(service_a(remote)).await;
+    let said = answer(&boss_run(&a).await);
+    assert!(said.contains("keyed answer"), "{said}");
 }

@@ -45,12 +45,22 @@ impl EntryPolicy {
                 .map_err(|error| refused(Namespace::McpServers, &spec.id, error))?;
         }
         for (id, agent) in document.entries(Namespace::Agents) {
-            if let Some(variable) = agent
-                .pointer("/endpoint/auth/token_env")
-                .and_then(JsonValue::as_str)
-            {
-                self.check_token_env(variable)
-                    .map_err(|error| refused(Namespace::Agents, id, error))?;
+            // A remote agent's secrets: `token`, `key` or `client_secret` by
+            // variable or file (see `a2a::client::auth`).
+            for secret in ["token", "key", "client_secret"] {
+                let auth = |suffix: &str| {
+                    agent
+                        .pointer(&format!("/endpoint/auth/{secret}_{suffix}"))
+                        .and_then(JsonValue::as_str)
+                };
+                if let Some(variable) = auth("env") {
+                    self.check_token_env(variable)
+                        .map_err(|error| refused(Namespace::Agents, id, error))?;
+                }
+                if let Some(file) = auth("file") {
+                    self.check_token_file(file)
+                        .map_err(|error| refused(Namespace::Agents, id, error))?;
+                }
             }
         }
         for (id, provider) in document.entries(Namespace::Providers) {
@@ -75,7 +85,7 @@ impl EntryPolicy {
             return Ok(());
         }
         Err(format!(
-            "api_key_file `{file}` is not in `server.config_api.token_files`"
+            "the file `{file}` is not in `server.config_api.token_files`"
         ))
     }
 
@@ -204,6 +214,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("DATABASE_URL"), "{error}");
+    }
+
+    #[test]
+    fn a_remote_agent_of_the_api_names_only_allowed_secret_variables_and_files() {
+        let policy = EntryPolicy {
+            token_envs: vec!["B_KEY".into()],
+            token_files: vec!["/var/run/secrets/b".into()],
+            ..EntryPolicy::default()
+        };
+        let agent = |auth: JsonValue| {
+            document(
+                Namespace::Agents,
+                json!({"id": "far", "endpoint": {"backend": "a2a", "base_url": "http://x",
+                       "auth": auth}}),
+            )
+        };
+        for allowed in [
+            json!({"type": "api_key", "key_env": "B_KEY"}),
+            json!({"type": "bearer", "token_file": "/var/run/secrets/b"}),
+            json!({"type": "oauth2_client_credentials", "token_url": "https://idp/token",
+                   "client_id": "a", "client_secret_file": "/var/run/secrets/b"}),
+        ] {
+            assert!(policy.check(&agent(allowed.clone())).is_ok(), "{allowed}");
+        }
+        for refused in [
+            json!({"type": "api_key", "key_env": "AWAKEN_STORE__URL"}),
+            json!({"type": "bearer", "token_file": "/etc/awaken/secrets/store-url"}),
+            json!({"type": "oauth2_client_credentials", "token_url": "https://idp/token",
+                   "client_id": "a", "client_secret_env": "AWAKEN_CLUSTER__NATS_PASSWORD"}),
+        ] {
+            assert!(policy.check(&agent(refused.clone())).is_err(), "{refused}");
+        }
     }
 
     #[test]

@@ -9,10 +9,11 @@
 
 use std::time::Duration;
 
-use awaken_actors::JsonValue;
 use awaken_actors::contract::RemoteEndpoint;
 use awaken_actors::delegation::RemoteError;
 use reqwest::Url;
+
+use super::auth::Credentials;
 
 /// Default time between two reads of a polled task.
 const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
@@ -28,8 +29,8 @@ pub(super) struct Settings {
     pub base: String,
     /// The agent's tenant on the server (`target`), if any.
     pub tenant: Option<String>,
-    /// The `Authorization` header value.
-    pub authorization: Option<String>,
+    /// How requests are authorized (`endpoint.auth`).
+    pub credentials: Option<Credentials>,
     /// Time between two reads of a polled task.
     pub poll_interval: Duration,
     /// `stream` as configured: `None` leaves it to the agent card.
@@ -66,7 +67,7 @@ impl Settings {
         let mut settings = Self {
             base: endpoint.base_url.trim_end_matches('/').to_owned(),
             tenant,
-            authorization: authorization(endpoint)?,
+            credentials: endpoint.auth.as_ref().map(Credentials::of).transpose()?,
             poll_interval: Duration::from_millis(DEFAULT_POLL_INTERVAL_MS),
             stream: None,
             card_url: None,
@@ -138,48 +139,9 @@ impl Settings {
     }
 }
 
-/// The `Authorization` header `endpoint.auth` asks for: `bearer` with `token`, or
-/// with `token_env` naming the environment variable that holds it.
-fn authorization(endpoint: &RemoteEndpoint) -> Result<Option<String>, RemoteError> {
-    let Some(auth) = &endpoint.auth else {
-        return Ok(None);
-    };
-    if auth.r#type != "bearer" {
-        return Err(config(format!(
-            "auth type `{}` is not supported; use `bearer`",
-            auth.r#type
-        )));
-    }
-    if let Some(unknown) = auth
-        .params
-        .keys()
-        .find(|key| !matches!(key.as_str(), "token" | "token_env"))
-    {
-        return Err(config(format!(
-            "bearer auth knows `token` and `token_env`, not `{unknown}`"
-        )));
-    }
-    let token = match (auth.params.get("token"), auth.params.get("token_env")) {
-        (Some(JsonValue::String(token)), None) => token.clone(),
-        (None, Some(JsonValue::String(variable))) => std::env::var(variable).map_err(|_| {
-            config(format!(
-                "auth.token_env names `{variable}`, which is not set"
-            ))
-        })?,
-        _ => {
-            return Err(config(
-                "bearer auth needs exactly one of `token` and `token_env`, as a string",
-            ));
-        }
-    };
-    if token.is_empty() {
-        return Err(config("the bearer token is empty"));
-    }
-    Ok(Some(format!("Bearer {token}")))
-}
-
 #[cfg(test)]
 mod tests {
+    use awaken_actors::JsonValue;
     use awaken_actors::contract::RemoteAuth;
     use serde_json::json;
 
@@ -203,7 +165,10 @@ mod tests {
             settings.operations(),
             "http://b.example:8080/v1/a2a/analyst"
         );
-        assert_eq!(settings.authorization.as_deref(), Some("Bearer s3cret"));
+        assert!(
+            matches!(&settings.credentials, Some(Credentials::Header { value, .. }) if value.expose() == "Bearer s3cret")
+        );
+        assert!(!format!("{settings:?}").contains("s3cret"));
         assert_eq!(settings.poll_interval, Duration::from_millis(50));
         assert_eq!(settings.stream, Some(false));
         assert_eq!(
@@ -243,6 +208,12 @@ mod tests {
             params: Default::default(),
         });
         refused(basic, "`basic` is not supported");
+        let mut no_token = endpoint(json!({}));
+        no_token.auth = Some(RemoteAuth {
+            r#type: "bearer".to_owned(),
+            params: Default::default(),
+        });
+        refused(no_token, "exactly one of `token`");
         let mut unset = endpoint(json!({}));
         let mut auth = RemoteAuth::bearer("x");
         auth.params.clear();

@@ -4,12 +4,15 @@
 use std::time::Duration;
 
 use awaken_actors::delegation::RemoteError;
-use reqwest::header::{ACCEPT, AUTHORIZATION};
-use reqwest::{RequestBuilder, Response};
+use std::sync::Arc;
+
+use reqwest::header::ACCEPT;
+use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value as JsonValue;
 
+use super::auth::TokenCache;
 use super::endpoint::Settings;
 use crate::a2a::wire::PROTOCOL_VERSION;
 
@@ -19,10 +22,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// a bigger one is refused rather than held in memory.
 pub(super) const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
-/// One connection pool for every remote agent.
+/// One connection pool for every remote agent, and the OAuth2 tokens in use.
 #[derive(Debug, Clone)]
 pub(super) struct Http {
     client: reqwest::Client,
+    tokens: Arc<TokenCache>,
 }
 
 impl Http {
@@ -31,22 +35,45 @@ impl Http {
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .unwrap_or_default();
-        Self { client }
-    }
-
-    fn with_headers(request: RequestBuilder, settings: &Settings) -> RequestBuilder {
-        let request = request.header("A2A-Version", PROTOCOL_VERSION);
-        match &settings.authorization {
-            Some(value) => request.header(AUTHORIZATION, value),
-            None => request,
+        Self {
+            client,
+            tokens: Arc::new(TokenCache::default()),
         }
     }
 
-    async fn send(request: RequestBuilder, url: &str) -> Result<Response, RemoteError> {
+    /// Sends the request `build` makes, authorized as the endpoint says; once
+    /// more with a new OAuth2 token when the agent refuses the first (401).
+    async fn send(
+        &self,
+        settings: &Settings,
+        url: &str,
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<Response, RemoteError> {
+        let response = self.send_once(settings, url, &build).await?;
+        if response.status() == StatusCode::UNAUTHORIZED
+            && let Some(credentials) = &settings.credentials
+            && self.tokens.refused(credentials)
+        {
+            return self.send_once(settings, url, &build).await;
+        }
+        Ok(response)
+    }
+
+    async fn send_once(
+        &self,
+        settings: &Settings,
+        url: &str,
+        build: &impl Fn() -> RequestBuilder,
+    ) -> Result<Response, RemoteError> {
+        let mut request = build().header("A2A-Version", PROTOCOL_VERSION);
+        if let Some(credentials) = &settings.credentials {
+            let (name, value) = self.tokens.header(&self.client, credentials).await?;
+            request = request.header(name, value);
+        }
         request
             .send()
             .await
-            .map_err(|e| RemoteError::Unreachable(format!("{url}: {e}")))
+            .map_err(|e| RemoteError::Unreachable(format!("{url}: {}", e.without_url())))
     }
 
     /// `GET url`, whatever its status.
@@ -55,7 +82,7 @@ impl Http {
         settings: &Settings,
         url: &str,
     ) -> Result<Response, RemoteError> {
-        Self::send(Self::with_headers(self.client.get(url), settings), url).await
+        self.send(settings, url, || self.client.get(url)).await
     }
 
     /// `GET url`, read as `T`.
@@ -74,8 +101,10 @@ impl Http {
         url: &str,
         body: &impl Serialize,
     ) -> Result<T, RemoteError> {
-        let request = Self::with_headers(self.client.post(url).json(body), settings);
-        read_json(accepted(Self::send(request, url).await?, url).await?, url).await
+        let response = self
+            .send(settings, url, || self.client.post(url).json(body))
+            .await?;
+        read_json(accepted(response, url).await?, url).await
     }
 
     /// `POST url` with a JSON `body`, answered by an event stream.
@@ -85,9 +114,15 @@ impl Http {
         url: &str,
         body: &impl Serialize,
     ) -> Result<Response, RemoteError> {
-        let request = Self::with_headers(self.client.post(url).json(body), settings)
-            .header(ACCEPT, "text/event-stream");
-        accepted(Self::send(request, url).await?, url).await
+        let response = self
+            .send(settings, url, || {
+                self.client
+                    .post(url)
+                    .json(body)
+                    .header(ACCEPT, "text/event-stream")
+            })
+            .await?;
+        accepted(response, url).await
     }
 }
 

@@ -8,6 +8,7 @@
 //! every `poll_interval_ms`. A stream that breaks off is continued by polling. See
 //! `docs/a2a.md` ("Remote agents").
 
+mod auth;
 mod card;
 mod cards;
 mod endpoint;
