@@ -512,3 +512,100 @@ async fn subscribe_opens_with_the_task_in_its_current_state_at_once() {
     let (status, _) = rest(&server, Method::POST, &path, Some(json!({}))).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_listed_in_a2a_tenants_is_served_to_those_tenants_only() {
+    let keys = std::collections::BTreeMap::from([
+        ("k-partner".to_owned(), "partner".to_owned()),
+        ("k-other".to_owned(), "other".to_owned()),
+    ]);
+    let server = TestServer::local(ServerConfig {
+        api_keys: keys.into(),
+        a2a_tenants: std::collections::BTreeMap::from([(
+            "bench-text".to_owned(),
+            vec!["partner".to_owned()],
+        )]),
+        ..ServerConfig::default()
+    })
+    .await;
+    let call = |key: &str, method: Method, path: &str, body: Option<Value>| {
+        let mut request = server
+            .client
+            .request(method, server.url(path))
+            .header(V1.0, V1.1)
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move { json(request.send().await.unwrap()).await }
+    };
+
+    let (status, sent) = call(
+        "k-partner",
+        Method::POST,
+        "/v1/a2a/bench-text/message:send",
+        Some(send("hi")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{sent}");
+    let task_id = sent["task"]["id"].as_str().unwrap().to_owned();
+
+    // Another tenant is refused every operation on that agent, over both bindings.
+    for (method, path, body) in [
+        (
+            Method::POST,
+            "/v1/a2a/bench-text/message:send".to_owned(),
+            Some(send("hi")),
+        ),
+        (Method::GET, "/v1/a2a/bench-text/tasks".to_owned(), None),
+        (
+            Method::GET,
+            format!("/v1/a2a/bench-text/tasks/{task_id}"),
+            None,
+        ),
+    ] {
+        let (status, body) = call("k-other", method, &path, body).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
+        assert_eq!(body["error"]["status"], "PERMISSION_DENIED", "{body}");
+    }
+    let (status, body) = call(
+        "k-other",
+        Method::POST,
+        "/v1/a2a/bench-text",
+        Some(json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not served"),
+        "{body}"
+    );
+    // The partner still reads its task; the card stays public; other agents
+    // serve every tenant.
+    let (status, _) = call(
+        "k-partner",
+        Method::GET,
+        &format!("/v1/a2a/bench-text/tasks/{task_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let card = server
+        .client
+        .get(server.url("/v1/a2a/bench-text/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(card.status(), StatusCode::OK);
+    let (status, body) = call(
+        "k-other",
+        Method::POST,
+        "/v1/a2a/slow/message:send",
+        Some(send("hi")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}

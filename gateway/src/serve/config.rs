@@ -173,6 +173,11 @@ impl ServeConfig {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
         self.server.a2a_push.check().map_err(ConfigError)?;
+        if !self.server.a2a_tenants.is_empty() && self.server.api_keys.is_empty() {
+            return refuse(
+                "server.a2a_tenants names the tenants of API keys: set server.api_keys (or api_keys_file)",
+            );
+        }
         if self.cluster.is_some() && !matches!(self.store, StoreConfig::Postgres(_)) {
             return refuse(
                 "a cluster needs a store every node shares: set store.kind = \"postgres\"",
@@ -279,6 +284,52 @@ pub(super) mod tests {
                 path: "/tmp/x".into()
             }
         );
+    }
+
+    #[test]
+    fn a2a_push_and_tenant_settings_are_read_and_checked() {
+        let toml = file(
+            "[server]\napi_keys = { \"k-1\" = \"partner\" }\n\
+             a2a_tenants = { \"analyst\" = [\"partner\"] }\n\n\
+             [server.a2a_push]\nattempts = 3\nlease_ms = 1000\n",
+        );
+        let config = ServeConfig::load(
+            Some(toml.path()),
+            env(&[("AWAKEN_SERVER__A2A_PUSH__SWEEP_INTERVAL_MS", "250")]),
+        )
+        .unwrap();
+        let push = &config.server.a2a_push;
+        assert_eq!(
+            (push.attempts, push.lease_ms, push.sweep_interval_ms),
+            (3, 1000, 250)
+        );
+        assert_eq!(config.server.a2a_tenants["analyst"], ["partner"]);
+
+        for (text, says) in [
+            (
+                "[server.a2a_push]\nattempts = 0\n",
+                "server.a2a_push.attempts",
+            ),
+            (
+                "[server.a2a_push]\nlease_ms = 10\n",
+                "server.a2a_push.lease_ms",
+            ),
+            (
+                "[server.a2a_push]\nfirst_backoff_ms = 9000\nmax_backoff_ms = 10\n",
+                "server.a2a_push.first_backoff_ms",
+            ),
+            ("[server.a2a_push]\nretries = 3\n", "retries"),
+            (
+                "[server]\na2a_tenants = { \"analyst\" = [\"partner\"] }\n",
+                "set server.api_keys",
+            ),
+        ] {
+            let toml = file(text);
+            let error = ServeConfig::load(Some(toml.path()), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(says), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -27,6 +27,11 @@ impl Caller {
         Self(None)
     }
 
+    /// The tenant of the caller's key; `None` on a server without keys.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+
     /// Stamps a new thread with the caller's tenant.
     pub(crate) fn stamp(&self, thread: &mut Thread) {
         if let Some(tenant) = &self.0 {

@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub a2a_push_allowed_hosts: Vec<String>,
     /// How A2A push notifications are retried and handed between nodes.
     pub a2a_push: A2aPushConfig,
+    /// Agents served over A2A to the listed tenants only (agent id → tenants of
+    /// `api_keys`); an agent not listed is served to every tenant.
+    pub a2a_tenants: BTreeMap<String, Vec<String>>,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +87,7 @@ impl Default for ServerConfig {
             mcp: McpEndpointConfig::default(),
             a2a_push_allowed_hosts: Vec::new(),
             a2a_push: A2aPushConfig::default(),
+            a2a_tenants: BTreeMap::new(),
         }
     }
 }

@@ -50,6 +50,9 @@ pub(crate) enum A2aError {
     /// Missing or wrong credentials.
     #[error("{0}")]
     Unauthenticated(String),
+    /// Credentials of a tenant the agent is not served to.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// The node cannot serve this now.
     #[error("{0}")]
     Unavailable(String),
@@ -63,7 +66,10 @@ impl A2aError {
             Self::InvalidRequest(_) | Self::PayloadTooLarge(_) => -32600,
             Self::MethodNotFound(_) => -32601,
             Self::InvalidParams(_) => -32602,
-            Self::Internal(_) | Self::Unavailable(_) | Self::Unauthenticated(_) => -32603,
+            Self::Internal(_)
+            | Self::Unavailable(_)
+            | Self::Unauthenticated(_)
+            | Self::PermissionDenied(_) => -32603,
             Self::TaskNotFound(_) => -32001,
             Self::TaskNotCancelable(_) => -32002,
             Self::UnsupportedOperation(_) => -32004,
@@ -101,6 +107,7 @@ impl A2aError {
             Self::MethodNotFound(_) | Self::TaskNotFound(_) => StatusCode::NOT_FOUND,
             Self::ContentTypeNotSupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Self::PermissionDenied(_) => StatusCode::FORBIDDEN,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

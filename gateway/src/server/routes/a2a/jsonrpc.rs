@@ -120,10 +120,13 @@ async fn call(
 ) -> Result<Response, A2aError> {
     let framing = Framing::JsonRpc(envelope.id.clone());
     let params = envelope.params;
-    let scope_of = |tenant: Option<String>| {
+    // The agent the call names; every operation but the extended card (behind
+    // its own token) is for the tenants it is served to.
+    let card_scope_of = |tenant: Option<String>| {
         let tenant = path_tenant.clone().or(tenant.filter(|t| !t.is_empty()));
         Scope::of(state, caller.clone(), tenant.as_deref())
     };
+    let scope_of = |tenant: Option<String>| card_scope_of(tenant)?.served(state);
     let unary = |result: JsonValue| Ok(Json(framing.result(result)).into_response());
     match method {
         "SendMessage" | "SendStreamingMessage" => {
@@ -208,7 +211,7 @@ async fn call(
                 .get("tenant")
                 .and_then(JsonValue::as_str)
                 .map(str::to_owned);
-            let scope = scope_of(tenant)?;
+            let scope = card_scope_of(tenant)?;
             unary(super::extended_card(state, &scope, headers)?)
         }
         other => Err(A2aError::MethodNotFound(other.to_owned())),

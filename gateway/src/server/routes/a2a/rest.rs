@@ -40,7 +40,8 @@ impl FromRequestParts<AppState> for Scoped {
         let Path(params) = Params::from_request_parts(parts, state)
             .await
             .map_err(|e| A2aError::InvalidParams(e.body_text()))?;
-        let scope = Scope::of(state, caller, params.get("tenant").map(String::as_str))?;
+        let scope =
+            Scope::of(state, caller, params.get("tenant").map(String::as_str))?.served(state)?;
         Ok(Self { scope, params })
     }
 }

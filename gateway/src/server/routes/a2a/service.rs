@@ -72,6 +72,23 @@ impl Scope {
             caller,
         })
     }
+
+    /// The scope, when its agent is served to its caller (`server.a2a_tenants`):
+    /// what every operation but the public cards checks.
+    pub(crate) fn served(self, state: &AppState) -> Result<Self, A2aError> {
+        if let Some(allowed) = state.config.a2a_tenants.get(self.agent.as_str())
+            && !self
+                .caller
+                .tenant()
+                .is_some_and(|tenant| allowed.iter().any(|name| name == tenant))
+        {
+            return Err(A2aError::PermissionDenied(format!(
+                "agent `{}` is not served to this caller's tenant",
+                self.agent
+            )));
+        }
+        Ok(self)
+    }
 }
 
 /// A message the server took: the task as it stands, and the events of what it
