@@ -571,10 +571,7 @@ async fn a_bearer_token_file_is_read_at_each_call_so_a_renewed_secret_applies_at
 
     std::fs::write(&file, "key-2\n").unwrap();
     let accepted = answer(&boss_run(&a).await);
-    assert!(
-        accepted.contains(r#""status":"completed""#),
-        "{accepted}"
-    );
+    assert!(accepted.contains(r#""status":"completed""#), "{accepted}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
