@@ -607,3 +607,44 @@ async fn an_api_key_goes_in_the_header_the_endpoint_names() {
     let said = answer(&boss_run(&a).await);
     assert!(said.contains("keyed answer"), "{said}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_and_the_remote_task_it_delegates_to_are_one_trace() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let b = TestServer::local(ServerConfig::default()).await;
+    let a = serve_a(service_a(remote_spec(&b, "bench-text", json!({})))).await;
+    let response = a
+        .client
+        .post(a.url("/v1/runs"))
+        .header("traceparent", format!("00-{TRACE}-00f067aa0ba902b7-01"))
+        .json(&json!({"agentId": BOSS, "messages": user("please tidy up")}))
+        .send()
+        .await
+        .unwrap();
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(finish_type(&events), "natural_end");
+    let (_, run_id) = run_ids(&events);
+    let said = answer(&events);
+    let task_id = said
+        .split("\"run_id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no task id in {said}"));
+
+    // A's run and B's task run carry the caller's trace id, each with its own span.
+    let (_, a_run) = json(a.get(&format!("/v1/runs/{run_id}")).await).await;
+    let (_, b_run) = json(b.get(&format!("/v1/runs/{task_id}")).await).await;
+    let trace_of = |run: &Value| run["trace"].as_str().unwrap_or_default().to_owned();
+    let (a_trace, b_trace) = (trace_of(&a_run), trace_of(&b_run));
+    assert!(a_trace.starts_with(&format!("00-{TRACE}-")), "{a_run}");
+    assert!(b_trace.starts_with(&format!("00-{TRACE}-")), "{b_run}");
+    assert_ne!(a_trace, b_trace, "B's run is a span of its own");
+
+    // Without a traceparent a run starts a trace of its own.
+    let events = boss_run(&a).await;
+    let (_, run_id) = run_ids(&events);
+    let (_, run) = json(a.get(&format!("/v1/runs/{run_id}")).await).await;
+    let trace = trace_of(&run);
+    assert_eq!(trace.len(), 55, "{run}");
+    assert!(!trace.contains(TRACE), "{run}");
+}

@@ -4,6 +4,7 @@
 //! copy it). Lineage (`parent_run_id`, `parent_thread_id`, `parent_tool_call_id`) links a
 //! delegated sub-agent run to the run and the tool call that started it.
 
+use super::trace::TraceContext;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
@@ -42,6 +43,10 @@ pub struct RunIdentity {
     /// Where the request came from.
     #[serde(default)]
     pub origin: RunOrigin,
+    /// The trace the run belongs to: the starting request's `traceparent`, or
+    /// a new trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
 }
 
 impl RunIdentity {
@@ -55,6 +60,7 @@ impl RunIdentity {
             parent_tool_call_id: None,
             agent_id,
             origin,
+            trace: None,
         }
     }
 

@@ -27,6 +27,7 @@ pub mod suspension;
 pub mod thread;
 pub mod tool;
 pub mod tool_call;
+pub mod trace;
 pub mod usage;
 
 pub use agent_spec::{
@@ -58,4 +59,5 @@ pub use tool::{RUN_CANCELLED_MESSAGE, ToolDescriptor, ToolResult, ToolStatus};
 pub use tool_call::{
     ToolCallOutcome, ToolCallState, ToolCallStatus, ToolCallTransitionError, derive_run_status,
 };
+pub use trace::{InvalidTraceParent, TraceContext};
 pub use usage::TokenUsage;

@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::contract::identity::{RunIdentity, RunOrigin};
+use crate::contract::trace::TraceContext;
 use crate::ids::{AgentId, DecisionId, DispatchId, RunId, ThreadId, ToolCallId};
 use crate::state::PersistedState;
 
@@ -210,6 +211,10 @@ pub struct RunRecord {
     /// Where the request came from.
     #[serde(default)]
     pub origin: RunOrigin,
+    /// The trace the run belongs to (kept, so a run resumed on another node
+    /// stays in its trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
     /// Current lifecycle state.
     #[serde(default)]
     pub status: RunStatus,
@@ -264,6 +269,7 @@ impl RunRecord {
             parent_thread_id: identity.parent_thread_id.clone(),
             parent_tool_call_id: identity.parent_tool_call_id.clone(),
             origin: identity.origin,
+            trace: identity.trace,
             status: RunStatus::Running,
             termination: None,
             termination_code: None,

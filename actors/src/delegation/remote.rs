@@ -10,7 +10,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 use crate::JsonValue;
-use crate::contract::{DelegateRunStatus, RemoteEndpoint};
+use crate::contract::{DelegateRunStatus, RemoteEndpoint, TraceContext};
 use crate::ids::AgentId;
 
 /// A remote agent as its backend describes it (A2A: its agent card), read when the
@@ -133,6 +133,8 @@ pub struct RemoteCall<'a> {
     pub act: RemoteAct,
     /// Stable per call and attempt: a backend may use it as its message id.
     pub idempotency_key: String,
+    /// The trace context to send (the run's trace, a span of this call).
+    pub trace: Option<TraceContext>,
     /// Where progress goes.
     pub progress: &'a dyn RemoteProgress,
 }

@@ -213,7 +213,8 @@ impl ChildWait<'_> {
                 self.ctx.run_identity.run_id.clone(),
                 self.ctx.call_id.clone(),
             )
-            .with_origin(RunOrigin::Internal);
+            .with_origin(RunOrigin::Internal)
+            .with_trace(self.ctx.run_identity.trace.map(|trace| trace.child()));
         self.children.submit(request).await
     }
 

@@ -53,6 +53,7 @@ impl AgentRuntime {
             identity.parent_run_id = parent_run_id.clone();
             identity.parent_thread_id = request.and_then(|r| r.parent_thread_id.clone());
             identity.parent_tool_call_id = request.and_then(|r| r.parent_tool_call_id.clone());
+            identity.trace = request.and_then(|r| r.trace);
             let now_secs = now_millis() / 1000;
             let mut record = RunRecord::new(&identity, now_secs);
             // Running → Done is always allowed.

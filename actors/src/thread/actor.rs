@@ -20,6 +20,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use crate::context::Compaction;
 use crate::contract::{
     AgentEvent, Message, RunIdentity, RunRecord, RunStatus, Thread, ToolCallResume, ToolCallStatus,
+    TraceContext,
 };
 use crate::error::InferenceExecutionError;
 use crate::event_sink::EventSink;
@@ -553,6 +554,7 @@ fn identity_of(record: &RunRecord) -> RunIdentity {
     identity.parent_run_id = record.parent_run_id.clone();
     identity.parent_thread_id = record.parent_thread_id.clone();
     identity.parent_tool_call_id = record.parent_tool_call_id.clone();
+    identity.trace = record.trace;
     identity
 }
 
@@ -700,6 +702,7 @@ impl ThreadActorState {
             .or_else(|| self.last_run.clone());
         identity.parent_thread_id = request.parent_thread_id.clone();
         identity.parent_tool_call_id = request.parent_tool_call_id.clone();
+        identity.trace = Some(request.trace.unwrap_or_else(TraceContext::root));
         let record = RunRecord::new(&identity, now_ms() / 1000);
         let events = Arc::new(RunEmitter::new(
             self.thread_id.clone(),

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{InferenceOverride, Message, RunOrigin};
+use crate::contract::{InferenceOverride, Message, RunOrigin, TraceContext};
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 
 /// New input for a thread: messages to append and who should answer them.
@@ -36,6 +36,9 @@ pub struct RunRequest {
     /// Inference parameters for every step of this run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<InferenceOverride>,
+    /// The trace the run joins (the caller's `traceparent`); a new one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
 }
 
 impl RunRequest {
@@ -51,6 +54,7 @@ impl RunRequest {
             parent_tool_call_id: None,
             origin: RunOrigin::User,
             overrides: None,
+            trace: None,
         }
     }
 
@@ -89,6 +93,12 @@ impl RunRequest {
     /// Sets the origin.
     pub fn with_origin(mut self, origin: RunOrigin) -> Self {
         self.origin = origin;
+        self
+    }
+
+    /// Joins the run to `trace` (a new trace starts when `None`).
+    pub fn with_trace(mut self, trace: Option<TraceContext>) -> Self {
+        self.trace = trace;
         self
     }
 

@@ -19,7 +19,7 @@ use tower::{Layer, ServiceExt};
 use super::error::ApiError;
 use super::metrics::Observation;
 use super::state::AppState;
-use super::{auth, body};
+use super::{auth, body, trace};
 
 /// Which steps a group of routes goes through besides metrics, body read and
 /// body limit, which every route has.
@@ -93,11 +93,9 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
     if let Err(refused) = body::refuse_nul(&request) {
         return refused.into_response();
     }
-    match DefaultBodyLimit::max(limit)
-        .layer(next)
-        .oneshot(request)
-        .await
-    {
+    let incoming = trace::of(request.headers());
+    let handled = DefaultBodyLimit::max(limit).layer(next).oneshot(request);
+    match trace::within(incoming, handled).await {
         Ok(response) => response,
         Err(never) => match never {},
     }

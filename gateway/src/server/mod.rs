@@ -15,6 +15,7 @@ mod routes;
 mod sse;
 mod sse_frames;
 pub mod state;
+mod trace;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -13,6 +13,8 @@ use awaken_actors::contract::RemoteEndpoint;
 use awaken_actors::delegation::RemoteError;
 use reqwest::Url;
 
+use awaken_actors::contract::TraceContext;
+
 use super::auth::Credentials;
 
 /// Default time between two reads of a polled task.
@@ -37,6 +39,8 @@ pub(super) struct Settings {
     pub stream: Option<bool>,
     /// Where the agent card is, if not at the usual places.
     pub card_url: Option<String>,
+    /// The `traceparent` of the call these settings serve, sent on its requests.
+    pub trace: Option<TraceContext>,
 }
 
 fn config(message: impl Into<String>) -> RemoteError {
@@ -71,6 +75,7 @@ impl Settings {
             poll_interval: Duration::from_millis(DEFAULT_POLL_INTERVAL_MS),
             stream: None,
             card_url: None,
+            trace: None,
         };
         for (key, value) in &endpoint.options {
             match key.as_str() {

@@ -66,6 +66,9 @@ impl Http {
         build: &impl Fn() -> RequestBuilder,
     ) -> Result<Response, RemoteError> {
         let mut request = build().header("A2A-Version", PROTOCOL_VERSION);
+        if let Some(trace) = &settings.trace {
+            request = request.header("traceparent", trace.to_string());
+        }
         if let Some(credentials) = &settings.credentials {
             let (name, value) = self.tokens.header(&self.client, credentials).await?;
             request = request.header(name, value);

@@ -193,7 +193,8 @@ impl RemoteBackend for A2aBackend {
     }
 
     async fn execute(&self, call: RemoteCall<'_>) -> Result<RemoteOutcome, RemoteError> {
-        let settings = Settings::of(call.endpoint)?;
+        let mut settings = Settings::of(call.endpoint)?;
+        settings.trace = call.trace;
         let agent = call.agent_id.clone();
         let executed = self.send_and_follow(&settings, call).await;
         if let Err(error) = &executed {

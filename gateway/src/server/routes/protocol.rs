@@ -71,9 +71,10 @@ pub(crate) async fn start_followed(
 /// event.
 pub(crate) async fn submit_followed(
     state: &AppState,
-    request: RunRequest,
+    mut request: RunRequest,
     run_id: &RunId,
 ) -> Result<RunEvents, ApiError> {
+    request.trace = request.trace.or_else(crate::server::trace::incoming);
     // Follow first, so not one event is published before the stream listens.
     let follow = state
         .control

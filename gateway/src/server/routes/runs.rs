@@ -111,6 +111,7 @@ async fn start_run(
     let run_id = RunId::generate();
     let mut request = RunRequest::new(thread_id.clone(), messages).with_run_id(run_id.clone());
     request.agent_id = body.agent_id;
+    request.trace = crate::server::trace::incoming();
     // Follow first, so not one event is published before the stream listens.
     let follow = state.control.follow(&thread_id, &run_id, None).await?;
     // The agent was checked above, before a new thread was created.

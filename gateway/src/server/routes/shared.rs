@@ -129,6 +129,7 @@ pub(crate) async fn accept_input(
     let mut request = RunRequest::new(thread_id, messages);
     request.agent_id = body.agent_id;
     request.parent_run_id = parent_run_id;
+    request.trace = crate::server::trace::incoming();
     let options = SubmitOptions {
         priority: body.priority,
         dedupe_key: body.dedupe_key,
