@@ -165,15 +165,15 @@ impl Actor for ToolCallActor {
         myself.stop(None);
         Ok(())
     }
+}
 
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        // Never leave an execution running for a call nobody waits for.
-        state.cancellation.cancel();
-        Ok(())
+impl Drop for ToolCallState {
+    /// Never leaves an execution running for a call nobody waits for. In `Drop`
+    /// rather than `post_stop`: a thread actor that stops kills its call actors,
+    /// and a killed actor skips `post_stop` and any `Cancel` still queued — but
+    /// its state is always dropped.
+    fn drop(&mut self) {
+        self.cancellation.cancel();
     }
 }
 
