@@ -11,20 +11,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use awaken_actors::contract::{
-    AgentEvent, AgentSpec, ModelSpec, RemoteAuth, RemoteEndpoint, StreamEvent,
-};
-use awaken_actors::delegation::{DELEGATE_ACTIVITY_TYPE, delegate_tool_name};
-use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
-use awaken_actors::permission::{PermissionBehavior, PermissionRules};
-use awaken_actors::runtime::AgentRuntimeBuilder;
-use awaken_actors::thread::ThreadConfig;
+use awaken_actors::contract::{AgentEvent, AgentSpec, RemoteAuth, RemoteEndpoint, StreamEvent};
+use awaken_actors::delegation::DELEGATE_ACTIVITY_TYPE;
 use awaken_actors::{AgentId, BuildError};
-use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_gateway::a2a::A2A_BACKEND;
-use awaken_gateway::base::runtime_base;
-use awaken_gateway::demo::{self, FakeFiles, Journal};
 use awaken_gateway::server::ServerConfig;
+use http_support::delegating::{BOSS, REMOTE, answer, boss_run, remote_ticket, serve_a, service_a};
 use http_support::{
     EventReader, TestServer, awaken_serve, closed_base, decide_at, finish_type, json, run_ids,
     suspended_calls, user,
@@ -32,8 +24,8 @@ use http_support::{
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-const REMOTE: &str = "remote-demo";
-const BOSS: &str = "boss";
+/// What `boss` asks of B's `demo` agent.
+const TIDY_UP: &str = "Tidy up: delete notes.txt.";
 
 /// `remote-demo`: B's tenant `target` at B's `/v1/a2a`.
 fn remote_spec(b: &TestServer, target: &str, options: Value) -> AgentSpec {
@@ -41,80 +33,6 @@ fn remote_spec(b: &TestServer, target: &str, options: Value) -> AgentSpec {
     endpoint.target = Some(target.to_owned());
     endpoint.options = serde_json::from_value(options).unwrap();
     AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint)
-}
-
-/// Service A's runtime: `boss` delegates to `remote`, then reports its answer.
-fn service_a(remote: AgentSpec) -> AgentRuntimeBuilder {
-    let script = ScriptSpec::new(vec![
-        ScriptStep::tool_call(
-            delegate_tool_name(REMOTE),
-            json!({"prompt": "Tidy up: delete notes.txt."}),
-        ),
-        ScriptStep::text("B reports: {last_tool_result}"),
-    ]);
-    let mut boss = AgentSpec::new(AgentId::new(BOSS).unwrap())
-        .with_system_prompt("You hand file chores to another service.")
-        .with_delegate(REMOTE)
-        .with_model(BOSS);
-    boss.allowed_tools = Some(vec![delegate_tool_name(REMOTE)]);
-    demo::with_demo_tools(
-        runtime_base(
-            ThreadConfig::default(),
-            PermissionRules::new(PermissionBehavior::Allow),
-        ),
-        Arc::new(FakeFiles::with_demo_files()),
-        Journal::default(),
-    )
-    .with_remote_agents([remote])
-    .with_model(BOSS, ModelSpec::new(BOSS, BOSS, "scripted"))
-    .with_provider(BOSS, Arc::new(ScriptedExecutor::new(script).unwrap()))
-    .with_agent_spec(boss)
-}
-
-/// Serves service A after discovering its remote agents.
-async fn serve_a(builder: AgentRuntimeBuilder) -> TestServer {
-    let builder = builder.discover_remote_agents().await.unwrap();
-    let node = LocalNode::start(builder, LocalNodeConfig::default())
-        .await
-        .unwrap();
-    TestServer::serve(Arc::new(node), ServerConfig::default()).await
-}
-
-/// Starts a `boss` run on A and reads it to its end.
-async fn boss_run(a: &TestServer) -> Vec<StreamEvent> {
-    let response = a
-        .post(
-            "/v1/runs",
-            json!({"agentId": BOSS, "messages": user("please tidy up")}),
-        )
-        .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    EventReader::new(response).rest().await
-}
-
-/// The suspended delegate call's ticket parameters (the remote task's ids).
-fn remote_ticket(events: &[StreamEvent]) -> (String, Value) {
-    events
-        .iter()
-        .find_map(|event| match &event.event {
-            AgentEvent::ToolCallDone { id, result, .. } => {
-                let ticket = result.suspension.as_ref()?;
-                Some((id.to_string(), serde_json::to_value(ticket).unwrap()))
-            }
-            _ => None,
-        })
-        .expect("a suspended call")
-}
-
-/// The last text the run's model gave.
-fn answer(events: &[StreamEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|event| match &event.event {
-            AgentEvent::TextDelta { delta } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// B's view of task `task_id` of its `demo` tenant.
@@ -140,7 +58,7 @@ async fn decide(a: &TestServer, run_id: &str, last_seq: u64, decision: Value) ->
 /// with B's answer.
 async fn approval_round_trip(options: Value) {
     let b = TestServer::local(ServerConfig::default()).await;
-    let a = serve_a(service_a(remote_spec(&b, "demo", options))).await;
+    let a = serve_a(service_a(remote_spec(&b, "demo", options), TIDY_UP)).await;
 
     let events = boss_run(&a).await;
     assert_eq!(finish_type(&events), "suspended");
@@ -186,7 +104,7 @@ async fn a_remote_question_is_answered_through_the_parent_when_polling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_given_to_the_parent_reaches_the_remote_agent() {
     let b = TestServer::local(ServerConfig::default()).await;
-    let a = serve_a(service_a(remote_spec(&b, "demo", json!({})))).await;
+    let a = serve_a(service_a(remote_spec(&b, "demo", json!({})), TIDY_UP)).await;
     let events = boss_run(&a).await;
     let (call_id, ticket) = remote_ticket(&events);
     let task_id = ticket["remote"]["task_id"].as_str().unwrap().to_owned();
@@ -207,7 +125,7 @@ async fn a_denial_given_to_the_parent_reaches_the_remote_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_the_parent_cancels_the_waiting_remote_task() {
     let b = TestServer::local(ServerConfig::default()).await;
-    let a = serve_a(service_a(remote_spec(&b, "demo", json!({})))).await;
+    let a = serve_a(service_a(remote_spec(&b, "demo", json!({})), TIDY_UP)).await;
     let events = boss_run(&a).await;
     let (_, ticket) = remote_ticket(&events);
     let task_id = ticket["remote"]["task_id"].as_str().unwrap().to_owned();
@@ -244,7 +162,7 @@ async fn a_remote_task_that_outlives_the_timeout_is_cancelled() {
     if let Some(endpoint) = &mut remote.endpoint {
         endpoint.timeout_ms = 300;
     }
-    let a = serve_a(service_a(remote)).await;
+    let a = serve_a(service_a(remote, TIDY_UP)).await;
     let events = boss_run(&a).await;
     assert_eq!(finish_type(&events), "natural_end");
     let said = answer(&events);
@@ -282,7 +200,7 @@ async fn a_wrong_token_fails_the_call_with_the_remote_refusal() {
     if let Some(endpoint) = &mut remote.endpoint {
         endpoint.auth = Some(RemoteAuth::bearer("wrong-key"));
     }
-    let a = serve_a(service_a(remote)).await;
+    let a = serve_a(service_a(remote, TIDY_UP)).await;
     let events = boss_run(&a).await;
     assert_eq!(finish_type(&events), "natural_end");
     let said = answer(&events);
@@ -295,14 +213,14 @@ async fn discovery_refuses_unusable_endpoints_and_leaves_unreadable_cards_for_la
     let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, format!("{}/v1/a2a", closed_base()));
     endpoint.target = Some("demo".to_owned());
     let unreachable = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
-    let built = service_a(unreachable)
+    let built = service_a(unreachable, TIDY_UP)
         .discover_remote_agents()
         .await
         .and_then(|builder| builder.build());
     assert!(built.is_ok(), "{built:?}");
 
     let b = TestServer::local(ServerConfig::default()).await;
-    let built = service_a(remote_spec(&b, "no-such-agent", json!({})))
+    let built = service_a(remote_spec(&b, "no-such-agent", json!({})), TIDY_UP)
         .discover_remote_agents()
         .await;
     assert!(
@@ -310,7 +228,7 @@ async fn discovery_refuses_unusable_endpoints_and_leaves_unreadable_cards_for_la
         "a missing card is read again at the first call"
     );
 
-    let unknown_option = service_a(remote_spec(&b, "demo", json!({"polling": true})))
+    let unknown_option = service_a(remote_spec(&b, "demo", json!({"polling": true})), TIDY_UP)
         .discover_remote_agents()
         .await;
     match unknown_option.map(|builder| builder.build()) {
@@ -466,7 +384,7 @@ async fn a_misbehaving_remote_agent_fails_only_the_delegate_call_with_a_clear_er
         endpoint.timeout_ms = 1_500;
         endpoint.options = serde_json::from_value(json!({"stream": false})).unwrap();
         let remote = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
-        let a = serve_a(service_a(remote)).await;
+        let a = serve_a(service_a(remote, TIDY_UP)).await;
         let events = boss_run(&a).await;
         // The parent run goes on: its model hears of the failure and answers.
         assert_eq!(finish_type(&events), "natural_end", "{mode}");
@@ -545,7 +463,7 @@ async fn oauth2_client_credentials_tokens_are_fetched_reused_and_renewed_when_re
         json!({"type": "oauth2_client_credentials", "token_url": token_url,
                "client_id": "a", "client_secret": "s3cret", "scopes": ["agents"]}),
     );
-    let a = serve_a(service_a(remote)).await;
+    let a = serve_a(service_a(remote, TIDY_UP)).await;
     for _ in 0..3 {
         let events = boss_run(&a).await;
         assert_eq!(finish_type(&events), "natural_end");
@@ -563,7 +481,7 @@ async fn a_bearer_token_file_is_read_at_each_call_so_a_renewed_secret_applies_at
     let file = dir.path().join("token");
     std::fs::write(&file, "key-1\n").unwrap();
     let remote = with_auth(&b, json!({"type": "bearer", "token_file": file}));
-    let a = serve_a(service_a(remote)).await;
+    let a = serve_a(service_a(remote, TIDY_UP)).await;
 
     let refused = answer(&boss_run(&a).await);
     assert!(refused.contains("401"), "{refused}");
@@ -603,7 +521,7 @@ async fn an_api_key_goes_in_the_header_the_endpoint_names() {
         .unwrap(),
     );
     let remote = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
-    let a = serve_a(service_a(remote)).await;
+    let a = serve_a(service_a(remote, TIDY_UP)).await;
     let said = answer(&boss_run(&a).await);
     assert!(said.contains("keyed answer"), "{said}");
 }
@@ -612,7 +530,7 @@ async fn an_api_key_goes_in_the_header_the_endpoint_names() {
 async fn a_run_and_the_remote_task_it_delegates_to_are_one_trace() {
     const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     let b = TestServer::local(ServerConfig::default()).await;
-    let a = serve_a(service_a(remote_spec(&b, "bench-text", json!({})))).await;
+    let a = serve_a(service_a(remote_spec(&b, "bench-text", json!({})), TIDY_UP)).await;
     let response = a
         .client
         .post(a.url("/v1/runs"))

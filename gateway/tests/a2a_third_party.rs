@@ -9,30 +9,21 @@
 mod http_support;
 
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use awaken_actors::AgentId;
-use awaken_actors::contract::{AgentEvent, AgentSpec, ModelSpec, RemoteEndpoint, StreamEvent};
-use awaken_actors::delegation::{DELEGATE_ACTIVITY_TYPE, delegate_tool_name};
-use awaken_actors::llm::{ScriptSpec, ScriptStep, ScriptedExecutor};
-use awaken_actors::permission::{PermissionBehavior, PermissionRules};
-use awaken_actors::runtime::AgentRuntimeBuilder;
-use awaken_actors::thread::ThreadConfig;
-use awaken_cluster::local::{LocalNode, LocalNodeConfig};
+use awaken_actors::contract::{AgentEvent, AgentSpec, RemoteEndpoint, StreamEvent};
+use awaken_actors::delegation::DELEGATE_ACTIVITY_TYPE;
 use awaken_gateway::a2a::A2A_BACKEND;
-use awaken_gateway::base::runtime_base;
-use awaken_gateway::server::ServerConfig;
-use http_support::{
-    EventReader, PYTHON, TestServer, decide_at, finish_type, json, run_ids, suspended_calls, user,
+use http_support::delegating::{
+    REMOTE, answer, boss_run, remote_ticket, serve_a, service_a, start_boss_run,
 };
+use http_support::{PYTHON, decide_at, finish_type, json, run_ids, suspended_calls};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
-const REMOTE: &str = "remote-demo";
-const BOSS: &str = "boss";
 /// The longest wait for anything the agent or service A is to do.
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -143,68 +134,11 @@ impl SdkAgent {
     }
 }
 
-/// Service A: `boss` delegates `prompt` to `remote-demo` (the agent at `base_url`,
-/// its endpoint `options` as given), then reports its answer.
-fn service_a(base_url: &str, prompt: &str, options: Value) -> AgentRuntimeBuilder {
+/// `remote-demo`: the agent at `base_url`, its endpoint `options` as given.
+fn remote_at(base_url: &str, options: Value) -> AgentSpec {
     let mut endpoint = RemoteEndpoint::new(A2A_BACKEND, base_url);
     endpoint.options = serde_json::from_value(options).unwrap();
-    let remote = AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint);
-    let script = ScriptSpec::new(vec![
-        ScriptStep::tool_call(delegate_tool_name(REMOTE), json!({"prompt": prompt})),
-        ScriptStep::text("B reports: {last_tool_result}"),
-    ]);
-    let mut boss = AgentSpec::new(AgentId::new(BOSS).unwrap())
-        .with_system_prompt("You hand work to an agent of another company.")
-        .with_delegate(REMOTE)
-        .with_model(BOSS);
-    boss.allowed_tools = Some(vec![delegate_tool_name(REMOTE)]);
-    runtime_base(
-        ThreadConfig::default(),
-        PermissionRules::new(PermissionBehavior::Allow),
-    )
-    .with_remote_agents([remote])
-    .with_model(BOSS, ModelSpec::new(BOSS, BOSS, "scripted"))
-    .with_provider(BOSS, Arc::new(ScriptedExecutor::new(script).unwrap()))
-    .with_agent_spec(boss)
-}
-
-/// Serves service A after discovering its remote agent (reading its card).
-async fn serve_a(builder: AgentRuntimeBuilder) -> TestServer {
-    let builder = builder.discover_remote_agents().await.unwrap();
-    let node = LocalNode::start(builder, LocalNodeConfig::default())
-        .await
-        .unwrap();
-    TestServer::serve(Arc::new(node), ServerConfig::default()).await
-}
-
-/// Starts a `boss` run on A: its event stream.
-async fn start_boss_run(a: &TestServer) -> EventReader {
-    let response = a
-        .post(
-            "/v1/runs",
-            json!({"agentId": BOSS, "messages": user("please see to it")}),
-        )
-        .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    EventReader::new(response)
-}
-
-/// Starts a `boss` run on A and reads it to its end.
-async fn boss_run(a: &TestServer) -> Vec<StreamEvent> {
-    tokio::time::timeout(DEADLINE, start_boss_run(a).await.rest())
-        .await
-        .expect("the boss run ends in time")
-}
-
-/// The last text the run's model gave.
-fn answer(events: &[StreamEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|event| match &event.event {
-            AgentEvent::TextDelta { delta } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect()
+    AgentSpec::new(AgentId::new(REMOTE).unwrap()).with_endpoint(endpoint)
 }
 
 /// The remote task's items the delegate call showed as its activity.
@@ -233,24 +167,10 @@ fn kinds(items: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// The suspended delegate call: its id and ticket.
-fn remote_ticket(events: &[StreamEvent]) -> (String, Value) {
-    events
-        .iter()
-        .find_map(|event| match &event.event {
-            AgentEvent::ToolCallDone { id, result, .. } => {
-                let ticket = result.suspension.as_ref()?;
-                Some((id.to_string(), serde_json::to_value(ticket).unwrap()))
-            }
-            _ => None,
-        })
-        .expect("a suspended call")
-}
-
 /// A's `boss` asks the SDK agent for an answer it follows as `options` say.
 async fn plain_answer(options: Value) -> Vec<Value> {
     let agent = SdkAgent::start().await;
-    let a = serve_a(service_a(&agent.base, "Say hello.", options)).await;
+    let a = serve_a(service_a(remote_at(&agent.base, options), "Say hello.")).await;
     let events = boss_run(&a).await;
     assert_eq!(finish_type(&events), "natural_end");
     let said = answer(&events);
@@ -312,9 +232,8 @@ async fn the_sdk_agents_polled_answer_reaches_the_parent() {
 async fn approval_through_the_parent(options: Value) {
     let mut agent = SdkAgent::start().await;
     let a = serve_a(service_a(
-        &agent.base,
+        remote_at(&agent.base, options),
         "Ship the release; approve it with me first.",
-        options,
     ))
     .await;
 
@@ -387,9 +306,8 @@ async fn the_sdk_agents_question_is_answered_through_the_parent_when_polling() {
 async fn cancelling_the_parent_cancels_the_sdk_agents_task() {
     let mut agent = SdkAgent::start().await;
     let a = serve_a(service_a(
-        &agent.base,
+        remote_at(&agent.base, json!({})),
         "Run the batch and wait for it.",
-        json!({}),
     ))
     .await;
     let mut run = start_boss_run(&a).await;
@@ -453,9 +371,8 @@ async fn cancelling_the_parent_cancels_the_sdk_agents_task() {
 async fn cancelling_the_parent_cancels_the_sdk_agents_waiting_task() {
     let mut agent = SdkAgent::start().await;
     let a = serve_a(service_a(
-        &agent.base,
+        remote_at(&agent.base, json!({})),
         "Ship the release; approve it with me first.",
-        json!({}),
     ))
     .await;
     let events = boss_run(&a).await;

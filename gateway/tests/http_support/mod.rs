@@ -19,6 +19,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod delegating;
+
 /// A served node: its base URL, and a handle that stops it.
 pub struct TestServer {
     pub base: String,
