@@ -76,6 +76,7 @@ for line in open(sys.argv[1]):
         if importlib.metadata.version(name) != version:
             sys.exit(1)
 import a2a.client  # noqa: E402,F401
+import a2a.server.routes  # noqa: E402,F401
 import mcp.server.mcpserver  # noqa: E402,F401
 EOF
 then
