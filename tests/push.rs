@@ -1,7 +1,8 @@
 //! A2A push notifications on a real cluster: two `awaken serve` processes on NATS
-//! and one PostgreSQL schema. The node delivering a task's notifications is
-//! killed (SIGKILL) while the task waits for approval; the other node takes the
-//! delivery over from the thread store and the receiver is told the rest.
+//! and one PostgreSQL schema. The node delivering a task's notifications goes away
+//! while the task waits for approval — killed (SIGKILL: its lease runs out) or
+//! stopped (SIGTERM: it hands the lease back at once) — and the other node takes
+//! the delivery over from the thread store: the receiver is told the rest.
 //!
 //! Needs PostgreSQL, `nats-server` on the PATH and the `awaken` binary built
 //! beside this test, like `chaos.rs`.
@@ -51,9 +52,9 @@ impl Receiver {
         format!("http://{address}/hook")
     }
 
-    /// Waits until a state arrives that `last` accepts; the states so far.
-    async fn until(&self, last: &str) -> Vec<String> {
-        tokio::time::timeout(SETTLE, async {
+    /// Waits (up to `within`) until state `last` arrives; the states so far.
+    async fn until(&self, last: &str, within: Duration) -> Vec<String> {
+        tokio::time::timeout(within, async {
             loop {
                 let arrived = self.arrived.notified();
                 let states = self.states.lock().unwrap().clone();
@@ -68,8 +69,20 @@ impl Receiver {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_delivering_node_killed_mid_task_another_node_delivers_the_rest() {
+/// How the delivering node goes away.
+#[derive(Clone, Copy)]
+enum Exit {
+    /// SIGKILL: its leases run out (`lease_ms`).
+    Killed,
+    /// SIGTERM, waited for: it hands its leases back as it starts stopping.
+    Stopped,
+}
+
+/// A task on `bench-hitl` whose push config is made on one of two nodes; once the
+/// receiver was told it waits for approval, that node goes away as `exit` says,
+/// the approval is given through the other node, and the receiver must be told
+/// the rest within `within`.
+async fn delivery_moves_on(exit: Exit, lease_ms: u64, within: Duration) {
     let nats = NatsServer::start().await.unwrap();
     let (postgres_url, _schema) = database().await;
     let dir = tempfile::tempdir().unwrap();
@@ -78,10 +91,11 @@ async fn the_delivering_node_killed_mid_task_another_node_delivers_the_rest() {
         postgres_url,
         replicas: 1,
         journal: dir.path().join("tools.journal"),
-        server_toml: "a2a_push_allowed_hosts = [\"127.0.0.1\"]\n\
-                      [server.a2a_push]\nlease_ms = 2000\nsweep_interval_ms = 300\n\
-                      first_backoff_ms = 100\nmax_backoff_ms = 500\n"
-            .to_owned(),
+        server_toml: format!(
+            "a2a_push_allowed_hosts = [\"127.0.0.1\"]\n\
+             [server.a2a_push]\nlease_ms = {lease_ms}\nsweep_interval_ms = 300\n\
+             first_backoff_ms = 100\nmax_backoff_ms = 500\n"
+        ),
     };
     let mut delivering = Node::start("n1", &cluster).await;
     let other = Node::start("n2", &cluster).await;
@@ -105,12 +119,23 @@ async fn the_delivering_node_killed_mid_task_another_node_delivers_the_rest() {
     assert_eq!(response.status(), 200);
     let sent: Value = response.json().await.unwrap();
     let task = sent["task"]["id"].as_str().unwrap().to_owned();
-    let told = receiver.until("TASK_STATE_INPUT_REQUIRED").await;
+    let told = receiver.until("TASK_STATE_INPUT_REQUIRED", SETTLE).await;
     assert_eq!(told, ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]);
 
-    delivering.child.kill().await.unwrap();
+    match exit {
+        Exit::Killed => delivering.child.kill().await.unwrap(),
+        Exit::Stopped => {
+            delivering.signal("TERM");
+            let status = tokio::time::timeout(SETTLE, delivering.child.wait())
+                .await
+                .expect("the node stops in time")
+                .unwrap();
+            assert!(status.success(), "{status}");
+        }
+    }
 
     // Approved through the other node (503 while the thread changes hands).
+    let approved_at = tokio::time::Instant::now();
     let call = waiting_call(&client, &other.base, &task).await;
     let decision = json!({"call_id": call, "decision_id": "d-1", "action": "resume",
         "result": {"approved": true}});
@@ -128,7 +153,12 @@ async fn the_delivering_node_killed_mid_task_another_node_delivers_the_rest() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let told = receiver.until("TASK_STATE_COMPLETED").await;
+    let told = receiver
+        .until(
+            "TASK_STATE_COMPLETED",
+            within.saturating_sub(approved_at.elapsed()),
+        )
+        .await;
     assert_eq!(
         &told[..2],
         ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"],
@@ -144,4 +174,15 @@ async fn the_delivering_node_killed_mid_task_another_node_delivers_the_rest() {
         .contains(&state.as_str())),
         "{told:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delivering_node_killed_mid_task_another_node_delivers_the_rest() {
+    delivery_moves_on(Exit::Killed, 2_000, SETTLE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delivering_node_stopped_hands_delivery_over_without_waiting_for_its_lease() {
+    // A lease of a minute that is never waited for: the stopping node hands it back.
+    delivery_moves_on(Exit::Stopped, 60_000, Duration::from_secs(30)).await;
 }

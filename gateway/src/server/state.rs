@@ -61,10 +61,12 @@ impl AppState {
     ) -> Self {
         let mcp = mcp_service(&config);
         let in_flight = Semaphore::new(config.max_concurrent_requests.max(1));
+        let stopping = watch::Sender::new(false);
         let a2a_push = PushNotifications::new(
             Arc::clone(&control),
             &config.a2a_push_allowed_hosts,
             config.a2a_push.clone(),
+            stopping.subscribe(),
         );
         Self(Arc::new(SharedState {
             in_flight,
@@ -74,7 +76,7 @@ impl AppState {
             runtime_config,
             metrics: Arc::new(Metrics::new()),
             a2a_push,
-            stopping: watch::Sender::new(false),
+            stopping,
         }))
     }
 
@@ -96,7 +98,7 @@ impl AppState {
         )
         .await?;
         let state = Self::new(control, config, runtime_config);
-        state.a2a_push.start_sweeping(state.stopping());
+        state.a2a_push.start_sweeping();
         Ok(state)
     }
 

@@ -81,6 +81,7 @@ impl Delivery {
             push.holder.clone(),
             Duration::from_millis(push.settings.lease_ms),
             webhook.progress.clone(),
+            push.stopping.clone(),
         );
         let lost = lease.lost();
         Self {

@@ -1,6 +1,8 @@
 //! A node's hold on one webhook's delivery: renewed every third of its length,
 //! and the only way its progress is written, so a renewal never writes over newer
-//! progress or reopens a finished webhook.
+//! progress or reopens a finished webhook. When the node starts stopping, the lease
+//! is handed back at once (another node's sweep takes the webhook up), and nothing
+//! is written under it after that.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,8 @@ use tokio::sync::{Mutex, watch};
 struct Recorded {
     progress: JsonValue,
     done: bool,
+    /// Handed back: nothing more is written under this lease.
+    released: bool,
 }
 
 /// The parts the renewer shares with the deliverer.
@@ -75,6 +79,7 @@ impl Lease {
         holder: String,
         length: Duration,
         progress: JsonValue,
+        stopping: watch::Receiver<bool>,
     ) -> Self {
         let shared = Arc::new(Shared {
             store,
@@ -85,10 +90,11 @@ impl Lease {
             recorded: Mutex::new(Recorded {
                 progress,
                 done: false,
+                released: false,
             }),
             lost: watch::Sender::new(false),
         });
-        let renewer = tokio::spawn(renew(Arc::clone(&shared)));
+        let renewer = tokio::spawn(renew(Arc::clone(&shared), stopping));
         Self { shared, renewer }
     }
 
@@ -106,6 +112,9 @@ impl Lease {
         dead_letter: Option<JsonValue>,
     ) -> Result<bool, String> {
         let mut recorded = self.shared.recorded.lock().await;
+        if recorded.released {
+            return Ok(false);
+        }
         let advance = WebhookAdvance {
             progress: progress.clone(),
             done,
@@ -114,23 +123,31 @@ impl Lease {
         };
         let held = self.shared.write(&advance).await?;
         if held {
-            *recorded = Recorded { progress, done };
+            recorded.progress = progress;
+            recorded.done = done;
         }
         Ok(held)
     }
 }
 
-/// Renews the lease every third of its length until it is lost or done; a
-/// failed renewal is tried again at the next tick (the lease may still run out,
-/// and then the next write tells).
-async fn renew(shared: Arc<Shared>) {
+/// Renews the lease every third of its length until it is lost or done, and
+/// hands it back when the node starts stopping; a failed renewal is tried again
+/// at the next tick (the lease may still run out, and then the next write tells).
+async fn renew(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
     let mut ticks = tokio::time::interval(shared.length / 3);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     loop {
-        ticks.tick().await;
-        let recorded = shared.recorded.lock().await;
+        let stop = tokio::select! {
+            _ = ticks.tick() => false,
+            stopped = stopping.wait_for(|stopping| *stopping) => stopped.is_ok(),
+        };
+        let mut recorded = shared.recorded.lock().await;
         if recorded.done {
+            return;
+        }
+        if stop {
+            release(&shared, &mut recorded).await;
             return;
         }
         let advance = WebhookAdvance {
@@ -147,4 +164,20 @@ async fn renew(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// Hands the lease back with the progress recorded (a lease that ends now), and
+/// stops the delivery: the webhook is free for the next sweep of any node.
+async fn release(shared: &Shared, recorded: &mut Recorded) {
+    recorded.released = true;
+    let advance = WebhookAdvance {
+        progress: recorded.progress.clone(),
+        done: false,
+        dead_letter: None,
+        lease_until_ms: 0,
+    };
+    if let Err(error) = shared.write(&advance).await {
+        tracing::warn!(%error, run_id = %shared.run_id, "push notifications: handing a delivery lease back failed; it runs out instead");
+    }
+    shared.lost.send_replace(true);
 }

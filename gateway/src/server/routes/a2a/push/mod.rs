@@ -46,6 +46,8 @@ pub(crate) struct PushNotifications {
     targets: PushTargets,
     /// This process's name on the leases it holds.
     holder: String,
+    /// Turns true when the node starts stopping: deliveries hand their leases back.
+    stopping: watch::Receiver<bool>,
     running: DashMap<(RunId, WebhookId), tokio::task::AbortHandle>,
 }
 
@@ -60,11 +62,12 @@ impl std::fmt::Debug for PushNotifications {
 
 impl PushNotifications {
     /// Push notifications to public hosts and `allowed_hosts`, delivered as
-    /// `settings` say.
+    /// `settings` say until `stopping` turns true.
     pub(crate) fn new(
         control: Arc<dyn RunControl>,
         allowed_hosts: &[String],
         settings: A2aPushConfig,
+        stopping: watch::Receiver<bool>,
     ) -> Arc<Self> {
         let targets = PushTargets::new(allowed_hosts);
         Arc::new(Self {
@@ -73,13 +76,16 @@ impl PushNotifications {
             settings,
             targets,
             holder: uuid::Uuid::now_v7().to_string(),
+            stopping,
             running: DashMap::new(),
         })
     }
 
-    /// Claims, every `sweep_interval_ms` until `stopping` turns true, the webhooks
-    /// nobody delivers (their node died or stopped) and delivers them from here.
-    pub(crate) fn start_sweeping(self: &Arc<Self>, mut stopping: watch::Receiver<bool>) {
+    /// Claims, every `sweep_interval_ms` until the node starts stopping, the
+    /// webhooks nobody delivers (their node died or stopped) and delivers them
+    /// from here.
+    pub(crate) fn start_sweeping(self: &Arc<Self>) {
+        let mut stopping = self.stopping.clone();
         let push: Weak<Self> = Arc::downgrade(self);
         let every = Duration::from_millis(self.settings.sweep_interval_ms);
         tokio::spawn(async move {
@@ -263,6 +269,9 @@ impl PushNotifications {
 
     /// Starts delivering a webhook this node just claimed.
     fn deliver(self: &Arc<Self>, webhook: Webhook) {
+        if *self.stopping.borrow() {
+            return;
+        }
         let key = (webhook.run_id.clone(), webhook.id.clone());
         let entry = self.running.entry(key);
         if let dashmap::Entry::Occupied(existing) = &entry
