@@ -133,6 +133,7 @@ async fn serve<N: RunControl>(
     )
     .await
     .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let stopped = state.clone();
     let server = Server::bind(state)
         .await
         .map_err(|e| compose::invalid("server.address", e))?;
@@ -153,6 +154,11 @@ async fn serve<N: RunControl>(
     if !finished {
         eprintln!("shutdown deadline passed with requests still in flight");
     }
+    stopped
+        .hand_back_push_deliveries(Duration::from_secs(5))
+        .await;
+    // The deliveries held the node too: it is free once they ended.
+    drop(stopped);
     Ok(Arc::into_inner(node))
 }
 

@@ -107,6 +107,13 @@ impl AppState {
         self.stopping.subscribe()
     }
 
+    /// Waits (up to `within`) until this node's push deliveries handed their
+    /// leases back: what a stopping node does, after its server stopped and
+    /// before it leaves (another node then takes them over at once).
+    pub async fn hand_back_push_deliveries(&self, within: std::time::Duration) {
+        self.a2a_push.handed_back(within).await;
+    }
+
     /// Ends every open event stream (their clients reconnect, on a cluster to
     /// another node, with `Last-Event-ID`).
     pub fn stop_streams(&self) {

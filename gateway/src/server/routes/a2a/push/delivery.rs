@@ -105,7 +105,11 @@ impl Delivery {
                 tracing::warn!(run_id = %key.0, webhook = %key.1, %error, "push delivery stopped: the store failed");
             }
         }
+        // The lease goes before the delivery says it ended: a stopping node
+        // waits for that.
+        drop(self.lease);
         self.push.running.remove(&key);
+        self.push.ended.notify_waiters();
     }
 
     async fn deliver(&mut self) -> Result<(), Stop> {

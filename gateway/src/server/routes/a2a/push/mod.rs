@@ -49,6 +49,8 @@ pub(crate) struct PushNotifications {
     /// Turns true when the node starts stopping: deliveries hand their leases back.
     stopping: watch::Receiver<bool>,
     running: DashMap<(RunId, WebhookId), tokio::task::AbortHandle>,
+    /// Told whenever a delivery of this node ends.
+    ended: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for PushNotifications {
@@ -78,6 +80,7 @@ impl PushNotifications {
             holder: uuid::Uuid::now_v7().to_string(),
             stopping,
             running: DashMap::new(),
+            ended: tokio::sync::Notify::new(),
         })
     }
 
@@ -100,6 +103,26 @@ impl PushNotifications {
                 push.claim_and_deliver(None).await;
             }
         });
+    }
+
+    /// Waits (up to `within`) until every delivery of this node ended, once the
+    /// node started stopping: each hands its lease back as it ends, and the node
+    /// must not leave before those writes are in.
+    pub(crate) async fn handed_back(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let ended = self.ended.notified();
+            if self.running.is_empty() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                tracing::warn!(
+                    deliveries = self.running.len(),
+                    "push deliveries still running at shutdown: their leases run out instead"
+                );
+                return;
+            }
+        }
     }
 
     /// Stores a config for `task` and starts delivering its changes from here.

@@ -62,7 +62,11 @@ impl Sender {
             if *lost.borrow() {
                 return Sent::LeaseLost;
             }
-            error = match self.try_once(config, item).await {
+            let tried = tokio::select! {
+                tried = self.try_once(config, item) => tried,
+                _ = lost.wait_for(|lost| *lost) => return Sent::LeaseLost,
+            };
+            error = match tried {
                 Ok(()) => return Sent::Delivered,
                 Err(error) => error,
             };
