@@ -16,7 +16,9 @@ use awaken_actors::delegation::DELEGATE_ACTIVITY_TYPE;
 use awaken_actors::{AgentId, BuildError};
 use awaken_gateway::a2a::A2A_BACKEND;
 use awaken_gateway::server::ServerConfig;
-use http_support::delegating::{BOSS, REMOTE, answer, boss_run, remote_ticket, serve_a, service_a};
+use http_support::delegating::{
+    BOSS, REMOTE, answer, boss_run, remote_task, remote_ticket, serve_a, service_a,
+};
 use http_support::{
     EventReader, TestServer, awaken_serve, closed_base, decide_at, finish_type, json, run_ids,
     suspended_calls, user,
@@ -37,16 +39,7 @@ fn remote_spec(b: &TestServer, target: &str, options: Value) -> AgentSpec {
 
 /// B's view of task `task_id` of its `demo` tenant.
 async fn b_task(b: &TestServer, task_id: &str) -> Value {
-    let response = b
-        .client
-        .get(b.url(&format!("/v1/a2a/demo/tasks/{task_id}")))
-        .header("A2A-Version", "1.0")
-        .send()
-        .await
-        .unwrap();
-    let (status, task) = json(response).await;
-    assert_eq!(status, StatusCode::OK, "{task}");
-    task
+    remote_task(&b.client, &b.url(&format!("/v1/a2a/demo/tasks/{task_id}"))).await
 }
 
 /// Decides A's waiting run and reads the activation the decision starts.

@@ -16,7 +16,7 @@ use awaken_actors::contract::{AgentEvent, AgentSpec, RemoteEndpoint, StreamEvent
 use awaken_actors::delegation::DELEGATE_ACTIVITY_TYPE;
 use awaken_gateway::a2a::A2A_BACKEND;
 use http_support::delegating::{
-    REMOTE, answer, boss_run, remote_ticket, serve_a, service_a, start_boss_run,
+    REMOTE, answer, boss_run, remote_task, remote_ticket, serve_a, service_a, start_boss_run,
 };
 use http_support::{PYTHON, decide_at, finish_type, json, run_ids, suspended_calls};
 use reqwest::StatusCode;
@@ -105,16 +105,7 @@ impl SdkAgent {
 
     /// The agent's task `id`, read over its own API (`GET {base}/tasks/{id}`).
     async fn task(&self, id: &str) -> Value {
-        let response = self
-            .client
-            .get(format!("{}/tasks/{id}", self.base))
-            .header("A2A-Version", "1.0")
-            .send()
-            .await
-            .unwrap();
-        let (status, task) = json(response).await;
-        assert_eq!(status, StatusCode::OK, "{task}");
-        task
+        remote_task(&self.client, &format!("{}/tasks/{id}", self.base)).await
     }
 
     /// Reads task `id` until it is in `state`; fails past the deadline.

@@ -105,3 +105,16 @@ pub fn answer(events: &[StreamEvent]) -> String {
         })
         .collect()
 }
+
+/// The A2A task at `url` (`…/tasks/{id}` of the remote service), which must be there.
+pub async fn remote_task(client: &reqwest::Client, url: &str) -> Value {
+    let response = client
+        .get(url)
+        .header("A2A-Version", "1.0")
+        .send()
+        .await
+        .unwrap();
+    let (status, task) = super::json(response).await;
+    assert_eq!(status, StatusCode::OK, "{task}");
+    task
+}
