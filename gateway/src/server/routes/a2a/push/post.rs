@@ -70,7 +70,8 @@ impl Sender {
                 Ok(()) => return Sent::Delivered,
                 Err(error) => error,
             };
-            tracing::debug!(url = %config.url, attempt, %error, "push notification not delivered");
+            // Not the URL: a webhook URL is often its own secret (a token in the path).
+            tracing::debug!(task_id = %config.task_id, webhook = %config.id, attempt, %error, "push notification not delivered");
             if attempt < self.attempts {
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
