@@ -43,6 +43,7 @@
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
 
 mod group;
+mod nodelay;
 mod stats;
 mod webhooks;
 mod write;
@@ -885,6 +886,7 @@ impl PostgresStore {
         settings: PoolSettings,
     ) -> Result<Self, StorageError> {
         let options = options.options(settings.session_options());
+        let tcp_port = options.get_socket().is_none().then(|| options.get_port());
         let stats = Arc::new(StoreStats::default());
         let pinged = Arc::clone(&stats);
         let pool = PgPoolOptions::new()
@@ -902,6 +904,14 @@ impl PostgresStore {
                         conn.ping().await?;
                     }
                     Ok(true)
+                })
+            })
+            .after_connect(move |_, _| {
+                Box::pin(async move {
+                    if let Some(port) = tcp_port {
+                        nodelay::on_connections_to(port);
+                    }
+                    Ok(())
                 })
             })
             .connect_with(options)
@@ -1045,6 +1055,34 @@ mod tests {
         );
         assert_eq!(first_schema("\"$user\""), None);
         assert_eq!(quote_identifier("My \"App\""), "\"My \"\"App\"\"\"");
+    }
+
+    #[tokio::test]
+    async fn a_stores_connections_send_without_nagles_delay() {
+        let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let options = connect_options(&url).unwrap();
+        let port = options.get_port();
+        let store = PostgresStore::connect_with(options, PoolSettings::default())
+            .await
+            .unwrap();
+        let (first, second) = (store.pool().acquire().await, store.pool().acquire().await);
+        let (mut first, _second) = (first.unwrap(), second.unwrap());
+        sqlx::query("SELECT 1").execute(&mut *first).await.unwrap();
+        // A plain connection to the same port, which has Nagle's algorithm on.
+        let plain = tokio::net::TcpStream::connect((options_host(&url), port))
+            .await
+            .unwrap();
+        assert!(!plain.nodelay().unwrap());
+        assert_eq!(
+            nodelay::on_connections_to(port),
+            1,
+            "only the plain connection lacked TCP_NODELAY"
+        );
+    }
+
+    fn options_host(url: &str) -> String {
+        connect_options(url).unwrap().get_host().to_owned()
     }
 
     #[tokio::test]
