@@ -234,3 +234,80 @@ async fn a_query_wakes_a_thread_only_for_as_long_as_it_takes() {
     rt.thread_stopped(&never_ran).await;
     assert_eq!((rt.live_threads(), rt.supervised_threads()), (0, 0));
 }
+
+#[tokio::test]
+async fn a_thread_seeded_as_new_starts_its_first_run_without_reading_the_store() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("hello")]);
+    let (rt, store) = counted_runtime(llm, Arc::default(), false, ThreadConfig::default());
+    let thread = tid("t-seeded");
+    store
+        .create_thread(&awaken_actors::contract::Thread::with_id(thread.clone()))
+        .await
+        .unwrap();
+    rt.seed_new_thread(&thread).await.unwrap();
+    assert!(rt.is_thread_warm(&thread));
+
+    let (run, _) = run_once(&rt, "t-seeded", "hi").await;
+    assert_eq!(run.termination, TerminationReason::NaturalEnd);
+    assert_eq!(store.loads(), 0, "the seeded core stood in for the read");
+    let snapshot = store
+        .inner
+        .load_thread_snapshot(&thread)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        texts(&snapshot.messages),
+        ["hi", "hello"],
+        "checkpointed as usual"
+    );
+}
+
+#[tokio::test]
+async fn seeding_a_thread_that_has_a_core_here_changes_nothing() {
+    let llm = ScriptedLlm::new(vec![Turn::Text("one")]);
+    let (rt, store) = counted_runtime(llm.clone(), Arc::default(), false, ThreadConfig::default());
+    let thread = tid("t-kept");
+    run_once(&rt, "t-kept", "first").await;
+    rt.thread_stopped(&thread).await;
+    assert!(rt.is_thread_warm(&thread));
+
+    rt.seed_new_thread(&thread).await.unwrap();
+    run_once(&rt, "t-kept", "second").await;
+    let seen = texts(&llm.requests.lock().unwrap()[1].messages);
+    assert!(
+        seen.ends_with(&["first".into(), "one".into(), "second".into()]),
+        "the warm core with its history was kept: {seen:?}"
+    );
+    assert_eq!(store.loads(), 1);
+}
+
+/// The single-node fence, but one that fences on load, as a cluster's does.
+struct FencesOnLoad;
+
+impl awaken_actors::thread::FenceSource for FencesOnLoad {
+    fn token(&self, _thread_id: &awaken_actors::ThreadId) -> awaken_actors::store::FencingToken {
+        awaken_actors::store::FencingToken(1)
+    }
+
+    fn fences_on_load(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn where_owners_change_a_new_thread_is_not_seeded() {
+    let store = Arc::new(HookedStore::default());
+    let rt = scripted_builder(ScriptedLlm::new(vec![Turn::Text("hello")]))
+        .with_thread_run_store(store.clone())
+        .with_fence_source(Arc::new(FencesOnLoad))
+        .with_agent_spec(agent_spec(ToolExecutionMode::Sequential))
+        .build()
+        .unwrap();
+    let thread = tid("t-owned-elsewhere");
+    rt.seed_new_thread(&thread).await.unwrap();
+    assert!(
+        !rt.is_thread_warm(&thread),
+        "a core kept here could go stale"
+    );
+}

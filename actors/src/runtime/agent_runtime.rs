@@ -333,6 +333,21 @@ impl AgentRuntime {
         Ok(latest.filter(|r| !r.status.is_terminal()))
     }
 
+    /// Notes that the thread `thread_id` was just created in the store, empty, for
+    /// a run about to start: its actor starts from an empty core instead of
+    /// reading the thread back (one statement less per new conversation).
+    ///
+    /// Only where no other node writes threads (the fence does not fence on
+    /// load): in a cluster the thread's owner may be another node, and a core
+    /// kept here across an ownership change would be stale. There it does
+    /// nothing, as it does for a thread that has an actor or a core here already.
+    pub async fn seed_new_thread(&self, thread_id: &ThreadId) -> Result<(), ControlError> {
+        if !self.deps.fence.fences_on_load() {
+            self.region().await?.seed(thread_id);
+        }
+        Ok(())
+    }
+
     /// Number of thread actors alive on this node.
     pub fn live_threads(&self) -> usize {
         self.region.get().map_or(0, ThreadRegion::live_threads)

@@ -47,9 +47,15 @@ pub(crate) async fn open_thread(
         return Ok(thread.id);
     }
     check_agent(state, agent_id, None).await?;
+    let generated = thread_id.is_none();
     let mut thread = thread_id.map_or_else(Thread::new, Thread::with_id);
     caller.stamp(&mut thread);
     store.create_thread(&thread).await?;
+    // Only an id made here is certainly new: a client's id may be in use by a
+    // request racing this one.
+    if generated {
+        state.control.runtime().seed_new_thread(&thread.id).await?;
+    }
     Ok(thread.id)
 }
 

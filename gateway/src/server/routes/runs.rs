@@ -105,6 +105,8 @@ async fn start_run(
             let mut thread = Thread::new();
             caller.stamp(&mut thread);
             state.control.store().create_thread(&thread).await?;
+            // A new id: nothing else can have written the thread.
+            state.control.runtime().seed_new_thread(&thread.id).await?;
             thread.id
         }
     };
