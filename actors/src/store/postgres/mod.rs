@@ -42,6 +42,7 @@
 //! inside one cannot keep a thread locked from the next owner.
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
 
+mod creates;
 mod group;
 mod nodelay;
 mod stats;
@@ -61,13 +62,14 @@ use tokio::sync::OnceCell;
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
     StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, now_millis,
-    stamped_new_thread, thread_not_found, updated_metadata,
+    thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
+use creates::ThreadCreates;
 use group::GroupCommit;
 use stats::StoreStats;
 
@@ -86,6 +88,8 @@ pub struct PostgresStore {
     schema_ready: Arc<OnceCell<()>>,
     stats: Arc<StoreStats>,
     commits: Arc<GroupCommit>,
+    /// Batches thread creation (module `creates`).
+    creates: Arc<ThreadCreates>,
 }
 
 /// How [`PostgresStore::connect`] sets up its connection pool.
@@ -136,7 +140,7 @@ impl PoolSettings {
 struct Statements {
     prefix: String,
     schema: Vec<String>,
-    insert_thread: String,
+    create_threads: String,
     load_thread: String,
     lock_thread_data: String,
     update_thread_data: String,
@@ -232,9 +236,7 @@ impl Statements {
                         PRIMARY KEY (namespace, key))"
                 ),
             ],
-            insert_thread: format!(
-                "INSERT INTO {p}_threads (id, data) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING"
-            ),
+            create_threads: creates::create_threads_statement(p),
             load_thread: format!("SELECT data FROM {p}_threads WHERE id = $1"),
             lock_thread_data: format!("SELECT data FROM {p}_threads WHERE id = $1 FOR UPDATE"),
             update_thread_data: format!(
@@ -392,6 +394,7 @@ impl PostgresStore {
     ) -> Self {
         Self {
             commits: Arc::new(GroupCommit::new(checkpoint_writers)),
+            creates: Arc::new(ThreadCreates::new(checkpoint_writers)),
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
@@ -543,20 +546,7 @@ use in_transaction;
 #[async_trait]
 impl ThreadRunStore for PostgresStore {
     async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
-        self.ready().await?;
-        let inserted = sqlx::query(sql(&self.sql.insert_thread))
-            .bind(thread.id.as_str())
-            .bind(Json(stamped_new_thread(thread, now_millis())))
-            .execute(self.send())
-            .await
-            .map_err(db_error)?;
-        if inserted.rows_affected() == 0 {
-            return Err(StorageError::AlreadyExists(format!(
-                "thread `{}`",
-                thread.id
-            )));
-        }
-        Ok(())
+        self.creates.submit(self, thread.clone()).await
     }
 
     async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
