@@ -31,8 +31,7 @@
 //! sees the first's count and gets `VersionConflict`. Checkpoints of different
 //! threads that wait at the same moment share one statement and one commit flush
 //! (group commit, module `group`, decision 0052), each still checked on its own and
-//! answered only after the commit. New threads created at the same moment are
-//! inserted the same way, by one statement (module `creates`).
+//! answered only after the commit.
 //!
 //! A statement sent whole cannot be left half-done by a paused client, so a node
 //! paused mid-checkpoint holds no lock: its statement either ran before the pause
