@@ -42,7 +42,6 @@
 //! inside one cannot keep a thread locked from the next owner.
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
 
-mod creates;
 mod group;
 mod nodelay;
 mod stats;
@@ -62,14 +61,13 @@ use tokio::sync::OnceCell;
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
     StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, now_millis,
-    thread_not_found, updated_metadata,
+    stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
-use creates::ThreadCreates;
 use group::GroupCommit;
 use stats::StoreStats;
 
@@ -88,8 +86,6 @@ pub struct PostgresStore {
     schema_ready: Arc<OnceCell<()>>,
     stats: Arc<StoreStats>,
     commits: Arc<GroupCommit>,
-    /// Batches thread creation (module `creates`).
-    creates: Arc<ThreadCreates>,
 }
 
 /// How [`PostgresStore::connect`] sets up its connection pool.
@@ -140,7 +136,7 @@ impl PoolSettings {
 struct Statements {
     prefix: String,
     schema: Vec<String>,
-    create_threads: String,
+    insert_thread: String,
     load_thread: String,
     lock_thread_data: String,
     update_thread_data: String,
@@ -236,7 +232,9 @@ impl Statements {
                         PRIMARY KEY (namespace, key))"
                 ),
             ],
-            create_threads: creates::create_threads_statement(p),
+            insert_thread: format!(
+                "INSERT INTO {p}_threads (id, data) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING"
+            ),
             load_thread: format!("SELECT data FROM {p}_threads WHERE id = $1"),
             lock_thread_data: format!("SELECT data FROM {p}_threads WHERE id = $1 FOR UPDATE"),
             update_thread_data: format!(
@@ -394,7 +392,6 @@ impl PostgresStore {
     ) -> Self {
         Self {
             commits: Arc::new(GroupCommit::new(checkpoint_writers)),
-            creates: Arc::new(ThreadCreates::new(checkpoint_writers)),
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
@@ -546,7 +543,20 @@ use in_transaction;
 #[async_trait]
 impl ThreadRunStore for PostgresStore {
     async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
-        self.creates.submit(self, thread.clone()).await
+        self.ready().await?;
+        let inserted = sqlx::query(sql(&self.sql.insert_thread))
+            .bind(thread.id.as_str())
+            .bind(Json(stamped_new_thread(thread, now_millis())))
+            .execute(self.send())
+            .await
+            .map_err(db_error)?;
+        if inserted.rows_affected() == 0 {
+            return Err(StorageError::AlreadyExists(format!(
+                "thread `{}`",
+                thread.id
+            )));
+        }
+        Ok(())
     }
 
     async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
