@@ -44,6 +44,7 @@ mod sockets {
     use std::net::SocketAddr;
     use std::os::fd::{OwnedFd, RawFd};
 
+    use rustix::io::Errno;
     use rustix::net::{SocketType, getpeername, sockopt};
     use rustix::process::{PidfdFlags, PidfdGetfdFlags, getpid, pidfd_getfd, pidfd_open};
 
@@ -59,9 +60,12 @@ mod sockets {
             else {
                 continue;
             };
-            // Gone since the listing, or not a socket we may duplicate: skip it.
-            let Ok(socket) = pidfd_getfd(&this_process, fd, PidfdGetfdFlags::empty()) else {
-                continue;
+            let socket = match pidfd_getfd(&this_process, fd, PidfdGetfdFlags::empty()) {
+                Ok(socket) => socket,
+                // Closed since the listing: nothing to do for it.
+                Err(Errno::BADF) => continue,
+                // Refused (a seccomp profile, no ptrace access): say so.
+                Err(refused) => return Err(refused.into()),
             };
             if needs_nodelay(&socket, port) {
                 sockopt::set_tcp_nodelay(&socket, true)?;
