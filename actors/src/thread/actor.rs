@@ -19,7 +19,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 
 use crate::context::Compaction;
 use crate::contract::{
-    AgentEvent, Message, RunIdentity, RunRecord, RunStatus, Thread, ToolCallResume, ToolCallStatus,
+    AgentEvent, Message, RunIdentity, RunRecord, RunStatus, ToolCallResume, ToolCallStatus,
     TraceContext,
 };
 use crate::error::InferenceExecutionError;
@@ -523,11 +523,8 @@ async fn rehydrate(
         deps.store.load_thread_snapshot(thread_id).await?
     };
     let Some(snapshot) = loaded else {
-        let thread = Thread::with_id(thread_id.clone());
-        return Ok((
-            Box::new(ThreadCore::new(thread, Vec::new(), None)),
-            LatestRun::None,
-        ));
+        let WarmThread { core, latest_run } = WarmThread::empty(thread_id);
+        return Ok((core, latest_run));
     };
     let mut core = ThreadCore::new(snapshot.thread, snapshot.messages, snapshot.state);
     let latest = match snapshot.latest_run {

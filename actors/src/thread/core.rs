@@ -87,6 +87,20 @@ pub(crate) struct WarmThread {
     pub(crate) latest_run: LatestRun,
 }
 
+impl WarmThread {
+    /// A thread with nothing in it yet: no message, no state, no run.
+    pub(crate) fn empty(thread_id: &ThreadId) -> Self {
+        Self {
+            core: Box::new(ThreadCore::new(
+                Thread::with_id(thread_id.clone()),
+                Vec::new(),
+                None,
+            )),
+            latest_run: LatestRun::None,
+        }
+    }
+}
+
 /// The latest run of a thread that has no actor.
 pub(crate) enum LatestRun {
     /// The thread never ran.

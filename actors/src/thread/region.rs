@@ -16,13 +16,12 @@ use std::time::{Duration, Instant};
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, SupervisionEvent};
 
-use crate::contract::Thread;
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
 
 use super::actor::{ThreadActor, ThreadActorArgs, ThreadMsg};
 use super::control::ControlError;
-use super::core::{LatestRun, ThreadCore, WarmThread};
+use super::core::WarmThread;
 use super::deps::ThreadDeps;
 
 /// What a thread actor sees of its region: its supervision and the passivation
@@ -315,14 +314,7 @@ impl ThreadRegion {
                 .warm
                 .entry(thread_id.clone())
                 .or_insert_with(|| Dormant {
-                    warm: WarmThread {
-                        core: Box::new(ThreadCore::new(
-                            Thread::with_id(thread_id.clone()),
-                            Vec::new(),
-                            None,
-                        )),
-                        latest_run: LatestRun::None,
-                    },
+                    warm: WarmThread::empty(thread_id),
                     since: Instant::now(),
                 });
         }
