@@ -366,11 +366,11 @@ fn bench_http_on_postgres_counts_what_a_run_sends_beside_the_reference() {
             .as_f64()
             .unwrap_or_else(|| panic!("{name} in {report}"))
     };
-    // Run start, the tool step's end, run end; plus the thread's creation and
-    // the thread actor's snapshot read.
+    // Run start, the tool step's end, run end; plus the thread's creation (the
+    // new thread's actor starts from an empty core, not a read: decision 0062).
     assert_eq!(field("checkpoints_per_run"), 3.0, "{report}");
-    assert_eq!(field("statements_per_run"), 5.0, "{report}");
-    assert!(field("round_trips_per_run") >= 5.0, "{report}");
+    assert_eq!(field("statements_per_run"), 4.0, "{report}");
+    assert!(field("round_trips_per_run") >= 4.0, "{report}");
     assert!(field("reference_tx_per_s") > 0.0, "{report}");
     let expected_ratio =
         field("runs_per_s") * field("checkpoints_per_run") / field("reference_tx_per_s");
