@@ -42,7 +42,24 @@
 //! inside one cannot keep a thread locked from the next owner.
 //! Fencing tokens and `created_at` values above `i64::MAX` are refused (`BIGINT` columns).
 
+/// Sends one statement on one of the store's kept connections ([`held`]) and
+/// counts it; the statement's result, its connection settled:
+/// `statement!(self, sqlx::query(…).bind(…), fetch_one)`.
+macro_rules! statement {
+    ($store:ident, $query:expr, $method:ident) => {{
+        match $store.lease().await {
+            Ok(mut lease) => {
+                let result = $query.$method(lease.connection()).await;
+                lease.settle(&result);
+                result
+            }
+            Err(error) => Err(error),
+        }
+    }};
+}
+
 mod group;
+mod held;
 mod nodelay;
 mod stats;
 mod webhooks;
@@ -69,10 +86,8 @@ use crate::error::StorageError;
 use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 use group::GroupCommit;
+use held::{HeldConnections, Lease};
 use stats::StoreStats;
-
-/// A pooled connection idle this long is pinged before it is used again (decision 0051).
-const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
 
 /// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
 const MAX_PREFIX_LEN: usize = 40;
@@ -86,6 +101,7 @@ pub struct PostgresStore {
     schema_ready: Arc<OnceCell<()>>,
     stats: Arc<StoreStats>,
     commits: Arc<GroupCommit>,
+    held: Arc<HeldConnections>,
 }
 
 /// How [`PostgresStore::connect`] sets up its connection pool.
@@ -392,6 +408,7 @@ impl PostgresStore {
     ) -> Self {
         Self {
             commits: Arc::new(GroupCommit::new(checkpoint_writers)),
+            held: Arc::new(HeldConnections::new(pool.clone())),
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
@@ -399,11 +416,20 @@ impl PostgresStore {
         }
     }
 
-    /// The pool, to send one statement on: every statement goes through here or
-    /// [`Self::send_in`], so it is counted.
-    fn send(&self) -> &PgPool {
+    /// A kept connection for one statement ([`held`]), the statement counted:
+    /// every statement goes through here (by [`statement!`]) or
+    /// [`Self::send_in`].
+    async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
         self.stats.statement();
-        &self.pool
+        self.held.lease(&self.stats).await
+    }
+
+    /// A transaction on a connection of the pool, which tests it when the
+    /// transaction gives it back (one round trip, counted).
+    async fn begin_with(&self, statement: &'static str) -> Result<Tx, StorageError> {
+        self.stats.statement();
+        self.stats.released(1);
+        self.pool.begin_with(statement).await.map_err(db_error)
     }
 
     /// The transaction's connection, to send one statement on (counted).
@@ -431,7 +457,7 @@ impl PostgresStore {
     }
 
     async fn create_schema(&self) -> Result<(), StorageError> {
-        let mut tx = self.send().begin().await.map_err(db_error)?;
+        let mut tx = self.begin_with("BEGIN").await?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
             .bind(format!("awaken-schema:{}", self.sql.prefix))
             .execute(self.send_in(&mut tx))
@@ -479,16 +505,14 @@ impl PostgresStore {
     /// A writing transaction (bounded by the pool's write hold limit).
     async fn begin(&self) -> Result<Tx, StorageError> {
         self.ready().await?;
-        self.send().begin().await.map_err(db_error)
+        self.begin_with("BEGIN").await
     }
 
     /// A read-only transaction that sees one snapshot for all its statements.
     async fn begin_snapshot(&self) -> Result<Tx, StorageError> {
         self.ready().await?;
-        self.send()
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
-            .map_err(db_error)
     }
 
     async fn list_runs_in(&self, tx: &mut Tx, query: &RunQuery) -> Result<RunPage, StorageError> {
@@ -544,12 +568,14 @@ use in_transaction;
 impl ThreadRunStore for PostgresStore {
     async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
         self.ready().await?;
-        let inserted = sqlx::query(sql(&self.sql.insert_thread))
-            .bind(thread.id.as_str())
-            .bind(Json(stamped_new_thread(thread, now_millis())))
-            .execute(self.send())
-            .await
-            .map_err(db_error)?;
+        let inserted = statement!(
+            self,
+            sqlx::query(sql(&self.sql.insert_thread))
+                .bind(thread.id.as_str())
+                .bind(Json(stamped_new_thread(thread, now_millis()))),
+            execute
+        )
+        .map_err(db_error)?;
         if inserted.rows_affected() == 0 {
             return Err(StorageError::AlreadyExists(format!(
                 "thread `{}`",
@@ -561,11 +587,12 @@ impl ThreadRunStore for PostgresStore {
 
     async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
         self.ready().await?;
-        let row: Option<Json<Thread>> = sqlx::query_scalar(sql(&self.sql.load_thread))
-            .bind(id.as_str())
-            .fetch_optional(self.send())
-            .await
-            .map_err(db_error)?;
+        let row: Option<Json<Thread>> = statement!(
+            self,
+            sqlx::query_scalar(sql(&self.sql.load_thread)).bind(id.as_str()),
+            fetch_optional
+        )
+        .map_err(db_error)?;
         Ok(row.map(|Json(thread)| thread))
     }
 
@@ -598,11 +625,12 @@ impl ThreadRunStore for PostgresStore {
 
     async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
         self.ready().await?;
-        let deleted: i64 = sqlx::query_scalar(sql(&self.sql.delete_thread))
-            .bind(id.as_str())
-            .fetch_one(self.send())
-            .await
-            .map_err(db_error)?;
+        let deleted: i64 = statement!(
+            self,
+            sqlx::query_scalar(sql(&self.sql.delete_thread)).bind(id.as_str()),
+            fetch_one
+        )
+        .map_err(db_error)?;
         if deleted == 0 {
             return Err(thread_not_found(id));
         }
@@ -615,12 +643,14 @@ impl ThreadRunStore for PostgresStore {
         limit: usize,
     ) -> Result<Vec<ThreadId>, StorageError> {
         self.ready().await?;
-        let ids: Vec<String> = sqlx::query_scalar(sql(&self.sql.list_threads))
-            .bind(count(offset))
-            .bind(count(limit))
-            .fetch_all(self.send())
-            .await
-            .map_err(db_error)?;
+        let ids: Vec<String> = statement!(
+            self,
+            sqlx::query_scalar(sql(&self.sql.list_threads))
+                .bind(count(offset))
+                .bind(count(limit)),
+            fetch_all
+        )
+        .map_err(db_error)?;
         ids.into_iter()
             .map(|id| ThreadId::new(id).map_err(|err| StorageError::Serialization(err.to_string())))
             .collect()
@@ -632,13 +662,14 @@ impl ThreadRunStore for PostgresStore {
         limit: usize,
     ) -> Result<Vec<ThreadSummary>, StorageError> {
         self.ready().await?;
-        let rows: Vec<(Json<Thread>, i64, Option<Json<RunRecord>>)> =
+        let rows: Vec<(Json<Thread>, i64, Option<Json<RunRecord>>)> = statement!(
+            self,
             sqlx::query_as(sql(&self.sql.list_summaries))
                 .bind(count(offset))
-                .bind(count(limit))
-                .fetch_all(self.send())
-                .await
-                .map_err(db_error)?;
+                .bind(count(limit)),
+            fetch_all
+        )
+        .map_err(db_error)?;
         Ok(rows
             .into_iter()
             .map(|(Json(thread), message_count, latest)| ThreadSummary {
@@ -656,20 +687,23 @@ impl ThreadRunStore for PostgresStore {
     ) -> Result<MessagePage, StorageError> {
         self.ready().await?;
         let limit = query.effective_limit();
-        let mut rows: Vec<(i64, Json<Message>)> = sqlx::query_as(sql(&self.sql.page_messages))
-            .bind(id.as_str())
-            .bind(bigint("cursor", query.cursor.unwrap_or(0)).unwrap_or(i64::MAX))
-            .bind(query.include_internal)
-            .bind(count(limit + 1))
-            .fetch_all(self.send())
-            .await
-            .map_err(db_error)?;
-        if rows.is_empty() {
-            let exists: bool = sqlx::query_scalar(sql(&self.sql.thread_exists))
+        let mut rows: Vec<(i64, Json<Message>)> = statement!(
+            self,
+            sqlx::query_as(sql(&self.sql.page_messages))
                 .bind(id.as_str())
-                .fetch_one(self.send())
-                .await
-                .map_err(db_error)?;
+                .bind(bigint("cursor", query.cursor.unwrap_or(0)).unwrap_or(i64::MAX))
+                .bind(query.include_internal)
+                .bind(count(limit + 1)),
+            fetch_all
+        )
+        .map_err(db_error)?;
+        if rows.is_empty() {
+            let exists: bool = statement!(
+                self,
+                sqlx::query_scalar(sql(&self.sql.thread_exists)).bind(id.as_str()),
+                fetch_one
+            )
+            .map_err(db_error)?;
             if !exists {
                 return Err(thread_not_found(id));
             }
@@ -701,11 +735,12 @@ impl ThreadRunStore for PostgresStore {
         self.ready().await?;
         // One statement reads with one snapshot: its parts agree without a
         // transaction, in one round trip.
-        let row: Option<SnapshotRow> = sqlx::query_as(sql(&self.sql.snapshot))
-            .bind(id.as_str())
-            .fetch_optional(self.send())
-            .await
-            .map_err(db_error)?;
+        let row: Option<SnapshotRow> = statement!(
+            self,
+            sqlx::query_as(sql(&self.sql.snapshot)).bind(id.as_str()),
+            fetch_optional
+        )
+        .map_err(db_error)?;
         Ok(row.map(snapshot_of))
     }
 
@@ -745,21 +780,23 @@ impl ThreadRunStore for PostgresStore {
 
     async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError> {
         self.ready().await?;
-        let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.load_run))
-            .bind(run_id.as_str())
-            .fetch_optional(self.send())
-            .await
-            .map_err(db_error)?;
+        let row: Option<Json<RunRecord>> = statement!(
+            self,
+            sqlx::query_scalar(sql(&self.sql.load_run)).bind(run_id.as_str()),
+            fetch_optional
+        )
+        .map_err(db_error)?;
         Ok(row.map(|Json(run)| run))
     }
 
     async fn latest_run(&self, thread_id: &ThreadId) -> Result<Option<RunRecord>, StorageError> {
         self.ready().await?;
-        let row: Option<Json<RunRecord>> = sqlx::query_scalar(sql(&self.sql.latest_run))
-            .bind(thread_id.as_str())
-            .fetch_optional(self.send())
-            .await
-            .map_err(db_error)?;
+        let row: Option<Json<RunRecord>> = statement!(
+            self,
+            sqlx::query_scalar(sql(&self.sql.latest_run)).bind(thread_id.as_str()),
+            fetch_optional
+        )
+        .map_err(db_error)?;
         Ok(row.map(|Json(run)| run))
     }
 
@@ -798,35 +835,41 @@ impl ThreadRunStore for PostgresStore {
 impl ProfileStore for PostgresStore {
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<JsonValue>, StorageError> {
         self.ready().await?;
-        let row: Option<Json<JsonValue>> = sqlx::query_scalar(sql(&self.sql.get_profile))
-            .bind(namespace)
-            .bind(key)
-            .fetch_optional(self.send())
-            .await
-            .map_err(db_error)?;
+        let row: Option<Json<JsonValue>> = statement!(
+            self,
+            sqlx::query_scalar(sql(&self.sql.get_profile))
+                .bind(namespace)
+                .bind(key),
+            fetch_optional
+        )
+        .map_err(db_error)?;
         Ok(row.map(|Json(value)| value))
     }
 
     async fn put(&self, namespace: &str, key: &str, value: JsonValue) -> Result<(), StorageError> {
         self.ready().await?;
-        sqlx::query(sql(&self.sql.put_profile))
-            .bind(namespace)
-            .bind(key)
-            .bind(Json(value))
-            .execute(self.send())
-            .await
-            .map_err(db_error)?;
+        statement!(
+            self,
+            sqlx::query(sql(&self.sql.put_profile))
+                .bind(namespace)
+                .bind(key)
+                .bind(Json(value)),
+            execute
+        )
+        .map_err(db_error)?;
         Ok(())
     }
 
     async fn delete(&self, namespace: &str, key: &str) -> Result<(), StorageError> {
         self.ready().await?;
-        sqlx::query(sql(&self.sql.delete_profile))
-            .bind(namespace)
-            .bind(key)
-            .execute(self.send())
-            .await
-            .map_err(db_error)?;
+        statement!(
+            self,
+            sqlx::query(sql(&self.sql.delete_profile))
+                .bind(namespace)
+                .bind(key),
+            execute
+        )
+        .map_err(db_error)?;
         Ok(())
     }
 }
@@ -899,7 +942,7 @@ impl PostgresStore {
             .before_acquire(move |conn, meta| {
                 let pinged = Arc::clone(&pinged);
                 Box::pin(async move {
-                    if meta.idle_for >= PING_WHEN_IDLE_FOR {
+                    if meta.idle_for >= held::FRESH_FOR {
                         pinged.ping();
                         conn.ping().await?;
                     }
@@ -1247,7 +1290,11 @@ mod tests {
 
         let before = store.io_counts().unwrap();
         store.create_run(&run(&id, "r2", 2)).await.unwrap();
-        assert_eq!(sent(before), (0, 4, 4), "BEGIN, lock, insert, COMMIT");
+        assert_eq!(
+            sent(before),
+            (0, 4, 5),
+            "BEGIN, lock, insert, COMMIT, and the pool's test of the connection given back"
+        );
 
         let hooks = store.webhooks();
         let before = store.io_counts().unwrap();
@@ -1257,8 +1304,8 @@ mod tests {
             .unwrap();
         assert_eq!(
             sent(before),
-            (0, 4, 4),
-            "BEGIN, lock the run, upsert, COMMIT"
+            (0, 4, 5),
+            "BEGIN, lock the run, upsert, COMMIT, the pool's test"
         );
 
         let before = store.io_counts().unwrap();

@@ -10,6 +10,7 @@ use crate::store::StoreIoCounts;
 pub(super) struct StoreStats {
     checkpoints: AtomicU64,
     statements: AtomicU64,
+    /// Round trips that are not statements: pings before use, tests on release.
     pings: AtomicU64,
 }
 
@@ -27,6 +28,13 @@ impl StoreStats {
     /// One ping of an idle connection before it was used again.
     pub(super) fn ping(&self) {
         self.pings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `n` connections given back to the pool, which tests each with a round
+    /// trip of its own (see [`held`](super::held)).
+    pub(super) fn released(&self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.pings.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The totals so far.

@@ -206,22 +206,25 @@ impl WebhookStore for PostgresStore {
 
     async fn load_webhooks(&self, run_id: &RunId) -> Result<Vec<Webhook>, StorageError> {
         self.ready().await?;
-        let rows: Vec<WebhookRow> = sqlx::query_as(sql(&self.sql.webhooks.load))
-            .bind(run_id.as_str())
-            .fetch_all(self.send())
-            .await
-            .map_err(db_error)?;
+        let rows: Vec<WebhookRow> = statement!(
+            self,
+            sqlx::query_as(sql(&self.sql.webhooks.load)).bind(run_id.as_str()),
+            fetch_all
+        )
+        .map_err(db_error)?;
         rows.into_iter().map(webhook_of).collect()
     }
 
     async fn delete_webhook(&self, run_id: &RunId, id: &WebhookId) -> Result<bool, StorageError> {
         self.ready().await?;
-        let deleted = sqlx::query(sql(&self.sql.webhooks.delete))
-            .bind(run_id.as_str())
-            .bind(id.as_str())
-            .execute(self.send())
-            .await
-            .map_err(db_error)?;
+        let deleted = statement!(
+            self,
+            sqlx::query(sql(&self.sql.webhooks.delete))
+                .bind(run_id.as_str())
+                .bind(id.as_str()),
+            execute
+        )
+        .map_err(db_error)?;
         Ok(deleted.rows_affected() > 0)
     }
 
@@ -232,15 +235,17 @@ impl WebhookStore for PostgresStore {
             return Ok(Vec::new());
         }
         self.ready().await?;
-        let rows: Vec<WebhookRow> = sqlx::query_as(sql(&self.sql.webhooks.claim))
-            .bind(&claim.holder)
-            .bind(now)
-            .bind(until)
-            .bind(count(claim.limit))
-            .bind(claim.run_id.as_ref().map(RunId::as_str))
-            .fetch_all(self.send())
-            .await
-            .map_err(db_error)?;
+        let rows: Vec<WebhookRow> = statement!(
+            self,
+            sqlx::query_as(sql(&self.sql.webhooks.claim))
+                .bind(&claim.holder)
+                .bind(now)
+                .bind(until)
+                .bind(count(claim.limit))
+                .bind(claim.run_id.as_ref().map(RunId::as_str)),
+            fetch_all
+        )
+        .map_err(db_error)?;
         let mut claimed = rows
             .into_iter()
             .map(webhook_of)
@@ -259,17 +264,19 @@ impl WebhookStore for PostgresStore {
     ) -> Result<bool, StorageError> {
         let until = bigint("lease_until_ms", advance.lease_until_ms)?;
         self.ready().await?;
-        let advanced = sqlx::query(sql(&self.sql.webhooks.advance))
-            .bind(run_id.as_str())
-            .bind(id.as_str())
-            .bind(holder)
-            .bind(Json(&advance.progress))
-            .bind(advance.done)
-            .bind(advance.dead_letter.as_ref().map(Json))
-            .bind(until)
-            .execute(self.send())
-            .await
-            .map_err(db_error)?;
+        let advanced = statement!(
+            self,
+            sqlx::query(sql(&self.sql.webhooks.advance))
+                .bind(run_id.as_str())
+                .bind(id.as_str())
+                .bind(holder)
+                .bind(Json(&advance.progress))
+                .bind(advance.done)
+                .bind(advance.dead_letter.as_ref().map(Json))
+                .bind(until),
+            execute
+        )
+        .map_err(db_error)?;
         Ok(advanced.rows_affected() > 0)
     }
 }

@@ -342,23 +342,25 @@ impl PostgresStore {
             let seen = self.write_one(batch[*one], &columns).await?;
             outcomes[*one] = Some(outcome(batch[*one], &seen));
         } else if !sent.is_empty() {
-            let seen: Vec<Seen> = sqlx::query_as(sql(&self.sql.checkpoint))
-                .bind(&columns.ids)
-                .bind(&columns.threads)
-                .bind(&columns.fences)
-                .bind(&columns.expected)
-                .bind(&columns.added)
-                .bind(&columns.run_ids)
-                .bind(&columns.statuses)
-                .bind(&columns.created_at)
-                .bind(&columns.runs)
-                .bind(&columns.states)
-                .bind(&columns.message_of)
-                .bind(&columns.message_ord)
-                .bind(&columns.messages)
-                .bind(&columns.internal)
-                .fetch_all(self.send())
-                .await?;
+            let seen: Vec<Seen> = statement!(
+                self,
+                sqlx::query_as(sql(&self.sql.checkpoint))
+                    .bind(&columns.ids)
+                    .bind(&columns.threads)
+                    .bind(&columns.fences)
+                    .bind(&columns.expected)
+                    .bind(&columns.added)
+                    .bind(&columns.run_ids)
+                    .bind(&columns.statuses)
+                    .bind(&columns.created_at)
+                    .bind(&columns.runs)
+                    .bind(&columns.states)
+                    .bind(&columns.message_of)
+                    .bind(&columns.message_ord)
+                    .bind(&columns.messages)
+                    .bind(&columns.internal),
+                fetch_all
+            )?;
             for (index, row) in sent.into_iter().zip(&seen) {
                 outcomes[index] = Some(outcome(batch[index], row));
             }
@@ -375,20 +377,22 @@ impl PostgresStore {
         checkpoint: &Checkpoint,
         columns: &Columns<'_>,
     ) -> Result<Seen, sqlx::Error> {
-        sqlx::query_as(sql(&self.sql.one_checkpoint))
-            .bind(checkpoint.thread_id.as_str())
-            .bind(&columns.threads[0])
-            .bind(columns.fences[0])
-            .bind(columns.expected[0])
-            .bind(&columns.messages)
-            .bind(&columns.internal)
-            .bind(columns.run_ids[0])
-            .bind(columns.statuses[0])
-            .bind(columns.created_at[0])
-            .bind(columns.runs[0])
-            .bind(columns.states[0])
-            .fetch_one(self.send())
-            .await
+        statement!(
+            self,
+            sqlx::query_as(sql(&self.sql.one_checkpoint))
+                .bind(checkpoint.thread_id.as_str())
+                .bind(&columns.threads[0])
+                .bind(columns.fences[0])
+                .bind(columns.expected[0])
+                .bind(&columns.messages)
+                .bind(&columns.internal)
+                .bind(columns.run_ids[0])
+                .bind(columns.statuses[0])
+                .bind(columns.created_at[0])
+                .bind(columns.runs[0])
+                .bind(columns.states[0]),
+            fetch_one
+        )
     }
 
     /// Raises the thread's fence to `token` and reads its snapshot, in one
@@ -401,13 +405,15 @@ impl PostgresStore {
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
         self.ready().await?;
         let (value, thread) = fence_parameters(id, token)?;
-        let row: Option<SnapshotRow> = sqlx::query_as(sql(&self.sql.fenced_snapshot))
-            .bind(id.as_str())
-            .bind(&thread)
-            .bind(value)
-            .fetch_optional(self.send())
-            .await
-            .map_err(db_error)?;
+        let row: Option<SnapshotRow> = statement!(
+            self,
+            sqlx::query_as(sql(&self.sql.fenced_snapshot))
+                .bind(id.as_str())
+                .bind(&thread)
+                .bind(value),
+            fetch_optional
+        )
+        .map_err(db_error)?;
         match row {
             Some(row) => Ok(Some(snapshot_of(row))),
             None => {
@@ -428,21 +434,24 @@ impl PostgresStore {
         let (value, thread) = fence_parameters(id, token)?;
         // A second try covers a thread deleted between the two statements.
         for _ in 0..2 {
-            let written: Option<bool> = sqlx::query_scalar(sql(&self.sql.fence))
-                .bind(id.as_str())
-                .bind(&thread)
-                .bind(value)
-                .fetch_optional(self.send())
-                .await
-                .map_err(db_error)?;
+            let written: Option<bool> = statement!(
+                self,
+                sqlx::query_scalar(sql(&self.sql.fence))
+                    .bind(id.as_str())
+                    .bind(&thread)
+                    .bind(value),
+                fetch_optional
+            )
+            .map_err(db_error)?;
             if written.is_some() {
                 return Ok(());
             }
-            let current: Option<i64> = sqlx::query_scalar(sql(&self.sql.current_fence))
-                .bind(id.as_str())
-                .fetch_optional(self.send())
-                .await
-                .map_err(db_error)?;
+            let current: Option<i64> = statement!(
+                self,
+                sqlx::query_scalar(sql(&self.sql.current_fence)).bind(id.as_str()),
+                fetch_optional
+            )
+            .map_err(db_error)?;
             if let Some(current) = current {
                 check_fence(token, FencingToken(unsigned(current)))?;
             }
