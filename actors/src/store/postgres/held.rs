@@ -19,8 +19,8 @@
 //!   long;
 //! - a connection kept for [`HELD_AT_MOST`] goes back to the pool, so the pool's
 //!   own lifetime and idle rules still apply to every connection now and then;
-//! - at most `capacity` connections are kept, fewer than the pool's maximum, so
-//!   transactions, which take theirs from the pool, always find one;
+//! - all but two of the pool's connections at most are kept, so transactions,
+//!   which take theirs from the pool, always find one;
 //! - `PgPool::close` waits for every connection to come back: the kept ones go
 //!   back as soon as it is called.
 
@@ -40,6 +40,9 @@ pub(super) const FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// How long a connection is kept before it goes back through the pool.
 const HELD_AT_MOST: Duration = Duration::from_secs(60);
+
+/// Connections never kept, so the pool always has some for transactions.
+const LEFT_TO_THE_POOL: usize = 2;
 
 /// The store's kept connections.
 #[derive(Debug)]
@@ -68,15 +71,15 @@ pub(super) struct Lease<'a> {
 }
 
 impl HeldConnections {
-    /// Keeps at most half of `pool`'s connections, so that as many stay with the
-    /// pool for transactions (none of a pool of one: its transactions would wait
-    /// for a connection nobody gives back).
+    /// Keeps all but [`LEFT_TO_THE_POOL`] of `pool`'s connections, so that
+    /// transactions always find one (none of a pool that small: its transactions
+    /// would wait for a connection nobody gives back).
     pub(super) fn new(pool: PgPool) -> Self {
         let max = usize::try_from(pool.options().get_max_connections()).unwrap_or(usize::MAX);
         Self {
             pool,
             kept: Arc::default(),
-            capacity: max / 2,
+            capacity: max.saturating_sub(LEFT_TO_THE_POOL),
             watching_close: Once::new(),
         }
     }
@@ -299,7 +302,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn at_most_half_the_pool_is_kept_so_transactions_find_a_connection() {
+    async fn two_connections_stay_with_the_pool_so_transactions_find_one() {
         let (store, _schema) = PostgresStore::for_tests().await;
         let (held, stats) = (&store.held, &store.stats);
         // The test pool has four connections.
