@@ -44,12 +44,14 @@
 
 /// Sends one statement on one of the store's kept connections ([`held`]) and
 /// counts it; the statement's result, its connection settled:
-/// `statement!(self, sqlx::query(…).bind(…), fetch_one)`.
+/// `statement!(self, sqlx::query(…).bind(…), fetch_one)`. The parameters are
+/// bound (and encoded) before a connection is taken, so none waits on that.
 macro_rules! statement {
     ($store:ident, $query:expr, $method:ident) => {{
+        let query = $query;
         match $store.lease().await {
             Ok(mut lease) => {
-                let result = $query.$method(lease.connection()).await;
+                let result = query.$method(lease.connection()).await;
                 lease.settle(&result);
                 result
             }
