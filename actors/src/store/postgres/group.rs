@@ -1,17 +1,20 @@
 //! Group commit: checkpoints of different threads that wait together are written
 //! in one statement and one commit flush (decision 0052).
 //!
-//! A caller queues its checkpoint and waits for its own answer. Up to `writers`
-//! batches are in flight at once; when all are busy, what arrives queues, and the
-//! next free writer takes everything queued (up to [`MAX_BATCH`], one checkpoint
-//! per thread, none of a thread whose previous one is still being written) as its
-//! next batch. A lone checkpoint on an idle store goes out at
-//! once, alone: batching costs nothing when there is nothing to batch. Writers are
+//! A caller queues its checkpoint and waits for its own answer. A writer takes
+//! everything queued (up to [`MAX_BATCH`], one checkpoint per thread, none of a
+//! thread whose previous one is still being written) as its next batch. While a
+//! batch is in flight, what arrives queues for that writer's next batch; another
+//! writer (up to `writers` in all) starts beside it only when [`SPILL_AT`]
+//! checkpoints wait or one has waited [`STUCK_AFTER`] (decision 0064). A lone
+//! checkpoint on an idle store goes out at once, alone: batching costs nothing
+//! when there is nothing to batch. Writers are
 //! spawned tasks, so a caller that stops waiting neither loses nor abandons the
 //! others' checkpoints. Each caller is answered only after its batch committed.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
@@ -25,6 +28,18 @@ use crate::store::Checkpoint;
 /// one slow batch from holding many callers.
 pub(super) const MAX_BATCH: usize = 64;
 
+/// Checkpoints waiting at least, while a batch is in flight, before another
+/// writer starts a batch beside it: a full batch, more than the busy writer's
+/// next one takes. Fewer wait for that next batch: a database short of CPU
+/// writes one batch of 2n faster than two of n (decision 0064).
+pub(super) const SPILL_AT: usize = MAX_BATCH;
+
+/// How long a queued checkpoint waits for a busy writer's next batch before it
+/// lets another writer take it: a batch in flight this long is stuck on a row
+/// lock (another node writing the thread) or on a slow database, and the rest of
+/// the node's checkpoints should not wait for it (decision 0064).
+pub(super) const STUCK_AFTER: Duration = Duration::from_millis(20);
+
 /// Tries per checkpoint whose thread appeared or vanished under the statement.
 const TRIES: u8 = 2;
 
@@ -33,6 +48,10 @@ const TRIES: u8 = 2;
 pub(super) struct GroupCommit {
     queue: Mutex<Queue>,
     writers: Arc<Semaphore>,
+    /// The writers' slots in all: fewer free means a batch is in flight.
+    slots: usize,
+    /// See [`STUCK_AFTER`]; tests set their own.
+    stuck_after: Duration,
 }
 
 /// Checkpoints waiting, and the threads with a checkpoint in a batch being
@@ -64,9 +83,17 @@ struct Pending {
 impl GroupCommit {
     /// A queue written by at most `writers` statements at once.
     pub(super) fn new(writers: usize) -> Self {
+        Self::stuck_after(writers, STUCK_AFTER)
+    }
+
+    /// [`GroupCommit::new`] with a batch taken for stuck after `stuck_after`.
+    fn stuck_after(writers: usize, stuck_after: Duration) -> Self {
+        let slots = writers.max(1);
         Self {
             queue: Mutex::new(Queue::default()),
-            writers: Arc::new(Semaphore::new(writers.max(1))),
+            writers: Arc::new(Semaphore::new(slots)),
+            slots,
+            stuck_after,
         }
     }
 
@@ -78,13 +105,31 @@ impl GroupCommit {
         checkpoint: Checkpoint,
     ) -> Result<(), StorageError> {
         let (answer, answered) = oneshot::channel();
-        self.lock().waiting.push_back(Pending {
-            checkpoint,
-            tries: 0,
-            answer,
-        });
-        self.start_writer(store);
-        answered.await.unwrap_or_else(|_| {
+        let waiting = {
+            let mut queue = self.lock();
+            queue.waiting.push_back(Pending {
+                checkpoint,
+                tries: 0,
+                answer,
+            });
+            queue.waiting.len()
+        };
+        let answer = if self.start_writer(store, waiting) {
+            answered.await
+        } else {
+            let mut answered = answered;
+            match tokio::time::timeout(self.stuck_after, &mut answered).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    // The batch ahead is slow: another writer may take what waits.
+                    if self.lock().has_work() {
+                        self.start_writer(store, SPILL_AT);
+                    }
+                    answered.await
+                }
+            }
+        };
+        answer.unwrap_or_else(|_| {
             Err(StorageError::Io(
                 "postgres: the checkpoint writer stopped before answering".to_owned(),
             ))
@@ -96,11 +141,21 @@ impl GroupCommit {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Spawns a writer if a slot is free; otherwise a busy writer takes the queue
-    /// when its batch is done.
-    fn start_writer(self: &Arc<Self>, store: &PostgresStore) {
-        if let Ok(slot) = Arc::clone(&self.writers).try_acquire_owned() {
-            tokio::spawn(Arc::clone(self).drain(store.clone(), slot));
+    /// Spawns a writer if none is busy, or if `waiting` checkpoints are enough
+    /// for a batch beside the busy ones ([`SPILL_AT`]) and a slot is free;
+    /// otherwise a busy writer takes the queue when its batch is done. Whether
+    /// it spawned one.
+    fn start_writer(self: &Arc<Self>, store: &PostgresStore, waiting: usize) -> bool {
+        let busy = self.writers.available_permits() < self.slots;
+        if busy && waiting < SPILL_AT {
+            return false;
+        }
+        match Arc::clone(&self.writers).try_acquire_owned() {
+            Ok(slot) => {
+                tokio::spawn(Arc::clone(self).drain(store.clone(), slot));
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -222,6 +277,9 @@ impl Drop for InFlight<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
     use futures::future::join_all;
 
     use crate::contract::Message;
@@ -229,6 +287,132 @@ mod tests {
     use crate::store::conformance::{checkpoint, run, tid, user_messages};
     use crate::store::postgres::PostgresStore;
     use crate::store::{Checkpoint, ThreadRunStore};
+
+    use super::{GroupCommit, SPILL_AT, STUCK_AFTER};
+
+    /// Waits until `done`, failing the test after ten seconds.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// A new thread's first checkpoint.
+    fn first(name: &str) -> Checkpoint {
+        let id = tid(name);
+        checkpoint(
+            &id,
+            1,
+            0,
+            user_messages("m", 1),
+            run(&id, &format!("r-{name}"), 1),
+        )
+    }
+
+    /// A store whose batches count as stuck after `stuck_after`, whose thread
+    /// `t-held` has a checkpoint in flight that waits for the row lock of the
+    /// returned transaction, the task waiting for it, and the store's statements
+    /// before it.
+    async fn held_batch(
+        stuck_after: Duration,
+    ) -> (
+        PostgresStore,
+        crate::store::postgres::TestSchema,
+        sqlx::Transaction<'static, sqlx::Postgres>,
+        tokio::task::JoinHandle<Result<(), StorageError>>,
+        u64,
+    ) {
+        let (mut store, schema) = PostgresStore::for_tests().await;
+        store.commits = Arc::new(GroupCommit::stuck_after(2, stuck_after));
+        store.checkpoint(first("t-held")).await.unwrap();
+        let mut locker = store.pool().begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM awaken_threads WHERE id = 't-held' FOR UPDATE")
+            .execute(&mut *locker)
+            .await
+            .unwrap();
+        let statements = store.io_counts().unwrap().statements;
+        let held = tid("t-held");
+        let blocked = tokio::spawn({
+            let store = store.clone();
+            let next = checkpoint(
+                &held,
+                1,
+                1,
+                user_messages("n", 1),
+                run(&held, "r-t-held", 1),
+            );
+            async move { store.checkpoint(next).await }
+        });
+        until("the held thread's batch", || {
+            store.commits.lock().in_flight.contains(&held)
+        })
+        .await;
+        (store, schema, locker, blocked, statements)
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_arriving_while_a_batch_is_written_waits_for_that_writers_next_batch() {
+        let (store, _schema, locker, blocked, before) = held_batch(Duration::MAX).await;
+
+        let later: Vec<_> = (0..3)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move { store.checkpoint(first(&format!("t-later-{i}"))).await })
+            })
+            .collect();
+        until("three checkpoints queued", || {
+            store.commits.lock().waiting.len() == 3
+        })
+        .await;
+        assert_eq!(
+            store.commits.writers.available_permits(),
+            store.commits.slots - 1,
+            "no second writer for three checkpoints"
+        );
+        locker.commit().await.unwrap();
+        blocked.await.unwrap().unwrap();
+        for answer in later {
+            answer.await.unwrap().unwrap();
+        }
+
+        assert_eq!(
+            store.io_counts().unwrap().statements - before,
+            2,
+            "the held batch, then the three together"
+        );
+    }
+
+    #[tokio::test]
+    async fn enough_waiting_checkpoints_are_written_beside_a_batch_in_flight() {
+        let (store, _schema, locker, blocked, _) = held_batch(Duration::MAX).await;
+
+        let spill = join_all((0..SPILL_AT).map(|i| store.checkpoint(first(&format!("t-s-{i}")))));
+        let answers = tokio::time::timeout(Duration::from_secs(20), spill)
+            .await
+            .expect("written while the held batch still waits for its lock");
+
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        assert!(!blocked.is_finished());
+        locker.commit().await.unwrap();
+        blocked.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn checkpoints_waiting_behind_a_stuck_batch_get_a_writer_of_their_own() {
+        let (store, _schema, locker, blocked, _) = held_batch(STUCK_AFTER).await;
+
+        let few = join_all((0..3).map(|i| store.checkpoint(first(&format!("t-f-{i}")))));
+        let answers = tokio::time::timeout(Duration::from_secs(10), few)
+            .await
+            .expect("written while the held batch still waits for its lock");
+
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        assert!(!blocked.is_finished());
+        locker.commit().await.unwrap();
+        blocked.await.unwrap().unwrap();
+    }
 
     fn texts(messages: &[Message]) -> Vec<String> {
         messages.iter().map(Message::text).collect()

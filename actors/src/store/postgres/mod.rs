@@ -121,9 +121,10 @@ pub struct PoolSettings {
     /// lease TTL: then a paused owner's write is gone before another node can own
     /// the thread. At least one millisecond.
     pub write_hold_limit: Duration,
-    /// Checkpoint batches in flight at once (decision 0052): checkpoints that
-    /// arrive while these are busy wait and go together in the next batch. More
-    /// writers, smaller batches; at least one, and at most `max_connections`.
+    /// Checkpoint batches in flight at most (decisions 0052, 0064): checkpoints
+    /// that arrive while a batch is written wait and go together in the next one;
+    /// another batch starts beside it only when enough wait or the one in flight
+    /// is stuck. At least one, and at most `max_connections`.
     pub checkpoint_writers: usize,
 }
 
