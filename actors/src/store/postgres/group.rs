@@ -384,12 +384,13 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn enough_waiting_checkpoints_are_written_beside_a_batch_in_flight() {
-        let (store, _schema, locker, blocked, _) = held_batch(Duration::MAX).await;
+    /// `count` new threads' checkpoints are written while `t-held`'s batch,
+    /// stuck after `stuck_after`, still waits for its lock.
+    async fn written_beside_the_held_batch(stuck_after: Duration, count: usize) {
+        let (store, _schema, locker, blocked, _) = held_batch(stuck_after).await;
 
-        let spill = join_all((0..SPILL_AT).map(|i| store.checkpoint(first(&format!("t-s-{i}")))));
-        let answers = tokio::time::timeout(Duration::from_secs(20), spill)
+        let arrivals = join_all((0..count).map(|i| store.checkpoint(first(&format!("t-b-{i}")))));
+        let answers = tokio::time::timeout(Duration::from_secs(20), arrivals)
             .await
             .expect("written while the held batch still waits for its lock");
 
@@ -400,18 +401,13 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn enough_waiting_checkpoints_are_written_beside_a_batch_in_flight() {
+        written_beside_the_held_batch(Duration::MAX, SPILL_AT).await;
+    }
+
+    #[tokio::test]
     async fn checkpoints_waiting_behind_a_stuck_batch_get_a_writer_of_their_own() {
-        let (store, _schema, locker, blocked, _) = held_batch(STUCK_AFTER).await;
-
-        let few = join_all((0..3).map(|i| store.checkpoint(first(&format!("t-f-{i}")))));
-        let answers = tokio::time::timeout(Duration::from_secs(10), few)
-            .await
-            .expect("written while the held batch still waits for its lock");
-
-        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
-        assert!(!blocked.is_finished());
-        locker.commit().await.unwrap();
-        blocked.await.unwrap().unwrap();
+        written_beside_the_held_batch(STUCK_AFTER, 3).await;
     }
 
     fn texts(messages: &[Message]) -> Vec<String> {
