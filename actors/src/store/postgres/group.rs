@@ -8,9 +8,9 @@
 //! writer (up to `writers` in all) starts beside it only when [`SPILL_AT`]
 //! checkpoints wait or one has waited [`STUCK_AFTER`] (decision 0064). A lone
 //! checkpoint on an idle store goes out at once, alone: batching costs nothing
-//! when there is nothing to batch. Writers are
-//! spawned tasks, so a caller that stops waiting neither loses nor abandons the
-//! others' checkpoints. Each caller is answered only after its batch committed.
+//! when there is nothing to batch. Writers are spawned tasks, so a caller that
+//! stops waiting neither loses nor abandons the others' checkpoints. Each caller
+//! is answered only after its batch committed.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
