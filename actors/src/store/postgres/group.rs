@@ -83,11 +83,11 @@ struct Pending {
 impl GroupCommit {
     /// A queue written by at most `writers` statements at once.
     pub(super) fn new(writers: usize) -> Self {
-        Self::stuck_after(writers, STUCK_AFTER)
+        Self::with_stuck_after(writers, STUCK_AFTER)
     }
 
     /// [`GroupCommit::new`] with a batch taken for stuck after `stuck_after`.
-    fn stuck_after(writers: usize, stuck_after: Duration) -> Self {
+    fn with_stuck_after(writers: usize, stuck_after: Duration) -> Self {
         let slots = writers.max(1);
         Self {
             queue: Mutex::new(Queue::default()),
@@ -104,7 +104,7 @@ impl GroupCommit {
         store: &PostgresStore,
         checkpoint: Checkpoint,
     ) -> Result<(), StorageError> {
-        let (answer, answered) = oneshot::channel();
+        let (answer, mut answered) = oneshot::channel();
         let waiting = {
             let mut queue = self.lock();
             queue.waiting.push_back(Pending {
@@ -117,7 +117,6 @@ impl GroupCommit {
         let answer = if self.start_writer(store, waiting) {
             answered.await
         } else {
-            let mut answered = answered;
             match tokio::time::timeout(self.stuck_after, &mut answered).await {
                 Ok(answer) => answer,
                 Err(_) => {
@@ -325,7 +324,7 @@ mod tests {
         u64,
     ) {
         let (mut store, schema) = PostgresStore::for_tests().await;
-        store.commits = Arc::new(GroupCommit::stuck_after(2, stuck_after));
+        store.commits = Arc::new(GroupCommit::with_stuck_after(2, stuck_after));
         store.checkpoint(first("t-held")).await.unwrap();
         let mut locker = store.pool().begin().await.unwrap();
         sqlx::query("SELECT 1 FROM awaken_threads WHERE id = 't-held' FOR UPDATE")
