@@ -25,6 +25,7 @@ pub mod policies;
 pub mod runtime;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 pub mod thread;
 pub mod tool;
 pub mod tool_call;

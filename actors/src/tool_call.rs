@@ -13,9 +13,11 @@ use std::pin::Pin;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::Instrument;
 
 use crate::cancellation::CancellationToken;
 use crate::ids::{RunId, ToolCallId};
+use crate::telemetry;
 use crate::thread::{Launch, ThreadMsg, ToolOutcome};
 
 /// Messages of a [`ToolCallActor`].
@@ -45,21 +47,34 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
         tool,
         args: arguments,
         ctx,
+        span,
         ..
     } = launch;
     let cancellation = ctx.cancellation.clone();
+    let traced = span.clone();
     let execution = async move {
         let execution = AssertUnwindSafe(tool.execute(arguments, &ctx)).catch_unwind();
-        tokio::select! {
+        let outcome = tokio::select! {
             outcome = execution => match outcome {
                 Ok(Ok(output)) => ToolOutcome::Output(Box::new(output)),
                 Ok(Err(error)) => ToolOutcome::Error(error),
                 Err(panic) => ToolOutcome::Panicked(panic_message(panic.as_ref())),
             },
             () = ctx.cancellation.cancelled() => ToolOutcome::Cancelled,
+        };
+        if !span.is_disabled() {
+            match &outcome {
+                ToolOutcome::Output(_) => {}
+                ToolOutcome::Error(error) => {
+                    telemetry::tool_failed(&span, telemetry::tool_error_type(error));
+                }
+                ToolOutcome::Panicked(_) => telemetry::tool_failed(&span, "panicked"),
+                ToolOutcome::Cancelled => telemetry::tool_failed(&span, "cancelled"),
+            }
         }
+        outcome
     };
-    (Box::pin(execution), cancellation)
+    (Box::pin(execution.instrument(traced)), cancellation)
 }
 
 /// What a [`ToolCallActor`] starts with: an execution its thread found unfinished.

@@ -19,5 +19,6 @@ pub mod runtime_config;
 pub mod secret;
 pub mod serve;
 pub mod server;
+pub mod telemetry;
 
 pub use error::{GatewayError, Result};

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use awaken_gateway::GatewayError;
 use awaken_gateway::cli::{self, Cli};
+use awaken_gateway::telemetry::Telemetry;
 use clap::Parser;
 
 // mimalloc: glibc malloc dominated the run loop's profile under concurrency; the
@@ -19,29 +20,32 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const WORKERS_VAR: &str = "AWAKEN_WORKER_THREADS";
 
 fn main() -> ExitCode {
-    // Logs go to stderr (stdout carries the commands' output); `RUST_LOG` filters,
-    // warnings and errors by default. Colours only on a terminal: a log collector
-    // (a pod's log, a file) gets plain text.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
-    keep_the_heap_in_small_pages();
     let cli = Cli::parse();
-    match run(cli) {
+    // Logs go to stderr (stdout carries the commands' output); `RUST_LOG` filters,
+    // warnings and errors by default. Spans are exported when `[telemetry]` or
+    // the `OTEL_*` variables say so, which is known before anything logs.
+    let telemetry = match cli::export_settings(&cli.command).and_then(|export| {
+        Telemetry::install(export.as_ref()).map_err(|e| GatewayError::Config(e.to_string()))
+    }) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return fail(&error.into()),
+    };
+    keep_the_heap_in_small_pages();
+    let outcome = run(cli);
+    // Flushes the spans still queued before the process ends.
+    drop(telemetry);
+    match outcome {
         Ok(code) => ExitCode::from(code),
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            let code = error
-                .downcast_ref::<GatewayError>()
-                .map_or(1, GatewayError::exit_code);
-            ExitCode::from(code)
-        }
+        Err(error) => fail(&error),
     }
+}
+
+fn fail(error: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {error:#}");
+    let code = error
+        .downcast_ref::<GatewayError>()
+        .map_or(1, GatewayError::exit_code);
+    ExitCode::from(code)
 }
 
 /// Turns transparent huge pages off for this process (decision 0042): mimalloc

@@ -76,6 +76,21 @@ impl TraceContext {
     pub fn span_id(&self) -> String {
         to_hex(&self.span_id)
     }
+
+    /// The raw fields, for span libraries: trace id, span id, flags.
+    pub fn to_parts(&self) -> ([u8; 16], [u8; 8], u8) {
+        (self.trace_id, self.span_id, self.flags)
+    }
+
+    /// A context from a span library's ids; `None` when either id is all zeros
+    /// (an invalid span).
+    pub fn from_parts(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> Option<Self> {
+        (trace_id != [0; 16] && span_id != [0; 8]).then_some(Self {
+            trace_id,
+            span_id,
+            flags,
+        })
+    }
 }
 
 /// `N` bytes from exactly `2N` lowercase or uppercase hex digits.

@@ -249,7 +249,7 @@ impl Tool for RemoteAgentTool {
                 "{}:{}:{}",
                 ctx.run_identity.run_id, ctx.call_id, ctx.attempt
             ),
-            trace: ctx.run_identity.trace.map(|trace| trace.child()),
+            trace: ctx.trace,
             progress: &watch,
         };
         let limit = std::time::Duration::from_millis(self.endpoint.timeout_ms.max(1));

@@ -214,7 +214,7 @@ impl ChildWait<'_> {
                 self.ctx.call_id.clone(),
             )
             .with_origin(RunOrigin::Internal)
-            .with_trace(self.ctx.run_identity.trace.map(|trace| trace.child()));
+            .with_trace(self.ctx.trace);
         self.children.submit(request).await
     }
 

@@ -16,6 +16,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tracing::Instrument;
 
 use crate::context::Compaction;
 use crate::contract::{
@@ -28,6 +29,7 @@ use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::inline::EarlyReports;
 use crate::llm::{InferenceChunk, InferenceDelta, InferenceRequest, StreamResult};
 use crate::runtime::ResolvedAgent;
+use crate::telemetry;
 use crate::tool_call::{ToolCallActor, ToolCallArgs, ToolCallMsg, ToolOutcomeBox};
 
 use super::control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
@@ -974,6 +976,13 @@ impl ThreadActorState {
             return None;
         };
         self.busy = true;
+        if run.span.is_none() {
+            run.span = telemetry::invoke_agent(run.agent.spec.id.as_str(), &run.identity);
+        }
+        if let Work::Decide(call_id, resume) = &work {
+            telemetry::decision_arrived(&run.span, call_id, resume.decision_id.as_ref());
+        }
+        let span = run.span.clone();
         let deps = Arc::clone(&self.deps);
         let segment = async move {
             let outcome = AssertUnwindSafe(async {
@@ -1006,7 +1015,8 @@ impl ThreadActorState {
                     ThreadMsg::SegmentPanicked(crate::tool_call::panic_message(panic.as_ref()))
                 }
             }
-        };
+        }
+        .instrument(span);
         let myself = myself.clone();
         // If the actor is gone when a spawned segment ends, the cores go with it; the
         // store has the last checkpoint.
@@ -1016,7 +1026,11 @@ impl ThreadActorState {
     }
 
     async fn on_segment_done(&mut self, done: SegmentDone, myself: &ActorRef<ThreadMsg>) {
-        let SegmentDone { thread, run, next } = done;
+        let SegmentDone {
+            thread,
+            mut run,
+            next,
+        } = done;
         self.busy = false;
         let run_id = run.identity.run_id.clone();
         let agent_id = run.record.agent_id.clone();
@@ -1048,9 +1062,12 @@ impl ThreadActorState {
                     ctl.status = RunStatus::Waiting;
                 }
                 run.events.detach();
+                telemetry::activation_ended(&run.span, None);
+                run.span = tracing::Span::none();
             }
             Next::Finished => {
                 run.events.detach();
+                telemetry::activation_ended(&run.span, run.record.termination.as_ref());
                 if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {
                     self.ctl = None;
                 }
@@ -1083,6 +1100,11 @@ impl ThreadActorState {
         let executor = Arc::clone(&run.agent.executor);
         let cancellation = run.cancellation.clone();
         let run_id = run.identity.run_id.clone();
+        let span = telemetry::chat(&run.span, &run.agent.model.provider, &request.model);
+        // Which model answered is certain only without fallbacks.
+        let answering_model = (!span.is_disabled() && request.fallback_models.is_empty())
+            .then(|| request.model.clone());
+        let traced = span.clone();
         // Deltas of the first poll are handled by this handler; the task sends later
         // ones as messages, which the actor handles after this one.
         let early = Arc::new(EarlyReports::new());
@@ -1112,8 +1134,10 @@ impl ThreadActorState {
                 }
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            telemetry::chat_ended(&span, answering_model.as_deref(), &result);
             (result, duration_ms)
-        };
+        }
+        .instrument(traced);
         let reporter = myself.clone();
         let done_run = run_id.clone();
         let finished = crate::inline::ready_or_spawn(inference, move |(result, duration_ms)| {

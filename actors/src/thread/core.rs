@@ -123,6 +123,9 @@ pub(crate) struct RunCore {
     pub(crate) overrides: Option<InferenceOverride>,
     pub(crate) last_response: Option<Arc<StreamResult>>,
     pub(crate) step_message_id: MessageId,
+    /// The span of this activation of the run (`invoke_agent`); none between
+    /// activations and when spans are not exported.
+    pub(crate) span: tracing::Span,
 }
 
 impl RunCore {
@@ -143,6 +146,7 @@ impl RunCore {
             overrides,
             last_response: None,
             step_message_id: MessageId::generate(),
+            span: tracing::Span::none(),
         }
     }
 }

@@ -38,6 +38,7 @@ use crate::phase::{EffectBatch, Phase, PhaseContext, ToolCallView};
 use crate::policies::StopRequest;
 use crate::state::{PendingScheduledActions, Snapshot, StateCommand};
 use crate::store::Checkpoint;
+use crate::telemetry;
 use crate::tool::{CancelledCall, ResumedCall, Tool, ToolCallContext, ToolOutput};
 
 use super::core::{RunCore, ThreadCore};
@@ -91,6 +92,8 @@ pub(crate) struct Launch {
     pub(crate) tool: Arc<dyn Tool>,
     pub(crate) args: serde_json::Value,
     pub(crate) ctx: ToolCallContext,
+    /// The attempt's `execute_tool` span.
+    pub(crate) span: tracing::Span,
 }
 
 /// How a tool call execution ended, as its actor reports it.
@@ -787,12 +790,17 @@ impl Driver<'_> {
                 ctx.profile = self.deps.profile.clone();
                 ctx.children = self.deps.children.get();
                 ctx.resumed = resumed;
+                let span = telemetry::execute_tool(&self.run.span, &ctx.tool_name, call_id);
+                if let Some(trace) = telemetry::context_of(&span) {
+                    ctx.trace = Some(trace);
+                }
                 Ok(Prepared::Launch(Box::new(Launch {
                     call_id: call_id.clone(),
                     attempt,
                     tool,
                     args,
                     ctx,
+                    span,
                 })))
             }
         }

@@ -6,7 +6,7 @@ use crate::JsonValue;
 use crate::cancellation::CancellationToken;
 use crate::contract::{
     AgentEvent, AgentSpec, ProgressStatus, RunIdentity, SuspendTicket,
-    TOOL_CALL_PROGRESS_ACTIVITY_TYPE, ToolCallProgressState, ToolCallResume,
+    TOOL_CALL_PROGRESS_ACTIVITY_TYPE, ToolCallProgressState, ToolCallResume, TraceContext,
 };
 use crate::delegation::ChildRuns;
 use crate::event_sink::EventSink;
@@ -40,6 +40,9 @@ pub struct ToolCallContext {
     /// Where child runs are started and reached (delegation); `None` on a runtime
     /// without a delegation transport.
     pub children: Option<Arc<dyn ChildRuns>>,
+    /// The trace context what this call starts joins (a child run, a remote
+    /// agent): this call's exported span, or a new span id in the run's trace.
+    pub trace: Option<TraceContext>,
 }
 
 /// The suspension a replayed call comes back from.
@@ -71,6 +74,7 @@ impl ToolCallContext {
         agent_spec: Arc<AgentSpec>,
         snapshot: Snapshot,
     ) -> Self {
+        let trace = run_identity.trace.map(|trace| trace.child());
         Self {
             call_id,
             tool_name: tool_name.into(),
@@ -83,6 +87,7 @@ impl ToolCallContext {
             cancellation: CancellationToken::new(),
             resumed: None,
             children: None,
+            trace,
         }
     }
 

@@ -25,7 +25,10 @@ pub use node::NodeArgs;
 pub use run::RunArgs;
 pub use serve::ServeArgs;
 
-use crate::error::Result;
+use crate::error::{GatewayError, Result};
+use crate::serve::ServeConfig;
+use crate::serve::config::paths;
+use crate::telemetry::{ExportSettings, ProcessEnv, TelemetryConfig};
 
 /// `awaken`: run agents on an embedded single-node runtime, and measure it.
 #[derive(Debug, Parser)]
@@ -57,6 +60,22 @@ pub async fn dispatch(cli: Cli) -> Result<u8> {
         Command::Node(args) => Box::pin(node::execute(args)).await,
         Command::Serve(args) => Box::pin(serve::execute(args)).await,
     }
+}
+
+/// The trace export `command` runs with: `[telemetry]` of `awaken serve`'s config
+/// under the `OTEL_*` variables; the variables alone for the other commands.
+pub fn export_settings(command: &Command) -> Result<Option<ExportSettings>> {
+    let config = match command {
+        Command::Serve(args) => {
+            ServeConfig::load_files(&paths(&args.config), std::env::vars())
+                .map_err(|e| GatewayError::Config(e.to_string()))?
+                .telemetry
+        }
+        _ => TelemetryConfig::default(),
+    };
+    config
+        .resolve(&ProcessEnv)
+        .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
 #[cfg(test)]

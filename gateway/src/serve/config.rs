@@ -14,6 +14,7 @@ use super::{ClusterConfig, StoreConfig};
 use crate::runtime_config::{ConfigDocument, Namespace};
 use crate::secret::SecretError;
 use crate::server::ServerConfig;
+use crate::telemetry::TelemetryConfig;
 
 /// The config file read when `--config` is not given (if it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "awaken.toml";
@@ -27,7 +28,7 @@ pub const ENV_SEPARATOR: &str = "__";
 pub const TOP_LEVEL_ENV_KEYS: [&str; 1] = ["DEMO_AGENTS"];
 
 /// The whole configuration of `awaken serve`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServeConfig {
     /// The HTTP server.
@@ -50,6 +51,8 @@ pub struct ServeConfig {
     pub providers: BTreeMap<String, JsonValue>,
     /// `[mcp_servers.<id>]`: MCP server entries.
     pub mcp_servers: BTreeMap<String, JsonValue>,
+    /// Trace export over OTLP (the `OTEL_*` variables win over it).
+    pub telemetry: TelemetryConfig,
 }
 
 /// Why the configuration cannot be used.

@@ -9,12 +9,14 @@
 
 use std::time::Duration;
 
+use awaken_actors::telemetry;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header::CONNECTION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tower::{Layer, ServiceExt};
+use tracing::Instrument;
 
 use super::error::ApiError;
 use super::metrics::Observation;
@@ -94,11 +96,19 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
         return refused.into_response();
     }
     let incoming = trace::of(request.headers());
+    let span = trace::server_span(&request, incoming.as_ref());
+    // Runs started here join the request's span when it is exported.
+    let context = telemetry::context_of(&span).or(incoming);
     let handled = DefaultBodyLimit::max(limit).layer(next).oneshot(request);
-    match trace::within(incoming, handled).await {
+    let response = match trace::within(context, handled)
+        .instrument(span.clone())
+        .await
+    {
         Ok(response) => response,
         Err(never) => match never {},
-    }
+    };
+    trace::answered(&span, &response);
+    response
 }
 
 /// A request refused for load is answered without reading its body, so the

@@ -2,11 +2,19 @@
 //! started while handling it joins the caller's trace. The edge sets it for the
 //! handler's future; the places that submit runs read it. A header that is not a
 //! valid `traceparent` is ignored, as the recommendation asks (a new trace starts).
+//!
+//! With export on, the edge also opens the request's server span (a child of the
+//! caller's `traceparent`), and that span is the context runs join.
 
 use std::future::Future;
 
 use awaken_actors::contract::TraceContext;
+use awaken_actors::telemetry::{self, TARGET};
+use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderMap;
+use axum::response::Response;
+use tracing::Span;
+use tracing::field::Empty;
 
 tokio::task_local! {
     static INCOMING: Option<TraceContext>;
@@ -28,4 +36,44 @@ pub(crate) async fn within<F: Future>(incoming: Option<TraceContext>, handler: F
 /// The caller's trace context, if the request being handled has one.
 pub(crate) fn incoming() -> Option<TraceContext> {
     INCOMING.try_with(|incoming| *incoming).ok().flatten()
+}
+
+/// The server span of `request` (HTTP semantic conventions), a child of
+/// `incoming`; disabled when spans are not exported.
+pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) -> Span {
+    let method = request.method().as_str();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    let span = tracing::info_span!(
+        target: TARGET,
+        "request",
+        otel.name = match route {
+            Some(route) => format!("{method} {route}"),
+            None => method.to_owned(),
+        },
+        otel.kind = "server",
+        otel.status_code = Empty,
+        http.request.method = method,
+        http.route = route,
+        url.path = request.uri().path(),
+        http.response.status_code = Empty,
+    );
+    if let Some(incoming) = incoming {
+        telemetry::follow(&span, incoming);
+    }
+    span
+}
+
+/// Records `response`'s status on its server span.
+pub(crate) fn answered(span: &Span, response: &Response) {
+    if span.is_disabled() {
+        return;
+    }
+    let status = response.status();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
 }

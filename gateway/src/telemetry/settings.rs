@@ -1,0 +1,425 @@
+//! What trace export a process runs with: `[telemetry]` of `awaken.toml` under the
+//! standard `OTEL_*` variables, which win where both say something. Every value
+//! is checked here, at start-up: a typo in a sampler or an endpoint is an error
+//! that names the variable, not a silent fallback.
+
+use serde::{Deserialize, Serialize};
+
+/// The OTLP path of traces under a base endpoint.
+const TRACES_PATH: &str = "v1/traces";
+/// Where an OTLP/HTTP collector listens when nothing says otherwise.
+const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+/// The service name when neither `OTEL_SERVICE_NAME` nor the config sets one.
+const DEFAULT_SERVICE_NAME: &str = "awaken";
+
+/// `[telemetry]` in `awaken.toml`: trace export over OTLP, off by default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Export traces. Unset: on exactly when an endpoint is configured (here or
+    /// in `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
+    pub enabled: Option<bool>,
+    /// The collector's base URL (`/v1/traces` is appended), as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub endpoint: Option<String>,
+    /// `http/protobuf`, as `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    pub protocol: Option<String>,
+    /// `service.name` of the spans, as `OTEL_SERVICE_NAME`.
+    pub service_name: Option<String>,
+    /// Share of new traces recorded (0 to 1); a run in a caller's trace follows
+    /// the caller's decision. As `OTEL_TRACES_SAMPLER=parentbased_traceidratio`
+    /// with `OTEL_TRACES_SAMPLER_ARG`.
+    pub sample_ratio: Option<f64>,
+}
+
+/// Which traces are recorded (`OTEL_TRACES_SAMPLER`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// Every trace.
+    AlwaysOn,
+    /// None.
+    AlwaysOff,
+    /// This share of traces, by trace id.
+    Ratio(f64),
+    /// As the caller decided, else the inner rule for new traces.
+    ParentBased(RootSampling),
+}
+
+/// The rule for new traces under [`Sampling::ParentBased`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RootSampling {
+    /// Every new trace.
+    AlwaysOn,
+    /// No new trace.
+    AlwaysOff,
+    /// This share of new traces.
+    Ratio(f64),
+}
+
+/// Export that is on: where to, as whom, what share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportSettings {
+    /// The full URL traces are posted to.
+    pub traces_url: String,
+    /// `service.name`.
+    pub service_name: String,
+    /// Which traces are recorded.
+    pub sampling: Sampling,
+}
+
+/// A telemetry setting that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("telemetry: {0}")]
+pub struct TelemetryError(String);
+
+impl TelemetryError {
+    pub(crate) fn internal(what: &str) -> Self {
+        Self(format!("cannot set up {what}"))
+    }
+
+    fn invalid(name: &str, value: &str, expected: &str) -> Self {
+        Self(format!(
+            "{name} = {value:?} is not valid: expected {expected}"
+        ))
+    }
+}
+
+/// The environment variables this module reads, looked up by name.
+pub trait Env {
+    /// The value of `name`, if set (an empty value counts as unset, as the
+    /// OpenTelemetry specification says).
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process's environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+    }
+}
+
+impl Env for [(&str, &str)] {
+    fn var(&self, name: &str) -> Option<String> {
+        self.iter()
+            .find(|(key, value)| *key == name && !value.trim().is_empty())
+            .map(|(_, value)| (*value).to_owned())
+    }
+}
+
+impl TelemetryConfig {
+    /// The export this config and `env` ask for: `None` when off.
+    pub fn resolve(
+        &self,
+        env: &(impl Env + ?Sized),
+    ) -> Result<Option<ExportSettings>, TelemetryError> {
+        if let Some(disabled) = env.var("OTEL_SDK_DISABLED")
+            && parse_bool("OTEL_SDK_DISABLED", &disabled)?
+        {
+            return Ok(None);
+        }
+        if let Some(exporter) = env.var("OTEL_TRACES_EXPORTER") {
+            match exporter.trim() {
+                "none" => return Ok(None),
+                "otlp" => {}
+                other => {
+                    return Err(TelemetryError::invalid(
+                        "OTEL_TRACES_EXPORTER",
+                        other,
+                        "`otlp` or `none`",
+                    ));
+                }
+            }
+        }
+        let traces_url = match env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            Some(url) => Some(checked_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url)?),
+            None => match env.var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+                Some(base) => Some(traces_under("OTEL_EXPORTER_OTLP_ENDPOINT", &base)?),
+                None => match &self.endpoint {
+                    Some(base) => Some(traces_under("telemetry.endpoint", base)?),
+                    None => None,
+                },
+            },
+        };
+        let protocol = env
+            .var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .map(|value| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", value))
+            .or_else(|| {
+                env.var("OTEL_EXPORTER_OTLP_PROTOCOL")
+                    .map(|value| ("OTEL_EXPORTER_OTLP_PROTOCOL", value))
+            })
+            .or_else(|| {
+                self.protocol
+                    .clone()
+                    .map(|value| ("telemetry.protocol", value))
+            });
+        if let Some((name, value)) = protocol
+            && value.trim() != "http/protobuf"
+        {
+            return Err(TelemetryError::invalid(
+                name,
+                &value,
+                "`http/protobuf` (the one OTLP transport this build exports over)",
+            ));
+        }
+        let sampling = self.sampling(env)?;
+        if let Some(attributes) = env.var("OTEL_RESOURCE_ATTRIBUTES") {
+            check_resource_attributes(&attributes)?;
+        }
+        if !self.enabled.unwrap_or(traces_url.is_some()) {
+            return Ok(None);
+        }
+        let traces_url = match traces_url {
+            Some(url) => url,
+            None => traces_under("telemetry.endpoint", DEFAULT_ENDPOINT)?,
+        };
+        let service_name = env
+            .var("OTEL_SERVICE_NAME")
+            .or_else(|| self.service_name.clone())
+            .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
+        Ok(Some(ExportSettings {
+            traces_url,
+            service_name,
+            sampling,
+        }))
+    }
+
+    fn sampling(&self, env: &(impl Env + ?Sized)) -> Result<Sampling, TelemetryError> {
+        let Some(sampler) = env.var("OTEL_TRACES_SAMPLER") else {
+            return match self.sample_ratio {
+                Some(ratio) => Ok(Sampling::ParentBased(RootSampling::Ratio(checked_ratio(
+                    "telemetry.sample_ratio",
+                    &ratio.to_string(),
+                )?))),
+                None => Ok(Sampling::ParentBased(RootSampling::AlwaysOn)),
+            };
+        };
+        let ratio = || -> Result<f64, TelemetryError> {
+            match env.var("OTEL_TRACES_SAMPLER_ARG") {
+                Some(arg) => checked_ratio("OTEL_TRACES_SAMPLER_ARG", &arg),
+                None => Ok(1.0),
+            }
+        };
+        Ok(match sampler.trim() {
+            "always_on" => Sampling::AlwaysOn,
+            "always_off" => Sampling::AlwaysOff,
+            "traceidratio" => Sampling::Ratio(ratio()?),
+            "parentbased_always_on" => Sampling::ParentBased(RootSampling::AlwaysOn),
+            "parentbased_always_off" => Sampling::ParentBased(RootSampling::AlwaysOff),
+            "parentbased_traceidratio" => Sampling::ParentBased(RootSampling::Ratio(ratio()?)),
+            other => {
+                return Err(TelemetryError::invalid(
+                    "OTEL_TRACES_SAMPLER",
+                    other,
+                    "always_on, always_off, traceidratio, parentbased_always_on, \
+                     parentbased_always_off or parentbased_traceidratio",
+                ));
+            }
+        })
+    }
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, TelemetryError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(TelemetryError::invalid(name, value, "`true` or `false`")),
+    }
+}
+
+fn checked_ratio(name: &str, value: &str) -> Result<f64, TelemetryError> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|ratio| (0.0..=1.0).contains(ratio))
+        .ok_or_else(|| TelemetryError::invalid(name, value, "a number from 0 to 1"))
+}
+
+fn checked_url(name: &str, value: &str) -> Result<String, TelemetryError> {
+    let value = value.trim();
+    let parsed = reqwest::Url::parse(value)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some());
+    match parsed {
+        // The URL as given: it may carry credentials, so errors never echo it.
+        Some(_) => Ok(value.to_owned()),
+        None => Err(TelemetryError(format!(
+            "{name} is not valid: expected an http:// or https:// URL with a host"
+        ))),
+    }
+}
+
+fn traces_under(name: &str, base: &str) -> Result<String, TelemetryError> {
+    let base = checked_url(name, base)?;
+    Ok(format!("{}/{TRACES_PATH}", base.trim_end_matches('/')))
+}
+
+fn check_resource_attributes(value: &str) -> Result<(), TelemetryError> {
+    let well_formed = value.split(',').all(|pair| {
+        pair.split_once('=')
+            .is_some_and(|(key, _)| !key.trim().is_empty())
+    });
+    if well_formed {
+        Ok(())
+    } else {
+        Err(TelemetryError(
+            "OTEL_RESOURCE_ATTRIBUTES is not valid: expected key=value pairs separated by commas"
+                .to_owned(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(config: &TelemetryConfig, env: &[(&str, &str)]) -> ExportSettings {
+        config.resolve(env).unwrap().expect("export on")
+    }
+
+    #[test]
+    fn off_unless_an_endpoint_or_the_switch_says_otherwise() {
+        let config = TelemetryConfig::default();
+        assert_eq!(
+            config.resolve(&[("OTEL_SERVICE_NAME", "x")][..]).unwrap(),
+            None
+        );
+        let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")];
+        let export = on(&config, &env);
+        assert_eq!(export.traces_url, "http://collector:4318/v1/traces");
+        assert_eq!(export.service_name, "awaken");
+        assert_eq!(
+            export.sampling,
+            Sampling::ParentBased(RootSampling::AlwaysOn)
+        );
+        let switched = TelemetryConfig {
+            enabled: Some(true),
+            ..TelemetryConfig::default()
+        };
+        assert_eq!(
+            on(&switched, &[][..]).traces_url,
+            "http://localhost:4318/v1/traces"
+        );
+        let vetoed = TelemetryConfig {
+            enabled: Some(false),
+            ..TelemetryConfig::default()
+        };
+        assert_eq!(vetoed.resolve(&env[..]).unwrap(), None);
+    }
+
+    #[test]
+    fn the_standard_variables_win_over_the_file() {
+        let config = TelemetryConfig {
+            endpoint: Some("http://file:4318".into()),
+            service_name: Some("from-file".into()),
+            sample_ratio: Some(0.5),
+            ..TelemetryConfig::default()
+        };
+        let from_file = on(&config, &[][..]);
+        assert_eq!(from_file.traces_url, "http://file:4318/v1/traces");
+        assert_eq!(from_file.service_name, "from-file");
+        assert_eq!(
+            from_file.sampling,
+            Sampling::ParentBased(RootSampling::Ratio(0.5))
+        );
+        let env = [
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "https://env:4318/custom",
+            ),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://ignored:4318"),
+            ("OTEL_SERVICE_NAME", "from-env"),
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.1"),
+        ];
+        let from_env = on(&config, &env);
+        assert_eq!(from_env.traces_url, "https://env:4318/custom");
+        assert_eq!(from_env.service_name, "from-env");
+        assert_eq!(from_env.sampling, Sampling::Ratio(0.1));
+    }
+
+    #[test]
+    fn off_switches_of_the_specification() {
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_SDK_DISABLED", "true"),
+        ];
+        assert_eq!(TelemetryConfig::default().resolve(&env[..]).unwrap(), None);
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ];
+        assert_eq!(TelemetryConfig::default().resolve(&env[..]).unwrap(), None);
+    }
+
+    #[test]
+    fn invalid_values_are_start_up_errors_that_name_the_variable() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318");
+        for (env, name) in [
+            (
+                vec![endpoint, ("OTEL_TRACES_SAMPLER", "sometimes")],
+                "OTEL_TRACES_SAMPLER",
+            ),
+            (
+                vec![
+                    endpoint,
+                    ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                    ("OTEL_TRACES_SAMPLER_ARG", "1.5"),
+                ],
+                "OTEL_TRACES_SAMPLER_ARG",
+            ),
+            (
+                vec![endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ),
+            (
+                vec![endpoint, ("OTEL_SDK_DISABLED", "maybe")],
+                "OTEL_SDK_DISABLED",
+            ),
+            (
+                vec![endpoint, ("OTEL_TRACES_EXPORTER", "zipkin")],
+                "OTEL_TRACES_EXPORTER",
+            ),
+            (
+                vec![endpoint, ("OTEL_RESOURCE_ATTRIBUTES", "team")],
+                "OTEL_RESOURCE_ATTRIBUTES",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+        ] {
+            let error = TelemetryConfig::default()
+                .resolve(env.as_slice())
+                .unwrap_err();
+            assert!(error.to_string().contains(name), "{error}");
+        }
+        let bad_ratio = TelemetryConfig {
+            sample_ratio: Some(-0.1),
+            endpoint: Some("http://collector:4318".into()),
+            ..TelemetryConfig::default()
+        };
+        assert!(
+            bad_ratio
+                .resolve(&[][..])
+                .unwrap_err()
+                .to_string()
+                .contains("telemetry.sample_ratio")
+        );
+    }
+
+    #[test]
+    fn an_endpoint_with_credentials_is_never_echoed() {
+        let env = [(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "ftp://user:hunter2@collector/v1/traces",
+        )];
+        let error = TelemetryConfig::default().resolve(&env[..]).unwrap_err();
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+}

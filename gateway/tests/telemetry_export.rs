@@ -1,0 +1,248 @@
+//! `awaken serve` exports a run's spans over OTLP/HTTP: a collector in the test
+//! (an HTTP server decoding exactly the protobuf the binary sends, with the
+//! OpenTelemetry project's own message definitions) receives the request's
+//! server span, the run's `invoke_agent`, its `chat` and `execute_tool` spans,
+//! in the caller's trace, parented as the GenAI conventions draw them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod http_support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use awaken_actors::contract::AgentEvent;
+use axum::body::Bytes;
+use axum::routing::post;
+use http_support::{EventReader, run_ids};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use prost::Message;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+/// Longest the spans of a finished run may take to arrive (the batch delay is
+/// 50 ms here).
+const ARRIVAL: Duration = Duration::from_secs(20);
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// One received span, its ids in hex and its attributes as text.
+#[derive(Debug, Clone)]
+struct Received {
+    name: String,
+    kind: i32,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: String,
+    attributes: HashMap<String, String>,
+    events: Vec<String>,
+    service: String,
+}
+
+fn text(value: Option<&AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(Any::StringValue(s)) => s.clone(),
+        Some(Any::IntValue(i)) => i.to_string(),
+        Some(Any::BoolValue(b)) => b.to_string(),
+        Some(Any::DoubleValue(d)) => d.to_string(),
+        Some(Any::ArrayValue(array)) => {
+            let items: Vec<String> = array.values.iter().map(|v| text(Some(v))).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+fn attributes(pairs: &[KeyValue]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A collector on a free port; every span it receives goes to the receiver.
+async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        post(move |body: Bytes| {
+            let tx = tx.clone();
+            async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                for resource in request.resource_spans {
+                    let service = resource
+                        .resource
+                        .as_ref()
+                        .map(|r| attributes(&r.attributes))
+                        .and_then(|a| a.get("service.name").cloned())
+                        .unwrap_or_default();
+                    for scope in resource.scope_spans {
+                        for span in scope.spans {
+                            let _ = tx.send(Received {
+                                name: span.name.clone(),
+                                kind: span.kind,
+                                trace_id: hex(&span.trace_id),
+                                span_id: hex(&span.span_id),
+                                parent_span_id: hex(&span.parent_span_id),
+                                attributes: attributes(&span.attributes),
+                                events: span.events.iter().map(|e| e.name.clone()).collect(),
+                                service: service.clone(),
+                            });
+                        }
+                    }
+                }
+                (
+                    [("content-type", "application/x-protobuf")],
+                    ExportTraceServiceResponse::default().encode_to_vec(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}"), rx)
+}
+
+/// `awaken serve` with the demo agents, exporting to `endpoint`; its base URL.
+async fn serve(endpoint: &str, dir: &tempfile::TempDir) -> (tokio::process::Child, String) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let config = dir.path().join("awaken.toml");
+    std::fs::write(
+        &config,
+        "demo_agents = true\n[server]\naddress = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_awaken"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_SERVICE_NAME", "awaken-under-test")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line)
+            && event["event"] == "listening"
+        {
+            let base = format!("http://{}", event["address"].as_str().unwrap());
+            return (child, base);
+        }
+    }
+    panic!("awaken serve exited before listening");
+}
+
+/// Spans from `rx` until `done` holds for what arrived.
+async fn spans_until(
+    rx: &mut mpsc::UnboundedReceiver<Received>,
+    done: impl Fn(&[Received]) -> bool,
+) -> Vec<Received> {
+    let mut spans = Vec::new();
+    tokio::time::timeout(ARRIVAL, async {
+        while !done(&spans) {
+            spans.push(rx.recv().await.expect("the collector runs"));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("spans missing; received {spans:#?}"));
+    spans
+}
+
+fn one<'a>(spans: &'a [Received], name: &str) -> &'a Received {
+    let found: Vec<&Received> = spans.iter().filter(|s| s.name == name).collect();
+    assert_eq!(found.len(), 1, "one `{name}` in {spans:#?}");
+    found[0]
+}
+
+#[tokio::test]
+async fn a_run_is_one_trace_of_genai_spans_under_the_callers_traceparent() {
+    let (endpoint, mut rx) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve(&endpoint, &dir).await;
+
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/runs"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .json(&json!({
+            "agent_id": "bench",
+            "messages": [{"role": "user", "content": "hello"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let events = EventReader::new(response).rest().await;
+    let (thread_id, run_id) = run_ids(&events);
+    let call_id = events
+        .iter()
+        .find_map(|e| match &e.event {
+            AgentEvent::ToolCallStart { id, .. } => Some(id.to_string()),
+            _ => None,
+        })
+        .expect("the run called echo");
+
+    let spans = spans_until(&mut rx, |spans| {
+        spans.iter().any(|s| s.name == "invoke_agent bench")
+            && spans.iter().filter(|s| s.name == "chat scripted").count() == 2
+            && spans.iter().any(|s| s.name == "POST /v1/runs")
+    })
+    .await;
+
+    for span in &spans {
+        assert_eq!(span.trace_id, TRACE_ID, "one trace: {span:#?}");
+        assert_eq!(span.service, "awaken-under-test");
+    }
+    let request = one(&spans, "POST /v1/runs");
+    assert_eq!(request.kind, SpanKind::Server as i32);
+    assert_eq!(request.parent_span_id, CALLER_SPAN);
+    assert_eq!(request.attributes["http.request.method"], "POST");
+    assert_eq!(request.attributes["http.response.status_code"], "200");
+
+    let run = one(&spans, "invoke_agent bench");
+    assert_eq!(run.parent_span_id, request.span_id);
+    assert_eq!(run.kind, SpanKind::Internal as i32);
+    assert_eq!(run.attributes["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(run.attributes["gen_ai.agent.name"], "bench");
+    assert_eq!(run.attributes["gen_ai.conversation.id"], thread_id);
+    assert_eq!(run.attributes["awaken.run.id"], run_id);
+    assert_eq!(run.attributes["awaken.run.outcome"], "natural_end");
+
+    let chats: Vec<&Received> = spans.iter().filter(|s| s.name == "chat scripted").collect();
+    for chat in &chats {
+        assert_eq!(chat.parent_span_id, run.span_id);
+        assert_eq!(chat.kind, SpanKind::Client as i32);
+        assert_eq!(chat.attributes["gen_ai.operation.name"], "chat");
+        assert_eq!(chat.attributes["gen_ai.request.model"], "scripted");
+        assert_eq!(chat.attributes["gen_ai.response.model"], "scripted");
+        assert_eq!(chat.attributes["gen_ai.provider.name"], "bench");
+    }
+    let mut reasons: Vec<&str> = chats
+        .iter()
+        .map(|c| c.attributes["gen_ai.response.finish_reasons"].as_str())
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, ["[stop]", "[tool_calls]"]);
+
+    let tool = one(&spans, "execute_tool echo");
+    assert_eq!(tool.parent_span_id, run.span_id);
+    assert_eq!(tool.attributes["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(tool.attributes["gen_ai.tool.name"], "echo");
+    assert_eq!(tool.attributes["gen_ai.tool.call.id"], call_id);
+    assert!(!tool.attributes.contains_key("error.type"));
+    assert!(run.events.is_empty() && tool.events.is_empty());
+}
