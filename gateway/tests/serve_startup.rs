@@ -64,6 +64,22 @@ async fn a_malformed_or_missing_file_or_a_bad_variable_is_refused() {
     assert!(error.contains("demo_agents"), "{error}");
     let error = refused(&[&good], &[("AWAKEN_SERVER__MAX_BODY_BYTES", "0")]).await;
     assert!(error.contains("max_body_bytes"), "{error}");
+    let error = refused(
+        &[&good],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ("OTEL_TRACES_SAMPLER", "sometimes"),
+        ],
+    )
+    .await;
+    assert!(error.contains("OTEL_TRACES_SAMPLER"), "{error}");
+    let telemetry = file(
+        dir.path(),
+        "telemetry.toml",
+        "[telemetry]\nendpoint = \"collector:4318\"\n",
+    );
+    let error = refused(&[&telemetry], &[]).await;
+    assert!(error.contains("telemetry.endpoint"), "{error}");
 }
 
 #[tokio::test]

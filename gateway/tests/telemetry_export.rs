@@ -14,7 +14,7 @@ use std::time::Duration;
 use awaken_actors::contract::AgentEvent;
 use axum::body::Bytes;
 use axum::routing::post;
-use http_support::{EventReader, run_ids};
+use http_support::{EventReader, decide_at, finish_type, run_ids, suspended_calls};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -245,4 +245,69 @@ async fn a_run_is_one_trace_of_genai_spans_under_the_callers_traceparent() {
     assert_eq!(tool.attributes["gen_ai.tool.call.id"], call_id);
     assert!(!tool.attributes.contains_key("error.type"));
     assert!(run.events.is_empty() && tool.events.is_empty());
+}
+
+/// A run that waits for a human is two activations in one trace: the first ends
+/// `waiting`, the decision's arrival is an event on the second, which ends it.
+#[tokio::test]
+async fn a_decided_run_is_two_activations_of_one_trace() {
+    let (endpoint, mut rx) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve(&endpoint, &dir).await;
+    let client = reqwest::Client::new();
+
+    let response = client
+        .post(format!("{base}/v1/runs"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .json(&json!({
+            "agent_id": "bench-hitl",
+            "messages": [{"role": "user", "content": "hello"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(finish_type(&events), "suspended");
+    let (_, run_id) = run_ids(&events);
+    let call_id = suspended_calls(&events).remove(0);
+    let decision = json!({"call_id": call_id, "decision_id": "d-otel", "action": "resume",
+                          "result": {"approved": true}});
+    let resumed = decide_at(
+        &client,
+        &base,
+        &run_id,
+        events.last().unwrap().seq,
+        decision,
+    )
+    .await;
+    assert_eq!(finish_type(&resumed), "natural_end");
+
+    let spans = spans_until(&mut rx, |spans| {
+        spans
+            .iter()
+            .filter(|s| s.name == "invoke_agent bench-hitl")
+            .count()
+            == 2
+    })
+    .await;
+    let activations: Vec<&Received> = spans
+        .iter()
+        .filter(|s| s.name == "invoke_agent bench-hitl")
+        .collect();
+    let first = activations
+        .iter()
+        .find(|s| s.attributes["awaken.run.outcome"] == "waiting")
+        .expect("an activation that waited");
+    let second = activations
+        .iter()
+        .find(|s| s.attributes["awaken.run.outcome"] == "natural_end")
+        .expect("an activation that ended the run");
+    for activation in [first, second] {
+        assert_eq!(activation.trace_id, TRACE_ID);
+        assert_eq!(activation.attributes["awaken.run.id"], run_id);
+    }
+    // Both hang off the request that started the run, not the decision's.
+    assert_eq!(first.parent_span_id, second.parent_span_id);
+    assert!(first.events.is_empty());
+    assert_eq!(second.events, ["awaken.decision"]);
 }
