@@ -311,3 +311,45 @@ async fn a_decided_run_is_two_activations_of_one_trace() {
     assert!(first.events.is_empty());
     assert_eq!(second.events, ["awaken.decision"]);
 }
+
+/// A delegated run joins its parent's trace under the tool call that started it.
+#[tokio::test]
+async fn a_delegated_run_hangs_off_the_call_that_started_it() {
+    let (endpoint, mut rx) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve(&endpoint, &dir).await;
+
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/runs"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .json(&json!({
+            "agent_id": "bench-delegate",
+            "messages": [{"role": "user", "content": "hello"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(finish_type(&events), "natural_end");
+
+    let spans = spans_until(&mut rx, |spans| {
+        [
+            "invoke_agent bench-delegate",
+            "invoke_agent bench-text",
+            "execute_tool agent_run_bench-text",
+        ]
+        .iter()
+        .all(|name| spans.iter().any(|s| s.name == *name))
+    })
+    .await;
+    let parent = one(&spans, "invoke_agent bench-delegate");
+    let call = one(&spans, "execute_tool agent_run_bench-text");
+    let child = one(&spans, "invoke_agent bench-text");
+    assert_eq!(call.parent_span_id, parent.span_id);
+    assert_eq!(child.parent_span_id, call.span_id);
+    assert_eq!(child.trace_id, TRACE_ID);
+    assert_eq!(
+        child.attributes["awaken.run.parent_id"],
+        parent.attributes["awaken.run.id"]
+    );
+}
