@@ -24,8 +24,8 @@ fn main() -> ExitCode {
     // Logs go to stderr (stdout carries the commands' output); `RUST_LOG` filters,
     // warnings and errors by default. Spans are exported when `[telemetry]` or
     // the `OTEL_*` variables say so, which is known before anything logs.
-    let telemetry = match cli::export_settings(&cli.command).and_then(|export| {
-        Telemetry::install(export.as_ref()).map_err(|e| GatewayError::Config(e.to_string()))
+    let telemetry = match cli::observability(&cli.command).and_then(|(format, export)| {
+        Telemetry::install(format, export.as_ref()).map_err(|e| GatewayError::Config(e.to_string()))
     }) {
         Ok(telemetry) => telemetry,
         Err(error) => return fail(&error.into()),

@@ -28,7 +28,7 @@ pub use serve::ServeArgs;
 use crate::error::{GatewayError, Result};
 use crate::serve::ServeConfig;
 use crate::serve::config::paths;
-use crate::telemetry::{ExportSettings, ProcessEnv, TelemetryConfig};
+use crate::telemetry::{ExportSettings, LogFormat, ProcessEnv, TelemetryConfig};
 
 /// `awaken`: run agents on an embedded single-node runtime, and measure it.
 #[derive(Debug, Parser)]
@@ -62,20 +62,35 @@ pub async fn dispatch(cli: Cli) -> Result<u8> {
     }
 }
 
-/// The trace export `command` runs with: `[telemetry]` of `awaken serve`'s config
-/// under the `OTEL_*` variables; the variables alone for the other commands.
-pub fn export_settings(command: &Command) -> Result<Option<ExportSettings>> {
-    let config = match command {
+/// The variable that sets the log format of the commands without a config file.
+const LOG_FORMAT_VAR: &str = "AWAKEN_LOG__FORMAT";
+
+/// The log format and trace export `command` runs with: `[log]` and
+/// `[telemetry]` of `awaken serve`'s config (under the `OTEL_*` variables); the
+/// variables alone for the other commands.
+pub fn observability(command: &Command) -> Result<(LogFormat, Option<ExportSettings>)> {
+    let (format, telemetry) = match command {
         Command::Serve(args) => {
-            ServeConfig::load_files(&paths(&args.config), std::env::vars())
-                .map_err(|e| GatewayError::Config(e.to_string()))?
-                .telemetry
+            let config = ServeConfig::load_files(&paths(&args.config), std::env::vars())
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            (config.log.format, config.telemetry)
         }
-        _ => TelemetryConfig::default(),
+        _ => (log_format_from_env()?, TelemetryConfig::default()),
     };
-    config
+    let export = telemetry
         .resolve(&ProcessEnv)
-        .map_err(|e| GatewayError::Config(e.to_string()))
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    Ok((format, export))
+}
+
+fn log_format_from_env() -> Result<LogFormat> {
+    match std::env::var(LOG_FORMAT_VAR).ok().as_deref().map(str::trim) {
+        None | Some("" | "text") => Ok(LogFormat::Text),
+        Some("json") => Ok(LogFormat::Json),
+        Some(other) => Err(GatewayError::Config(format!(
+            "{LOG_FORMAT_VAR} = {other:?} is not valid: expected `text` or `json`"
+        ))),
+    }
 }
 
 #[cfg(test)]

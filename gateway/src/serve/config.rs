@@ -14,7 +14,7 @@ use super::{ClusterConfig, StoreConfig};
 use crate::runtime_config::{ConfigDocument, Namespace};
 use crate::secret::SecretError;
 use crate::server::ServerConfig;
-use crate::telemetry::TelemetryConfig;
+use crate::telemetry::{LogConfig, TelemetryConfig};
 
 /// The config file read when `--config` is not given (if it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "awaken.toml";
@@ -53,6 +53,8 @@ pub struct ServeConfig {
     pub mcp_servers: BTreeMap<String, JsonValue>,
     /// Trace export over OTLP (the `OTEL_*` variables win over it).
     pub telemetry: TelemetryConfig,
+    /// How log lines are written.
+    pub log: LogConfig,
 }
 
 /// Why the configuration cannot be used.

@@ -1,6 +1,7 @@
 //! The process's logs and traces: one `tracing` subscriber with two layers, the
-//! log lines on stderr (`RUST_LOG`, warnings by default) and, when export is on,
-//! the spans of [`awaken_actors::telemetry::TARGET`] sent over OTLP/HTTP.
+//! log lines on stderr (`RUST_LOG`, warnings by default; text or JSON) and, when
+//! export is on, the spans of [`awaken_actors::telemetry::TARGET`] sent over
+//! OTLP/HTTP.
 //!
 //! The layers filter each on their own: log lines never carry the exported
 //! spans (nor pay for formatting their fields), and with export off no layer
@@ -8,6 +9,7 @@
 //! cost of a cached interest check. Export runs on the SDK's batch thread with a
 //! bounded queue: a slow or absent collector drops spans, never delays a run.
 
+mod json_lines;
 mod settings;
 
 use awaken_actors::telemetry::TARGET;
@@ -15,12 +17,13 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing::Dispatch;
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 
+pub use json_lines::{LogConfig, LogFormat};
 pub use settings::{
     Env, ExportSettings, ProcessEnv, RootSampling, Sampling, TelemetryConfig, TelemetryError,
 };
@@ -33,31 +36,17 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Installs the process's subscriber: logs to stderr, and spans to `export`
-    /// when given. Call once, before anything logs.
-    pub fn install(export: Option<&ExportSettings>) -> Result<Self, TelemetryError> {
-        // The exported spans stay out of the log lines whatever `RUST_LOG` says.
-        let log_filter = EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| EnvFilter::new("warn"))
-            .add_directive(
-                format!("{TARGET}=off")
-                    .parse()
-                    .map_err(|_| TelemetryError::internal("the log filter"))?,
-            );
-        let logs = fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_filter(log_filter);
+    /// Installs the process's subscriber: logs to stderr in `format`, and spans to
+    /// `export` when given. Call once, before anything logs.
+    pub fn install(
+        format: LogFormat,
+        export: Option<&ExportSettings>,
+    ) -> Result<Self, TelemetryError> {
         let provider = export.map(provider).transpose()?;
-        let spans = provider.as_ref().map(|provider| {
-            tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("awaken"))
-                .with_filter(Targets::new().with_target(TARGET, LevelFilter::INFO))
-        });
-        tracing_subscriber::registry()
-            .with(logs)
-            .with(spans)
-            .try_init()
+        let log_filter =
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+        let dispatch = subscriber(format, log_filter, std::io::stderr, provider.as_ref())?;
+        tracing::dispatcher::set_global_default(dispatch)
             .map_err(|_| TelemetryError::internal("a second subscriber"))?;
         Ok(Self { provider })
     }
@@ -76,6 +65,50 @@ impl Drop for Telemetry {
             eprintln!("telemetry: spans not flushed at exit: {error}");
         }
     }
+}
+
+/// The subscriber: log lines in `format` through `log_filter` to `writer`, and
+/// the spans of [`TARGET`] to `provider` when given.
+fn subscriber<W>(
+    format: LogFormat,
+    log_filter: EnvFilter,
+    writer: W,
+    provider: Option<&SdkTracerProvider>,
+) -> Result<Dispatch, TelemetryError>
+where
+    W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    // The exported spans stay out of the log lines whatever `RUST_LOG` says.
+    let log_filter = log_filter.add_directive(
+        format!("{TARGET}=off")
+            .parse()
+            .map_err(|_| TelemetryError::internal("the log filter"))?,
+    );
+    let logs = match format {
+        LogFormat::Text => fmt::layer()
+            .with_writer(writer)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(log_filter)
+            .boxed(),
+        LogFormat::Json => json_lines::JsonLines::new(writer)
+            .with_filter(log_filter)
+            .boxed(),
+    };
+    let logged = tracing_subscriber::registry().with(logs);
+    // Without export there is no span layer at all: an absent layer (`None`)
+    // would count as interested in everything and every run span would be built.
+    // A dispatch of the concrete subscriber, not a boxed one: a box does not
+    // pass on the registration the JSON layer needs.
+    Ok(match provider {
+        Some(provider) => Dispatch::new(
+            logged.with(
+                tracing_opentelemetry::layer()
+                    .with_tracer(provider.tracer("awaken"))
+                    .with_filter(Targets::new().with_target(TARGET, LevelFilter::INFO)),
+            ),
+        ),
+        None => Dispatch::new(logged),
+    })
 }
 
 fn provider(export: &ExportSettings) -> Result<SdkTracerProvider, TelemetryError> {
@@ -106,5 +139,98 @@ fn sampler(sampling: Sampling) -> Sampler {
             RootSampling::AlwaysOff => Sampler::AlwaysOff,
             RootSampling::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use awaken_actors::telemetry::context_of;
+    use serde_json::Value;
+
+    use super::*;
+
+    /// Log lines written to memory.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'w> fmt::MakeWriter<'w> for Lines {
+        type Writer = Self;
+
+        fn make_writer(&'w self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    impl Lines {
+        fn json(&self) -> Vec<Value> {
+            let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            text.lines()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect()
+        }
+    }
+
+    #[test]
+    fn json_lines_name_the_exported_span_they_are_written_in() {
+        let lines = Lines::default();
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = subscriber(
+            LogFormat::Json,
+            EnvFilter::new("warn"),
+            lines.clone(),
+            Some(&provider),
+        )
+        .unwrap();
+        let trace = tracing::dispatcher::with_default(&subscriber, || {
+            let span = tracing::info_span!(target: TARGET, "invoke_agent");
+            let trace = context_of(&span).expect("an exported span");
+            span.in_scope(|| tracing::warn!(answer = 42, "inside"));
+            tracing::warn!("outside");
+            trace
+        });
+        let lines = lines.json();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0]["message"], "inside");
+        assert_eq!(lines[0]["level"], "WARN");
+        assert_eq!(lines[0]["fields"]["answer"], 42);
+        assert_eq!(lines[0]["trace_id"], trace.trace_id());
+        assert_eq!(lines[0]["span_id"], trace.span_id());
+        assert_eq!(lines[1]["message"], "outside");
+        assert!(lines[1].get("trace_id").is_none(), "{}", lines[1]);
+    }
+
+    #[test]
+    fn without_export_the_run_spans_are_never_built_whatever_the_log_filter() {
+        let lines = Lines::default();
+        let subscriber = subscriber(
+            LogFormat::Text,
+            EnvFilter::new("trace"),
+            lines.clone(),
+            None,
+        )
+        .unwrap();
+        tracing::dispatcher::with_default(&subscriber, || {
+            let span = tracing::info_span!(target: TARGET, "invoke_agent");
+            assert!(span.is_disabled());
+            assert!(context_of(&span).is_none());
+            span.in_scope(|| tracing::info!("a line"));
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("a line"), "{text}");
+        assert!(!text.contains("invoke_agent"), "{text}");
     }
 }
