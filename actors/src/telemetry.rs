@@ -17,7 +17,7 @@ use tracing::Span;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::contract::{RunIdentity, TerminationReason, TraceContext};
+use crate::contract::{RunIdentity, TerminationReason, ToolCallResume, TraceContext};
 use crate::error::{InferenceExecutionError, ToolError};
 use crate::ids::ToolCallId;
 use crate::llm::{StopReason, StreamResult};
@@ -76,8 +76,9 @@ pub(crate) fn activation_ended(span: &Span, reason: Option<&TerminationReason>) 
     }
 }
 
-/// Marks the arrival of a decision on the activation it resumes.
-pub(crate) fn decision_arrived(span: &Span, call_id: &ToolCallId, decision_id: &str) {
+/// Marks the arrival of a decision on the activation it resumes, linked to the
+/// span that sent it (an HTTP request, a message taken off the decision bus).
+pub(crate) fn decision_arrived(span: &Span, call_id: &ToolCallId, resume: &ToolCallResume) {
     if span.is_disabled() {
         return;
     }
@@ -85,9 +86,12 @@ pub(crate) fn decision_arrived(span: &Span, call_id: &ToolCallId, decision_id: &
         "awaken.decision",
         vec![
             opentelemetry::KeyValue::new("gen_ai.tool.call.id", call_id.to_string()),
-            opentelemetry::KeyValue::new("awaken.decision.id", decision_id.to_owned()),
+            opentelemetry::KeyValue::new("awaken.decision.id", resume.decision_id.to_string()),
         ],
     );
+    if let Some(sender) = &resume.trace {
+        span.add_link(span_context(sender));
+    }
 }
 
 /// The span of one inference, a child of the activation's span.
@@ -204,17 +208,21 @@ pub fn follow(span: &Span, trace: &TraceContext) {
     if span.is_disabled() {
         return;
     }
+    // Refused only for a span already started or without the layer: it then
+    // stays in the trace it has.
+    let _ = span
+        .set_parent(opentelemetry::Context::new().with_remote_span_context(span_context(trace)));
+}
+
+fn span_context(trace: &TraceContext) -> SpanContext {
     let (trace_id, span_id, flags) = trace.to_parts();
-    let remote = SpanContext::new(
+    SpanContext::new(
         TraceId::from_bytes(trace_id),
         SpanId::from_bytes(span_id),
         TraceFlags::new(flags),
         true,
         TraceState::default(),
-    );
-    // Refused only for a span already started or without the layer: it then
-    // stays in the trace it has.
-    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+    )
 }
 
 fn finish_reason(reason: &StopReason) -> &'static str {

@@ -114,6 +114,7 @@ fn decision() -> ToolCallResume {
         result: payload(),
         reason: Some("approved by ops 👍".into()),
         updated_at: 1_700_000_000_000,
+        trace: None,
     }
 }
 
@@ -420,6 +421,7 @@ fn tools_tool_calls_and_suspension() {
         result: JsonValue::Null,
         reason: None,
         updated_at: 0,
+        trace: None,
     };
     assert_all(&[decision(), minimal_decision]);
 }

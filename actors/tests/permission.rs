@@ -136,6 +136,7 @@ fn replay(mut call: ToolCallView, action: ResumeDecisionAction, result: JsonValu
         result,
         reason: None,
         updated_at: 1,
+        trace: None,
     });
     call
 }

@@ -154,6 +154,7 @@ fn decision() -> Decision {
             result: json!({"approved": true}),
             reason: Some("looks fine".into()),
             updated_at: AT_MS,
+            trace: None,
         },
     }
 }

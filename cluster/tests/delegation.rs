@@ -362,6 +362,7 @@ impl Fixture {
                 result: json!({"approved": action == ResumeDecisionAction::Resume}),
                 reason: None,
                 updated_at: 1,
+                trace: None,
             },
         };
         let answer = self
@@ -893,6 +894,7 @@ async fn a_delegate_runs_on_the_node_owning_its_thread_and_decisions_reach_it_th
             result: json!(true),
             reason: None,
             updated_at: 1,
+            trace: None,
         },
     };
     let answer = tokio::time::timeout(LIMIT, b.call(ThreadCall::Decide { decision }))

@@ -135,6 +135,7 @@ fn decision(thread: &ThreadId, call: &ToolCallId, decision_id: &str) -> Decision
             result: json!({"approved": true}),
             reason: None,
             updated_at: 0,
+            trace: None,
         },
     }
 }

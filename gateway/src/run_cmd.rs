@@ -126,6 +126,7 @@ impl Answer {
             result,
             reason,
             updated_at: now_ms(),
+            trace: None,
         }
     }
 

@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+mod otlp_support;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use awaken_actors::contract::{
-    AgentEvent, Message, RunDispatch, RunDispatchStatus, RunStatus, StreamEvent,
+    AgentEvent, Message, RunDispatch, RunDispatchStatus, RunStatus, StreamEvent, TraceContext,
 };
 use awaken_actors::delegation::ChildRef;
 use awaken_actors::ids::{AgentId, DispatchId, RunId, ThreadId};
@@ -51,6 +53,27 @@ impl Node {
     }
 
     async fn with_claim_lease(cluster: &Cluster, id: &str, claim_lease_ms: u64) -> Self {
+        Self::with_env(cluster, id, claim_lease_ms, &[]).await
+    }
+
+    /// A node exporting its spans to the collector at `endpoint`, naming itself
+    /// in `service.instance.id`.
+    async fn exporting(cluster: &Cluster, id: &str, endpoint: &str) -> Self {
+        let instance = format!("service.instance.id={id}");
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_RESOURCE_ATTRIBUTES", instance.as_str()),
+        ];
+        Self::with_env(cluster, id, 3_000, &env).await
+    }
+
+    async fn with_env(
+        cluster: &Cluster,
+        id: &str,
+        claim_lease_ms: u64,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_awaken"))
             .args(["node", "--nats-url", &cluster.nats.url()])
             .args(["--postgres-url", &cluster.postgres_url])
@@ -60,6 +83,7 @@ impl Node {
             .arg("--tool-journal")
             .arg(&cluster.journal)
             .env("RUST_LOG", "warn,awaken_cluster=info,awaken_actors=info")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -180,9 +204,20 @@ impl Cluster {
     }
 
     async fn submit_run(&self, thread: &ThreadId, agent: &str, run_id: RunId) -> RunDispatch {
+        self.submit_traced(thread, agent, run_id, None).await
+    }
+
+    async fn submit_traced(
+        &self,
+        thread: &ThreadId,
+        agent: &str,
+        run_id: RunId,
+        trace: Option<TraceContext>,
+    ) -> RunDispatch {
         let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
             .with_agent_id(AgentId::new(agent).unwrap())
-            .with_run_id(run_id);
+            .with_run_id(run_id)
+            .with_trace(trace);
         submit(
             &self.mailbox,
             &self.inbox,
@@ -264,6 +299,135 @@ where
 fn pick<'a>(nodes: &'a mut [Node], id: &NodeId) -> (&'a mut Node, usize) {
     let at = nodes.iter().position(|n| n.id == id.as_str()).unwrap();
     (&mut nodes[at], at)
+}
+
+/// One run, one trace, across processes (#40): started with a caller's context,
+/// waiting on the node that owned it, that node killed, a decision published
+/// straight onto NATS with the publisher's own `traceparent`, and the run ended
+/// by the survivor. Both activations are in the caller's trace, each exported by
+/// the node that ran it; the decision's consumer span is in the publisher's
+/// trace, and the activation it resumed links to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_decided_over_nats_after_a_failover_is_one_trace() {
+    const RUN_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const CALLER: &str = "b7ad6b7169203331";
+    const PUBLISHER_TRACE: &str = "5b8efff798038103d269b633813fc60c";
+    const PUBLISHER: &str = "eee19b7ec3c1b174";
+    let (endpoint, mut received) = otlp_support::collector().await;
+    let cluster = Cluster::start().await;
+    let mut nodes = vec![
+        Node::exporting(&cluster, "node-a", &endpoint).await,
+        Node::exporting(&cluster, "node-b", &endpoint).await,
+    ];
+    cluster.balanced(&[&nodes[0], &nodes[1]]).await;
+
+    let thread = ThreadId::new("traced-failover").unwrap();
+    let trace = TraceContext::parse(&format!("00-{RUN_TRACE}-{CALLER}-01")).unwrap();
+    let queued = cluster
+        .submit_traced(&thread, "bench-hitl", RunId::generate(), Some(trace))
+        .await;
+    cluster.acked(&queued.dispatch_id, RunStatus::Waiting).await;
+    let run = cluster
+        .store
+        .load_run(&queued.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let call_id = run.waiting.unwrap().tickets[0].tool_call_id.to_string();
+    // A process killed with SIGKILL loses the spans it had not sent yet: the
+    // owner is killed once its activation's span has arrived.
+    let mut spans = otlp_support::spans_until(&mut received, |spans| {
+        spans.iter().any(|s| {
+            s.name == "invoke_agent bench-hitl"
+                && s.attributes.get("awaken.run.outcome").map(String::as_str) == Some("waiting")
+        })
+    })
+    .await;
+    let owner = cluster.owner_of(&thread).await;
+    let (victim, at) = pick(&mut nodes, &owner);
+    victim.kill().await;
+    let survivor = nodes[1 - at].id.clone();
+
+    let decision = DecisionPayload::resume(call_id, "approve-traced", serde_json::json!(true));
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    headers.insert("Nats-Msg-Id", "approve-traced");
+    headers.insert(
+        "traceparent",
+        format!("00-{PUBLISHER_TRACE}-{PUBLISHER}-01").as_str(),
+    );
+    cluster
+        .js
+        .publish_with_headers(
+            format!("awaken.decisions.{thread}"),
+            headers,
+            serde_json::to_vec(&decision).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    eventually("the run finishes on the survivor", || async {
+        cluster.run_status(&queued.run_id).await == Some(RunStatus::Done)
+    })
+    .await;
+
+    spans.extend(
+        otlp_support::spans_until(&mut received, |spans| {
+            spans.iter().any(|s| {
+                s.name == "invoke_agent bench-hitl"
+                    && s.attributes.get("awaken.run.outcome").map(String::as_str)
+                        == Some("natural_end")
+            }) && spans.iter().any(|s| {
+                s.name == "process awaken.decisions"
+                    && s.attributes
+                        .get("awaken.decision.outcome")
+                        .map(String::as_str)
+                        == Some("applied")
+            })
+        })
+        .await,
+    );
+    let activation = |outcome: &str| {
+        spans
+            .iter()
+            .find(|s| {
+                s.name == "invoke_agent bench-hitl" && s.attributes["awaken.run.outcome"] == outcome
+            })
+            .unwrap_or_else(|| panic!("an activation ending {outcome}: {spans:#?}"))
+    };
+    let first = activation("waiting");
+    let second = activation("natural_end");
+    for span in [first, second] {
+        assert_eq!(span.trace_id, RUN_TRACE);
+        assert_eq!(span.parent_span_id, CALLER);
+        assert_eq!(span.attributes["awaken.run.id"], queued.run_id.as_str());
+    }
+    assert_eq!(first.resource["service.instance.id"], owner.as_str());
+    assert_eq!(second.resource["service.instance.id"], survivor);
+    // Mid-failover the decision may be taken and given back (`retry`) until
+    // the survivor owns the thread; every attempt is in the publisher's trace.
+    let attempts: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "process awaken.decisions")
+        .collect();
+    for attempt in &attempts {
+        assert_eq!(attempt.trace_id, PUBLISHER_TRACE);
+        assert_eq!(attempt.parent_span_id, PUBLISHER);
+        assert_eq!(attempt.attributes["messaging.system"], "nats");
+        assert_eq!(attempt.attributes["messaging.message.id"], "approve-traced");
+    }
+    let applied: Vec<_> = attempts
+        .iter()
+        .filter(|s| s.attributes["awaken.decision.outcome"] == "applied")
+        .collect();
+    assert_eq!(applied.len(), 1, "{attempts:#?}");
+    let consumed = applied[0];
+    assert_eq!(
+        second.links,
+        [(PUBLISHER_TRACE.to_owned(), consumed.span_id.clone())]
+    );
+    assert_eq!(second.events, ["awaken.decision"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

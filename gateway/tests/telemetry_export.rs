@@ -7,112 +7,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod http_support;
-
-use std::collections::HashMap;
-use std::time::Duration;
+mod otlp_support;
 
 use awaken_actors::contract::AgentEvent;
-use axum::body::Bytes;
-use axum::routing::post;
 use http_support::{EventReader, decide_at, finish_type, run_ids, suspended_calls};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use prost::Message;
+use otlp_support::{Received, collector, one, spans_until};
 use serde_json::json;
-use tokio::sync::mpsc;
-
-/// Longest the spans of a finished run may take to arrive (the batch delay is
-/// 50 ms here).
-const ARRIVAL: Duration = Duration::from_secs(20);
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
-
-/// One received span, its ids in hex and its attributes as text.
-#[derive(Debug, Clone)]
-struct Received {
-    name: String,
-    kind: i32,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-    attributes: HashMap<String, String>,
-    events: Vec<String>,
-    service: String,
-}
-
-fn text(value: Option<&AnyValue>) -> String {
-    match value.and_then(|v| v.value.as_ref()) {
-        Some(Any::StringValue(s)) => s.clone(),
-        Some(Any::IntValue(i)) => i.to_string(),
-        Some(Any::BoolValue(b)) => b.to_string(),
-        Some(Any::DoubleValue(d)) => d.to_string(),
-        Some(Any::ArrayValue(array)) => {
-            let items: Vec<String> = array.values.iter().map(|v| text(Some(v))).collect();
-            format!("[{}]", items.join(","))
-        }
-        other => format!("{other:?}"),
-    }
-}
-
-fn attributes(pairs: &[KeyValue]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
-        .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A collector on a free port; every span it receives goes to the receiver.
-async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        post(move |body: Bytes| {
-            let tx = tx.clone();
-            async move {
-                let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                for resource in request.resource_spans {
-                    let service = resource
-                        .resource
-                        .as_ref()
-                        .map(|r| attributes(&r.attributes))
-                        .and_then(|a| a.get("service.name").cloned())
-                        .unwrap_or_default();
-                    for scope in resource.scope_spans {
-                        for span in scope.spans {
-                            let _ = tx.send(Received {
-                                name: span.name.clone(),
-                                kind: span.kind,
-                                trace_id: hex(&span.trace_id),
-                                span_id: hex(&span.span_id),
-                                parent_span_id: hex(&span.parent_span_id),
-                                attributes: attributes(&span.attributes),
-                                events: span.events.iter().map(|e| e.name.clone()).collect(),
-                                service: service.clone(),
-                            });
-                        }
-                    }
-                }
-                (
-                    [("content-type", "application/x-protobuf")],
-                    ExportTraceServiceResponse::default().encode_to_vec(),
-                )
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}"), rx)
-}
 
 /// `awaken serve` with the demo agents, exporting to `endpoint`; its base URL.
 async fn serve(endpoint: &str, dir: &tempfile::TempDir) -> (tokio::process::Child, String) {
@@ -145,28 +49,6 @@ async fn serve(endpoint: &str, dir: &tempfile::TempDir) -> (tokio::process::Chil
         }
     }
     panic!("awaken serve exited before listening");
-}
-
-/// Spans from `rx` until `done` holds for what arrived.
-async fn spans_until(
-    rx: &mut mpsc::UnboundedReceiver<Received>,
-    done: impl Fn(&[Received]) -> bool,
-) -> Vec<Received> {
-    let mut spans = Vec::new();
-    tokio::time::timeout(ARRIVAL, async {
-        while !done(&spans) {
-            spans.push(rx.recv().await.expect("the collector runs"));
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("spans missing; received {spans:#?}"));
-    spans
-}
-
-fn one<'a>(spans: &'a [Received], name: &str) -> &'a Received {
-    let found: Vec<&Received> = spans.iter().filter(|s| s.name == name).collect();
-    assert_eq!(found.len(), 1, "one `{name}` in {spans:#?}");
-    found[0]
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::JsonValue;
 use crate::contract::message::ToolCall;
+use crate::contract::trace::TraceContext;
 use crate::ids::{AgentId, DecisionId, RunId, ThreadId, ToolCallId};
 
 /// The external-facing description of what input a suspended call needs.
@@ -201,6 +202,10 @@ pub struct ToolCallResume {
     pub reason: Option<String>,
     /// When the decision was made, unix millis.
     pub updated_at: u64,
+    /// The trace of whoever sent the decision (their request's or message's
+    /// span): the activation it resumes links to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
 }
 
 #[cfg(test)]
@@ -285,6 +290,7 @@ mod tests {
             result: json!({"approved": true}),
             reason: Some("looks fine".into()),
             updated_at: 1_700_000_000_000,
+            trace: None,
         };
         let value = serde_json::to_value(&decision).unwrap();
         assert_eq!(

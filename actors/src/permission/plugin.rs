@@ -307,6 +307,7 @@ mod tests {
             result,
             reason: None,
             updated_at: 0,
+            trace: None,
         }
     }
 

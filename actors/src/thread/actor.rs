@@ -980,7 +980,7 @@ impl ThreadActorState {
             run.span = telemetry::invoke_agent(run.agent.spec.id.as_str(), &run.identity);
         }
         if let Work::Decide(call_id, resume) = &work {
-            telemetry::decision_arrived(&run.span, call_id, resume.decision_id.as_ref());
+            telemetry::decision_arrived(&run.span, call_id, resume);
         }
         let span = run.span.clone();
         let deps = Arc::clone(&self.deps);

@@ -438,6 +438,7 @@ pub fn decision(
         result,
         reason: None,
         updated_at: 0,
+        trace: None,
     }
 }
 

@@ -24,10 +24,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer, stream};
 use async_trait::async_trait;
+use awaken_actors::contract::TraceContext;
+use awaken_actors::telemetry;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 pub use routed::RoutedDecisions;
 pub use runtime::RuntimeDecisions;
@@ -124,6 +127,38 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The `traceparent` a publisher put on a decision, if a valid one.
+fn traceparent(headers: Option<&HeaderMap>) -> Option<TraceContext> {
+    let value = headers?.get("traceparent")?;
+    TraceContext::parse(value.as_str()).ok()
+}
+
+/// The consumer span of one decision taken off the bus (messaging conventions),
+/// a child of its publisher's `traceparent`; disabled when spans are not
+/// exported.
+fn process_span(subject: &str, headers: Option<&HeaderMap>) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        "process",
+        otel.name = "process awaken.decisions",
+        otel.kind = "consumer",
+        otel.status_code = tracing::field::Empty,
+        messaging.system = "nats",
+        messaging.operation.type = "process",
+        messaging.operation.name = "process",
+        messaging.destination.name = subject,
+        messaging.destination.template = "awaken.decisions.{thread_id}",
+        messaging.consumer.group.name = DECISIONS_CONSUMER,
+        messaging.message.id = tracing::field::Empty,
+        awaken.decision.outcome = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    if let Some(parent) = traceparent(headers) {
+        telemetry::follow(&span, &parent);
+    }
+    span
+}
+
 fn content_type(headers: Option<&HeaderMap>) -> Option<&str> {
     let headers = headers?;
     headers
@@ -171,6 +206,9 @@ impl DecisionBus {
         let mut headers = HeaderMap::new();
         headers.insert("Content-Type", "application/json");
         headers.insert("Nats-Msg-Id", payload.decision_id.as_str());
+        if let Some(trace) = telemetry::context_of(&tracing::Span::current()) {
+            headers.insert("traceparent", trace.to_string().as_str());
+        }
         let body = serde_json::to_vec(payload).map_err(|e| ClusterError::Codec(e.to_string()))?;
         self.js
             .publish_with_headers(
@@ -242,15 +280,27 @@ async fn handle(
 ) {
     let retry_delay = config.retry_delay;
     let subject = message.subject.to_string();
+    let span = process_span(&subject, message.headers.as_ref());
     let parsed = Encoding::from_content_type(content_type(message.headers.as_ref()))
         .and_then(|encoding| parse_decision(&subject, encoding, &message.payload, now_ms()));
     let outcome = match parsed {
         Err(error) => Err((None, error)),
-        Ok(decision) => {
+        Ok(mut decision) => {
             let decision_id = decision.resume.decision_id.to_string();
-            match with_progress(&message, config.ack_wait, target.deliver(decision)).await {
-                Delivery::Applied { .. } => Ok(AckKind::Ack),
+            span.record("messaging.message.id", decision_id.as_str());
+            decision.resume.trace =
+                telemetry::context_of(&span).or_else(|| traceparent(message.headers.as_ref()));
+            let delivery = target.deliver(decision).instrument(span.clone());
+            match with_progress(&message, config.ack_wait, delivery).await {
+                Delivery::Applied { duplicate } => {
+                    span.record(
+                        "awaken.decision.outcome",
+                        if duplicate { "duplicate" } else { "applied" },
+                    );
+                    Ok(AckKind::Ack)
+                }
                 Delivery::Retry(reason) => {
+                    span.record("awaken.decision.outcome", "retry");
                     tracing::debug!(%subject, %reason, "decision bus: retrying later");
                     Ok(AckKind::Nak(Some(retry_delay)))
                 }
@@ -266,6 +316,9 @@ async fn handle(
                 decision_id,
                 error,
             };
+            span.record("awaken.decision.outcome", "rejected");
+            span.record("error.type", "rejected");
+            span.record("otel.status_code", "ERROR");
             tracing::info!(?rejection, "decision rejected");
             if let Ok(body) = serde_json::to_vec(&rejection) {
                 let _ = client.publish(REJECTED_SUBJECT, body.into()).await;

@@ -182,6 +182,7 @@ impl DecisionPayload {
                 result: self.result,
                 reason: self.reason,
                 updated_at: self.updated_at.unwrap_or(now_ms),
+                trace: None,
             },
             thread_id,
         })

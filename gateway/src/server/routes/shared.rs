@@ -158,9 +158,10 @@ pub(crate) async fn decide(
             _ => payload.run_id = Some(run_id.to_string()),
         }
     }
-    let decision = payload
+    let mut decision = payload
         .into_decision(thread_id.clone(), now_ms())
         .map_err(ApiError::BadRequest)?;
+    decision.resume.trace = crate::server::trace::incoming();
     let answer = state.control.call(ThreadCall::Decide { decision }).await?;
     match answer.outcome {
         CallOutcome::Delivered(Delivery::Applied { duplicate }) => Ok(serde_json::json!({

@@ -1,0 +1,139 @@
+//! A collector for the tests: an HTTP server taking OTLP/HTTP trace exports and
+//! decoding them with the OpenTelemetry project's own protobuf definitions, so a
+//! test sees exactly the spans a process sent.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use prost::Message;
+use tokio::sync::mpsc;
+
+/// Longest the spans a test waits for may take to arrive (exports are batched
+/// every 50 ms in the tests' processes).
+pub const ARRIVAL: Duration = Duration::from_secs(30);
+
+/// One received span, its ids in hex and its attributes as text.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub name: String,
+    pub kind: i32,
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent_span_id: String,
+    pub attributes: HashMap<String, String>,
+    pub events: Vec<String>,
+    pub service: String,
+    /// The resource's attributes (`service.instance.id`, ...).
+    pub resource: HashMap<String, String>,
+    /// The spans this one links to, as (trace id, span id).
+    pub links: Vec<(String, String)>,
+}
+
+fn text(value: Option<&AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(Any::StringValue(s)) => s.clone(),
+        Some(Any::IntValue(i)) => i.to_string(),
+        Some(Any::BoolValue(b)) => b.to_string(),
+        Some(Any::DoubleValue(d)) => d.to_string(),
+        Some(Any::ArrayValue(array)) => {
+            let items: Vec<String> = array.values.iter().map(|v| text(Some(v))).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+fn attributes(pairs: &[KeyValue]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A collector on a free port; every span it receives goes to the receiver.
+pub async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        post(move |body: Bytes| {
+            let tx = tx.clone();
+            async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                for resource in request.resource_spans {
+                    let resource_attributes = resource
+                        .resource
+                        .as_ref()
+                        .map(|r| attributes(&r.attributes))
+                        .unwrap_or_default();
+                    let service = resource_attributes
+                        .get("service.name")
+                        .cloned()
+                        .unwrap_or_default();
+                    for scope in resource.scope_spans {
+                        for span in scope.spans {
+                            let _ = tx.send(Received {
+                                name: span.name.clone(),
+                                kind: span.kind,
+                                trace_id: hex(&span.trace_id),
+                                span_id: hex(&span.span_id),
+                                parent_span_id: hex(&span.parent_span_id),
+                                attributes: attributes(&span.attributes),
+                                events: span.events.iter().map(|e| e.name.clone()).collect(),
+                                service: service.clone(),
+                                resource: resource_attributes.clone(),
+                                links: span
+                                    .links
+                                    .iter()
+                                    .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                                    .collect(),
+                            });
+                        }
+                    }
+                }
+                (
+                    [("content-type", "application/x-protobuf")],
+                    ExportTraceServiceResponse::default().encode_to_vec(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}"), rx)
+}
+
+/// Spans from `rx` until `done` holds for what arrived.
+pub async fn spans_until(
+    rx: &mut mpsc::UnboundedReceiver<Received>,
+    done: impl Fn(&[Received]) -> bool,
+) -> Vec<Received> {
+    let mut spans = Vec::new();
+    tokio::time::timeout(ARRIVAL, async {
+        while !done(&spans) {
+            spans.push(rx.recv().await.expect("the collector runs"));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("spans missing; received {spans:#?}"));
+    spans
+}
+
+pub fn one<'a>(spans: &'a [Received], name: &str) -> &'a Received {
+    let found: Vec<&Received> = spans.iter().filter(|s| s.name == name).collect();
+    assert_eq!(found.len(), 1, "one `{name}` in {spans:#?}");
+    found[0]
+}
