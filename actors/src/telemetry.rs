@@ -1,4 +1,5 @@
-//! Spans of a run after the OpenTelemetry GenAI semantic conventions (v1.41):
+//! What the engine tells an operator: the metrics of [`RunMetrics`], and the
+//! spans of a run after the OpenTelemetry GenAI semantic conventions (v1.41):
 //! `invoke_agent {agent}` per activation of a run, `chat {model}` per inference,
 //! `execute_tool {tool}` per tool call attempt.
 //!
@@ -11,6 +12,11 @@
 //! its record: an activation on another node, after a failover or a decision
 //! that came a day later, joins the same trace. Prompt and completion content are
 //! never recorded here.
+
+mod metrics;
+
+pub(crate) use metrics::AgentMeters;
+pub use metrics::{DecisionOutcome, DecisionSource, RunMetrics};
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing::Span;
@@ -170,6 +176,9 @@ pub(crate) fn execute_tool(parent: &Span, tool: &str, call_id: &ToolCallId) -> S
 
 /// Records a failed tool call on its span.
 pub(crate) fn tool_failed(span: &Span, error_type: &'static str) {
+    if span.is_disabled() {
+        return;
+    }
     span.record("error.type", error_type);
     span.record("otel.status_code", "ERROR");
 }
@@ -235,7 +244,8 @@ fn finish_reason(reason: &StopReason) -> &'static str {
     }
 }
 
-fn inference_error_type(error: &InferenceExecutionError) -> &'static str {
+/// The `error.type` of a failed model call.
+pub(crate) fn inference_error_type(error: &InferenceExecutionError) -> &'static str {
     match error {
         InferenceExecutionError::Provider { .. } => "provider_error",
         InferenceExecutionError::RateLimited { .. } => "rate_limited",

@@ -48,11 +48,13 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
         args: arguments,
         ctx,
         span,
+        metrics,
         ..
     } = launch;
     let cancellation = ctx.cancellation.clone();
     let traced = span.clone();
     let execution = async move {
+        let started = std::time::Instant::now();
         let execution = AssertUnwindSafe(tool.execute(arguments, &ctx)).catch_unwind();
         let outcome = tokio::select! {
             outcome = execution => match outcome {
@@ -62,16 +64,16 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
             },
             () = ctx.cancellation.cancelled() => ToolOutcome::Cancelled,
         };
-        if !span.is_disabled() {
-            match &outcome {
-                ToolOutcome::Output(_) => {}
-                ToolOutcome::Error(error) => {
-                    telemetry::tool_failed(&span, telemetry::tool_error_type(error));
-                }
-                ToolOutcome::Panicked(_) => telemetry::tool_failed(&span, "panicked"),
-                ToolOutcome::Cancelled => telemetry::tool_failed(&span, "cancelled"),
-            }
+        let failure = match &outcome {
+            ToolOutcome::Output(_) => None,
+            ToolOutcome::Error(error) => Some(telemetry::tool_error_type(error)),
+            ToolOutcome::Panicked(_) => Some("panicked"),
+            ToolOutcome::Cancelled => Some("cancelled"),
+        };
+        if let Some(error_type) = failure {
+            telemetry::tool_failed(&span, error_type);
         }
+        metrics.tool_finished(&ctx.tool_name, failure.unwrap_or("ok"), started.elapsed());
         outcome
     };
     (Box::pin(execution.instrument(traced)), cancellation)

@@ -255,7 +255,10 @@ impl ClusterNode {
             config.routing.clone(),
         );
         let decisions = bus
-            .serve(Arc::new(RoutedDecisions::new(router.clone())))
+            .serve(
+                Arc::new(RoutedDecisions::new(router.clone())),
+                Arc::clone(runtime.metrics()),
+            )
             .await?;
         runtime.set_child_runs(Arc::new(NodeChildRuns::new(
             Arc::clone(runtime.store()),

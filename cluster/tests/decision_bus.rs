@@ -65,7 +65,10 @@ async fn fixture() -> Fixture {
         .await
         .unwrap();
     let worker = bus
-        .serve(Arc::new(RuntimeDecisions::single_node(runtime.clone())))
+        .serve(
+            Arc::new(RuntimeDecisions::single_node(runtime.clone())),
+            Arc::clone(runtime.metrics()),
+        )
         .await
         .unwrap();
     Fixture {

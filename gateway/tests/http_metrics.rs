@@ -153,3 +153,188 @@ async fn an_in_memory_store_reports_no_database_traffic() {
     let (_, _, text) = scrape(&server, None).await;
     assert_eq!(sample(&text, "awaken_store_statements_total "), Some(0.0));
 }
+
+/// The node's `awaken serve` config for the engine metrics test: an agent whose
+/// scripted model reports token usage, beside the demo agents.
+const COUNTED: &str = r#"
+demo_agents = true
+
+[server]
+address = "127.0.0.1:0"
+
+[providers.counting]
+adapter = "scripted"
+script = { steps = [
+  { text = "hi", usage = { prompt_tokens = 12, completion_tokens = 5 } },
+] }
+
+[models.counted]
+provider = "counting"
+model = "scripted-counted"
+
+[agents.counter]
+model = "counted"
+"#;
+
+/// The samples of a scrape of `base`, parsed by the reference OpenMetrics parser.
+async fn parsed_samples(base: &str) -> Vec<serde_json::Value> {
+    let parsed = http_support::python_client("metrics_parse.py", &[base]).await;
+    parsed["samples"].as_array().unwrap().clone()
+}
+
+/// The value of the sample `name` whose labels include `labels`.
+fn value_of(samples: &[serde_json::Value], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            s["name"] == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| s["labels"][*key].as_str() == Some(*value))
+        })
+        .and_then(|s| s["value"].as_f64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_model_calls_tools_and_decisions_are_measured_with_bounded_labels() {
+    let (_server, base, _dir) = http_support::awaken_serve(COUNTED).await.unwrap();
+    let client = reqwest::Client::new();
+    let run = |agent: &'static str| {
+        let client = client.clone();
+        let base = base.clone();
+        async move {
+            let response = client
+                .post(format!("{base}/v1/runs"))
+                .json(&json!({"agent_id": agent, "messages": [user("hello")]}))
+                .send()
+                .await
+                .unwrap();
+            EventReader::new(response).rest().await
+        }
+    };
+    run("counter").await;
+    run("bench").await;
+    let waiting = run("bench-hitl").await;
+    let (_, run_id) = http_support::run_ids(&waiting);
+    let call_id = http_support::suspended_calls(&waiting).remove(0);
+    let decision = json!({"call_id": call_id, "decision_id": "d-m", "action": "resume",
+                          "result": {"approved": true}});
+    http_support::decide_at(
+        &client,
+        &base,
+        &run_id,
+        waiting.last().unwrap().seq,
+        decision.clone(),
+    )
+    .await;
+    // The same decision again is a duplicate; one naming no suspended call is refused.
+    let again = client
+        .post(format!("{base}/v1/runs/{run_id}/decision"))
+        .json(&decision)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    let unknown = client
+        .post(format!("{base}/v1/runs/{run_id}/decision"))
+        .json(&json!({"call_id": "nope", "decision_id": "d-x", "action": "resume"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(unknown.status().is_client_error());
+
+    let samples = parsed_samples(&base).await;
+    let chat = |provider: &'static str, model: &'static str| {
+        [
+            ("gen_ai_operation_name", "chat"),
+            ("gen_ai_provider_name", provider),
+            ("gen_ai_request_model", model),
+        ]
+    };
+    let tokens = |token_type| {
+        let [a, b, c] = chat("counting", "scripted-counted");
+        [a, b, c, ("gen_ai_token_type", token_type)]
+    };
+    assert_eq!(
+        value_of(&samples, "gen_ai_client_token_usage_sum", &tokens("input")),
+        Some(12.0)
+    );
+    assert_eq!(
+        value_of(&samples, "gen_ai_client_token_usage_sum", &tokens("output")),
+        Some(5.0)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "gen_ai_client_operation_duration_seconds_count",
+            &chat("counting", "scripted-counted")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "gen_ai_client_operation_duration_seconds_count",
+            &chat("bench", "scripted")
+        ),
+        Some(2.0),
+        "workload W calls its model twice"
+    );
+    for agent in ["counter", "bench", "bench-hitl"] {
+        assert_eq!(
+            value_of(&samples, "awaken_runs_started_total", &[("agent", agent)]),
+            Some(1.0),
+            "{agent}"
+        );
+        assert_eq!(
+            value_of(
+                &samples,
+                "awaken_runs_finished_total",
+                &[("agent", agent), ("termination", "natural_end")]
+            ),
+            Some(1.0),
+            "{agent}"
+        );
+        assert_eq!(
+            value_of(
+                &samples,
+                "awaken_run_duration_seconds_count",
+                &[("agent", agent)]
+            ),
+            Some(1.0)
+        );
+    }
+    assert_eq!(
+        value_of(
+            &samples,
+            "awaken_tool_call_duration_seconds_count",
+            &[("tool", "echo"), ("outcome", "ok")]
+        ),
+        Some(2.0),
+        "echo ran once for bench and once, after approval, for bench-hitl"
+    );
+    for (outcome, count) in [("applied", 1.0), ("duplicate", 1.0), ("rejected", 1.0)] {
+        assert_eq!(
+            value_of(
+                &samples,
+                "awaken_decisions_total",
+                &[("source", "http"), ("outcome", outcome)]
+            ),
+            Some(count),
+            "{outcome}"
+        );
+    }
+    assert_eq!(
+        value_of(&samples, "awaken_time_to_decision_seconds_count", &[]),
+        Some(1.0)
+    );
+    // No series is labelled by a thread, run or call.
+    for sample in &samples {
+        for label in sample["labels"].as_object().unwrap().keys() {
+            assert!(
+                !["thread_id", "run_id", "call_id", "thread", "run"].contains(&label.as_str()),
+                "{sample}"
+            );
+        }
+    }
+}

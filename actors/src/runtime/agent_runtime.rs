@@ -20,6 +20,7 @@ use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::phase::PhaseRuntime;
 use crate::state::ProfileAccess;
 use crate::store::{InMemoryStore, ThreadRunStore};
+use crate::telemetry::RunMetrics;
 use crate::thread::{
     Activation, ControlError, DecisionAck, EventHub, FenceSource, NullEventHub, RunRequest,
     RunTicket, SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg, ThreadRegion, ThreadStatus,
@@ -103,6 +104,7 @@ impl AgentRuntime {
             phases: PhaseRuntime::new(),
             config,
             children: Arc::new(ChildRunsSlot::default()),
+            metrics: Arc::new(RunMetrics::default()),
         };
         Self {
             registries: live,
@@ -111,6 +113,11 @@ impl AgentRuntime {
             region: Arc::new(OnceCell::new()),
             failed_starts: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// The metrics of the runs on this runtime, for the node to expose.
+    pub fn metrics(&self) -> &Arc<RunMetrics> {
+        &self.deps.metrics
     }
 
     /// The agent runs use when neither the request nor the thread names one.

@@ -1105,6 +1105,12 @@ impl ThreadActorState {
         let answering_model = (!span.is_disabled() && request.fallback_models.is_empty())
             .then(|| request.model.clone());
         let traced = span.clone();
+        let metrics = Arc::clone(&self.deps.metrics);
+        let meters = metrics.agent(
+            run.agent.spec.id.as_str(),
+            &run.agent.model.provider,
+            &run.agent.model.model,
+        );
         // Deltas of the first poll are handled by this handler; the task sends later
         // ones as messages, which the actor handles after this one.
         let early = Arc::new(EarlyReports::new());
@@ -1133,8 +1139,22 @@ impl ThreadActorState {
                     },
                 }
             };
-            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let elapsed = started.elapsed();
+            let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
             telemetry::chat_ended(&span, answering_model.as_deref(), &result);
+            match &result {
+                Ok(answer) => {
+                    let usage = answer.usage.as_ref();
+                    meters.chat_answered(
+                        elapsed,
+                        usage.and_then(|u| u.prompt_tokens),
+                        usage.and_then(|u| u.completion_tokens),
+                    );
+                }
+                Err(error) => {
+                    metrics.chat_failed(&meters, telemetry::inference_error_type(error), elapsed);
+                }
+            }
             (result, duration_ms)
         }
         .instrument(traced);

@@ -9,6 +9,7 @@ use crate::phase::PhaseRuntime;
 use crate::runtime::AgentResolver;
 use crate::state::ProfileAccess;
 use crate::store::{FencingToken, ThreadRunStore};
+use crate::telemetry::RunMetrics;
 
 use super::emitter::EventHub;
 
@@ -91,6 +92,8 @@ pub struct ThreadDeps {
     pub config: ThreadConfig,
     /// The delegation transport tools reach child runs through, once installed.
     pub children: Arc<ChildRunsSlot>,
+    /// The metrics runs record into.
+    pub metrics: Arc<RunMetrics>,
 }
 
 impl std::fmt::Debug for ThreadDeps {

@@ -7,7 +7,7 @@
 //! segment. The actor never awaits any of this itself.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
@@ -94,6 +94,8 @@ pub(crate) struct Launch {
     pub(crate) ctx: ToolCallContext,
     /// The attempt's `execute_tool` span.
     pub(crate) span: tracing::Span,
+    /// Where the attempt's duration is recorded.
+    pub(crate) metrics: Arc<telemetry::RunMetrics>,
 }
 
 /// How a tool call execution ended, as its actor reports it.
@@ -168,6 +170,7 @@ impl Driver<'_> {
     async fn try_start(&mut self, input: Vec<Message>) -> Step<Next> {
         self.thread.install(&self.run.agent)?;
         self.thread.store.begin_run();
+        self.meters().run_started();
         self.emit(AgentEvent::RunStart {
             thread_id: self.thread.thread_id.clone(),
             run_id: self.run.identity.run_id.clone(),
@@ -564,6 +567,13 @@ impl Driver<'_> {
             tracing::warn!(run_id = %self.run.identity.run_id, %error, "run already finished");
         }
         self.checkpoint_before(1).await?;
+        let lived = Duration::from_secs(now_secs().saturating_sub(self.run.record.created_at));
+        self.deps.metrics.run_finished(
+            self.run.agent.spec.id.as_str(),
+            &self.meters(),
+            reason.code(),
+            lived,
+        );
         let response = self
             .thread
             .messages
@@ -801,6 +811,7 @@ impl Driver<'_> {
                     args,
                     ctx,
                     span,
+                    metrics: Arc::clone(&self.deps.metrics),
                 })))
             }
         }
@@ -879,6 +890,12 @@ impl Driver<'_> {
         let Some(mut state) = self.calls().get(&call_id).cloned() else {
             return self.advance().await;
         };
+        if state.status == ToolCallStatus::Suspended {
+            let waited = now_ms().saturating_sub(state.updated_at);
+            self.deps
+                .metrics
+                .decided_after(Duration::from_millis(waited));
+        }
         self.run.record.decisions.push(AppliedDecision {
             decision_id: resume.decision_id.clone(),
             call_id: call_id.clone(),
@@ -1141,6 +1158,16 @@ impl Driver<'_> {
 
     fn emit(&self, event: AgentEvent) {
         self.run.events.emit(event);
+    }
+
+    /// The meters of the agent (and model) this run runs on now.
+    fn meters(&self) -> std::sync::Arc<telemetry::AgentMeters> {
+        let agent = &self.run.agent;
+        self.deps.metrics.agent(
+            agent.spec.id.as_str(),
+            &agent.model.provider,
+            &agent.model.model,
+        )
     }
 
     /// Whether `phase` has anything to run: hooks, or scheduled actions due in it.

@@ -25,7 +25,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer, stream};
 use async_trait::async_trait;
 use awaken_actors::contract::TraceContext;
-use awaken_actors::telemetry;
+use awaken_actors::telemetry::{self, DecisionOutcome, DecisionSource, RunMetrics};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
@@ -223,10 +223,12 @@ impl DecisionBus {
         Ok(())
     }
 
-    /// Starts taking decisions off the bus and applying them to `target`.
+    /// Starts taking decisions off the bus and applying them to `target`,
+    /// counting their outcomes in `metrics`.
     pub async fn serve(
         &self,
         target: Arc<dyn DecisionTarget>,
+        metrics: Arc<RunMetrics>,
     ) -> Result<DecisionWorker, ClusterError> {
         let consumer: consumer::PullConsumer = self
             .stream()
@@ -262,8 +264,9 @@ impl DecisionBus {
                 let client = client.clone();
                 let target = Arc::clone(&target);
                 let config = config.clone();
+                let metrics = Arc::clone(&metrics);
                 tokio::spawn(async move {
-                    handle(&client, target.as_ref(), message, &config).await;
+                    handle(&client, target.as_ref(), &metrics, message, &config).await;
                     drop(slot);
                 });
             }
@@ -275,6 +278,7 @@ impl DecisionBus {
 async fn handle(
     client: &async_nats::Client,
     target: &dyn DecisionTarget,
+    metrics: &RunMetrics,
     message: jetstream::Message,
     config: &DecisionBusConfig,
 ) {
@@ -293,6 +297,12 @@ async fn handle(
             let delivery = target.deliver(decision).instrument(span.clone());
             match with_progress(&message, config.ack_wait, delivery).await {
                 Delivery::Applied { duplicate } => {
+                    let outcome = if duplicate {
+                        DecisionOutcome::Duplicate
+                    } else {
+                        DecisionOutcome::Applied
+                    };
+                    metrics.decision(DecisionSource::Nats, outcome);
                     span.record(
                         "awaken.decision.outcome",
                         if duplicate { "duplicate" } else { "applied" },
@@ -316,6 +326,7 @@ async fn handle(
                 decision_id,
                 error,
             };
+            metrics.decision(DecisionSource::Nats, DecisionOutcome::Rejected);
             span.record("awaken.decision.outcome", "rejected");
             span.record("error.type", "rejected");
             span.record("otel.status_code", "ERROR");

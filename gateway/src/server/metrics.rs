@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use awaken_actors::store::StoreIoCounts;
+use awaken_actors::telemetry::RunMetrics;
 use awaken_cluster::RunControl;
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
@@ -93,16 +94,12 @@ impl StoreCounters {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    /// A registry with every metric at zero.
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("awaken");
+    /// A registry with every metric at zero, the engine's (`runs`) among them.
+    pub fn new(runs: &RunMetrics) -> Self {
+        let mut root = Registry::default();
+        runs.register(&mut root);
+        let registry = root.sub_registry_with_prefix("awaken");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "http_requests",
@@ -142,9 +139,9 @@ impl Metrics {
             failed_starts.clone(),
         );
         let store = StoreCounters::default();
-        store.register(&mut registry);
+        store.register(registry);
         Self {
-            registry,
+            registry: root,
             requests,
             latency,
             in_flight,

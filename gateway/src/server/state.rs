@@ -68,13 +68,14 @@ impl AppState {
             config.a2a_push.clone(),
             stopping.subscribe(),
         );
+        let metrics = Arc::new(Metrics::new(control.runtime().metrics()));
         Self(Arc::new(SharedState {
             in_flight,
             control,
             mcp,
             config: Arc::new(config),
             runtime_config,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             a2a_push,
             stopping,
         }))

@@ -3,6 +3,7 @@
 
 use awaken_actors::contract::{RunDispatch, RunDispatchStatus, Thread};
 use awaken_actors::mailbox::{DispatchQuery, SubmitOptions, now_ms};
+use awaken_actors::telemetry::{DecisionOutcome, DecisionSource};
 use awaken_actors::thread::{ControlError, RunRequest};
 use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::decisions::{DecisionPayload, Delivery};
@@ -158,19 +159,38 @@ pub(crate) async fn decide(
             _ => payload.run_id = Some(run_id.to_string()),
         }
     }
-    let mut decision = payload
-        .into_decision(thread_id.clone(), now_ms())
-        .map_err(ApiError::BadRequest)?;
+    let metrics = state.control.runtime().metrics();
+    let mut decision = match payload.into_decision(thread_id.clone(), now_ms()) {
+        Ok(decision) => decision,
+        Err(error) => {
+            metrics.decision(DecisionSource::Http, DecisionOutcome::Rejected);
+            return Err(ApiError::BadRequest(error));
+        }
+    };
     decision.resume.trace = crate::server::trace::incoming();
     let answer = state.control.call(ThreadCall::Decide { decision }).await?;
     match answer.outcome {
-        CallOutcome::Delivered(Delivery::Applied { duplicate }) => Ok(serde_json::json!({
-            "status": "decision_applied",
-            "duplicate": duplicate,
-        })),
-        CallOutcome::Delivered(Delivery::Refused(reason)) => Err(ApiError::Conflict(reason)),
+        CallOutcome::Delivered(Delivery::Applied { duplicate }) => {
+            let outcome = if duplicate {
+                DecisionOutcome::Duplicate
+            } else {
+                DecisionOutcome::Applied
+            };
+            metrics.decision(DecisionSource::Http, outcome);
+            Ok(serde_json::json!({
+                "status": "decision_applied",
+                "duplicate": duplicate,
+            }))
+        }
+        CallOutcome::Delivered(Delivery::Refused(reason)) => {
+            metrics.decision(DecisionSource::Http, DecisionOutcome::Rejected);
+            Err(ApiError::Conflict(reason))
+        }
         CallOutcome::Delivered(Delivery::Retry(reason)) => Err(ApiError::Unavailable(reason)),
-        CallOutcome::Failed(refused) => Err(refused.into()),
+        CallOutcome::Failed(refused) => {
+            metrics.decision(DecisionSource::Http, DecisionOutcome::Rejected);
+            Err(refused.into())
+        }
         other => Err(unexpected("decide", &other)),
     }
 }
