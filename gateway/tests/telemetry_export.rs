@@ -235,3 +235,26 @@ async fn a_delegated_run_hangs_off_the_call_that_started_it() {
         parent.attributes["awaken.run.id"]
     );
 }
+
+/// A collector nobody answers at never holds a run up: spans queue and are
+/// dropped, runs go on.
+#[tokio::test]
+async fn runs_go_on_while_the_collector_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve(&http_support::closed_base(), &dir).await;
+    let client = reqwest::Client::new();
+    for _ in 0..20 {
+        let response = client
+            .post(format!("{base}/v1/runs"))
+            .json(&json!({
+                "agent_id": "bench",
+                "messages": [{"role": "user", "content": "hello"}],
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let events = EventReader::new(response).rest().await;
+        assert_eq!(finish_type(&events), "natural_end");
+    }
+}
