@@ -205,7 +205,7 @@ async fn runs_model_calls_tools_and_decisions_are_measured_with_bounded_labels()
         async move {
             let response = client
                 .post(format!("{base}/v1/runs"))
-                .json(&json!({"agent_id": agent, "messages": [user("hello")]}))
+                .json(&json!({"agent_id": agent, "messages": user("hello")}))
                 .send()
                 .await
                 .unwrap();

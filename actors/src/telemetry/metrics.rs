@@ -192,10 +192,10 @@ impl RunMetrics {
     /// names, the runtime's under the prefix `awaken`.
     pub fn register(&self, root: &mut Registry) {
         let f = &self.families;
-        root.register_with_unit(
+        // `{token}` is an annotation, not a unit: Prometheus names drop it.
+        root.register(
             "gen_ai_client_token_usage",
             "Tokens used per model call, by token type (input, output)",
-            Unit::Other("token".into()),
             f.token_usage.clone(),
         );
         root.register_with_unit(
