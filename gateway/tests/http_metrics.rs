@@ -328,6 +328,14 @@ async fn runs_model_calls_tools_and_decisions_are_measured_with_bounded_labels()
         value_of(&samples, "awaken_time_to_decision_seconds_count", &[]),
         Some(1.0)
     );
+    // Every run ended: nothing queued, running or dead in the mailbox.
+    for status in ["queued", "claimed", "dead_letter"] {
+        assert_eq!(
+            value_of(&samples, "awaken_mailbox_dispatches", &[("status", status)]),
+            Some(0.0),
+            "{status}"
+        );
+    }
     // No series is labelled by a thread, run or call.
     for sample in &samples {
         for label in sample["labels"].as_object().unwrap().keys() {

@@ -57,7 +57,7 @@ pub(crate) fn metrics_routes() -> Routes {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    match state.metrics.render(state.control.as_ref()) {
+    match state.metrics.render(state.control.as_ref()).await {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(error) => ApiError::Internal(format!("metrics not encodable: {error}")).into_response(),
     }
