@@ -15,7 +15,7 @@
 
 mod metrics;
 
-pub(crate) use metrics::AgentMeters;
+pub(crate) use metrics::{AgentMeters, TOOL_OK};
 pub use metrics::{DecisionOutcome, DecisionSource, RunMetrics};
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};

@@ -73,7 +73,11 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
         if let Some(error_type) = failure {
             telemetry::tool_failed(&span, error_type);
         }
-        metrics.tool_finished(&ctx.tool_name, failure.unwrap_or("ok"), started.elapsed());
+        metrics.tool_finished(
+            &ctx.tool_name,
+            failure.unwrap_or(telemetry::TOOL_OK),
+            started.elapsed(),
+        );
         outcome
     };
     (Box::pin(execution.instrument(traced)), cancellation)

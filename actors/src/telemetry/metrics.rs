@@ -146,6 +146,8 @@ impl DecisionOutcome {
 pub struct RunMetrics {
     families: Families,
     agents: DashMap<String, Arc<AgentMeters>>,
+    /// Each tool's histogram of successful attempts, the common case.
+    tools_ok: DashMap<String, Histogram>,
 }
 
 #[derive(Debug)]
@@ -185,7 +187,12 @@ pub(crate) struct AgentMeters {
     input_tokens: Histogram,
     output_tokens: Histogram,
     run_duration: Histogram,
+    /// The agent's finished-runs counter per termination code.
+    finished: DashMap<String, Counter>,
 }
+
+/// The `outcome` of a tool call attempt that returned.
+pub(crate) const TOOL_OK: &str = "ok";
 
 impl RunMetrics {
     /// Registers the families in `root`: the GenAI ones under their convention
@@ -271,6 +278,7 @@ impl RunMetrics {
             input_tokens: f.token_usage.get_or_create_owned(&token("input")),
             output_tokens: f.token_usage.get_or_create_owned(&token("output")),
             run_duration: f.run_duration.get_or_create_owned(&agent_labels),
+            finished: DashMap::new(),
         });
         self.agents.insert(agent.to_owned(), Arc::clone(&meters));
         meters
@@ -284,13 +292,23 @@ impl RunMetrics {
         termination: &str,
         elapsed: Duration,
     ) {
-        self.families
-            .runs_finished
-            .get_or_create(&FinishLabels {
-                agent: agent.to_owned(),
-                termination: termination.to_owned(),
-            })
-            .inc();
+        let counter = match meters.finished.get(termination) {
+            Some(counter) => counter.clone(),
+            None => {
+                let counter = self
+                    .families
+                    .runs_finished
+                    .get_or_create_owned(&FinishLabels {
+                        agent: agent.to_owned(),
+                        termination: termination.to_owned(),
+                    });
+                meters
+                    .finished
+                    .insert(termination.to_owned(), counter.clone());
+                counter
+            }
+        };
+        counter.inc();
         meters.run_duration.observe(elapsed.as_secs_f64());
     }
 
@@ -314,13 +332,27 @@ impl RunMetrics {
 
     /// A tool call attempt of `tool` ended with `outcome` after `elapsed`.
     pub(crate) fn tool_finished(&self, tool: &str, outcome: &'static str, elapsed: Duration) {
-        self.families
-            .tool_duration
-            .get_or_create(&ToolLabels {
-                tool: tool.to_owned(),
-                outcome,
-            })
-            .observe(elapsed.as_secs_f64());
+        let labels = || ToolLabels {
+            tool: tool.to_owned(),
+            outcome,
+        };
+        if outcome != TOOL_OK {
+            // Failures are rare: a label lookup is fine.
+            self.families
+                .tool_duration
+                .get_or_create(&labels())
+                .observe(elapsed.as_secs_f64());
+            return;
+        }
+        let histogram = match self.tools_ok.get(tool) {
+            Some(histogram) => histogram.clone(),
+            None => {
+                let histogram = self.families.tool_duration.get_or_create_owned(&labels());
+                self.tools_ok.insert(tool.to_owned(), histogram.clone());
+                histogram
+            }
+        };
+        histogram.observe(elapsed.as_secs_f64());
     }
 
     /// A decision from `source` ended as `outcome`.
