@@ -80,7 +80,12 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
         );
         outcome
     };
-    (Box::pin(execution.instrument(traced)), cancellation)
+    let execution: Execution = if traced.is_disabled() {
+        Box::pin(execution)
+    } else {
+        Box::pin(execution.instrument(traced))
+    };
+    (execution, cancellation)
 }
 
 /// What a [`ToolCallActor`] starts with: an execution its thread found unfinished.

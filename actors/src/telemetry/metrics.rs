@@ -13,12 +13,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+
+use crate::hashing::FastDashMap;
 
 /// Bucket bounds of `gen_ai.client.token.usage` (the conventions' advice).
 const TOKEN_BUCKETS: [f64; 14] = [
@@ -145,9 +146,9 @@ impl DecisionOutcome {
 #[derive(Debug, Default)]
 pub struct RunMetrics {
     families: Families,
-    agents: DashMap<String, Arc<AgentMeters>>,
+    agents: FastDashMap<String, Arc<AgentMeters>>,
     /// Each tool's histogram of successful attempts, the common case.
-    tools_ok: DashMap<String, Histogram>,
+    tools_ok: FastDashMap<String, Histogram>,
 }
 
 #[derive(Debug)]
@@ -188,7 +189,7 @@ pub(crate) struct AgentMeters {
     output_tokens: Histogram,
     run_duration: Histogram,
     /// The agent's finished-runs counter per termination code.
-    finished: DashMap<String, Counter>,
+    finished: FastDashMap<String, Counter>,
 }
 
 /// The `outcome` of a tool call attempt that returned.
@@ -278,7 +279,7 @@ impl RunMetrics {
             input_tokens: f.token_usage.get_or_create_owned(&token("input")),
             output_tokens: f.token_usage.get_or_create_owned(&token("output")),
             run_duration: f.run_duration.get_or_create_owned(&agent_labels),
-            finished: DashMap::new(),
+            finished: FastDashMap::default(),
         });
         self.agents.insert(agent.to_owned(), Arc::clone(&meters));
         meters

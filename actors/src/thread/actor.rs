@@ -1015,14 +1015,19 @@ impl ThreadActorState {
                     ThreadMsg::SegmentPanicked(crate::tool_call::panic_message(panic.as_ref()))
                 }
             }
-        }
-        .instrument(span);
+        };
         let myself = myself.clone();
-        // If the actor is gone when a spawned segment ends, the cores go with it; the
-        // store has the last checkpoint.
-        crate::inline::ready_or_spawn(segment, move |report| {
+        let report = move |report| {
             let _ = myself.send_message(report);
-        })
+        };
+        // If the actor is gone when a spawned segment ends, the cores go with it; the
+        // store has the last checkpoint. Wrapped in its span only when exported:
+        // the wrapper costs every poll.
+        if span.is_disabled() {
+            crate::inline::ready_or_spawn(segment, report)
+        } else {
+            crate::inline::ready_or_spawn(segment.instrument(span), report)
+        }
     }
 
     async fn on_segment_done(&mut self, done: SegmentDone, myself: &ActorRef<ThreadMsg>) {
@@ -1156,17 +1161,21 @@ impl ThreadActorState {
                 }
             }
             (result, duration_ms)
-        }
-        .instrument(traced);
+        };
         let reporter = myself.clone();
         let done_run = run_id.clone();
-        let finished = crate::inline::ready_or_spawn(inference, move |(result, duration_ms)| {
+        let report = move |(result, duration_ms)| {
             let _ = reporter.send_message(ThreadMsg::InferenceDone {
                 run_id: done_run,
                 result,
                 duration_ms,
             });
-        });
+        };
+        let finished = if traced.is_disabled() {
+            crate::inline::ready_or_spawn(inference, report)
+        } else {
+            crate::inline::ready_or_spawn(inference.instrument(traced), report)
+        };
         for delta in early.take() {
             self.on_delta(&run_id, delta);
         }
