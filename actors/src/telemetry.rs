@@ -34,6 +34,11 @@ pub const TARGET: &str = "awaken::otel";
 /// The span of one activation of a run: from its start (or its taking up after a
 /// decision, a restart or a move) until it finishes or waits.
 pub(crate) fn invoke_agent(agent_id: &str, identity: &RunIdentity) -> Span {
+    // A run in a trace its caller (or the edge's sampler) did not sample builds
+    // no spans: its inferences and tool calls hang off a disabled span.
+    if identity.trace.is_some_and(|trace| !trace.sampled()) {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         target: TARGET,
         "invoke_agent",

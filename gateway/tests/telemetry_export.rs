@@ -258,3 +258,37 @@ async fn runs_go_on_while_the_collector_is_unreachable() {
         assert_eq!(finish_type(&events), "natural_end");
     }
 }
+
+/// A caller that did not sample its trace gets no spans of the run: the run's
+/// spans are not even built. (Spans leave in the order they end, so once the
+/// sampled run's arrived, the unsampled one's would have.)
+#[tokio::test]
+async fn a_run_in_an_unsampled_trace_exports_nothing() {
+    const UNSAMPLED: &str = "a3ce929d0e0e47364bf92f3577b34da6";
+    let (endpoint, mut rx) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve(&endpoint, &dir).await;
+    let client = reqwest::Client::new();
+    for flags in ["00", "01"] {
+        let trace = if flags == "00" { UNSAMPLED } else { TRACE_ID };
+        let response = client
+            .post(format!("{base}/v1/runs"))
+            .header("traceparent", format!("00-{trace}-{CALLER_SPAN}-{flags}"))
+            .json(&json!({
+                "agent_id": "bench",
+                "messages": [{"role": "user", "content": "hello"}],
+            }))
+            .send()
+            .await
+            .unwrap();
+        let events = EventReader::new(response).rest().await;
+        assert_eq!(finish_type(&events), "natural_end");
+    }
+    let spans = spans_until(&mut rx, |spans| {
+        spans
+            .iter()
+            .any(|s| s.name == "invoke_agent bench" && s.trace_id == TRACE_ID)
+    })
+    .await;
+    assert!(spans.iter().all(|s| s.trace_id != UNSAMPLED), "{spans:#?}");
+}

@@ -77,6 +77,12 @@ impl TraceContext {
         to_hex(&self.span_id)
     }
 
+    /// Whether the trace is recorded (the `sampled` flag): spans of an
+    /// unsampled trace are not built at all.
+    pub fn sampled(&self) -> bool {
+        self.flags & 0x01 == 0x01
+    }
+
     /// The raw fields, for span libraries: trace id, span id, flags.
     pub fn to_parts(&self) -> ([u8; 16], [u8; 8], u8) {
         (self.trace_id, self.span_id, self.flags)
@@ -171,6 +177,14 @@ mod tests {
         // A later version's first four fields are read as 00.
         let later = "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes";
         assert_eq!(TraceContext::parse(later).unwrap(), context);
+    }
+
+    #[test]
+    fn the_sampled_flag_is_read() {
+        assert!(TraceContext::parse(SAMPLE).unwrap().sampled());
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert!(!TraceContext::parse(unsampled).unwrap().sampled());
+        assert!(!TraceContext::parse(unsampled).unwrap().child().sampled());
     }
 
     #[test]
