@@ -205,7 +205,12 @@ pub fn context_of(span: &Span) -> Option<TraceContext> {
         return None;
     }
     let context = span.context();
-    let span_context = context.span().span_context().clone();
+    let span_ref = context.span();
+    trace_context_of(span_ref.span_context())
+}
+
+/// The W3C context of an OpenTelemetry span context, when it is valid.
+pub fn trace_context_of(span_context: &SpanContext) -> Option<TraceContext> {
     if !span_context.is_valid() {
         return None;
     }

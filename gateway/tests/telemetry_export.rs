@@ -9,7 +9,7 @@
 mod http_support;
 mod otlp_support;
 
-use awaken_actors::contract::AgentEvent;
+use awaken_actors::contract::{AgentEvent, StreamEvent};
 use http_support::{EventReader, decide_at, finish_type, run_ids, suspended_calls};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use otlp_support::{Received, collector, one, spans_until};
@@ -17,6 +17,31 @@ use serde_json::json;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// Starts a run of `agent` on `base` (in the trace `traceparent`, when given)
+/// and reads its events to the end of the activation.
+async fn run_to_end(
+    client: &reqwest::Client,
+    base: &str,
+    agent: &str,
+    traceparent: Option<String>,
+) -> Vec<StreamEvent> {
+    let mut request = client.post(format!("{base}/v1/runs")).json(&json!({
+        "agent_id": agent,
+        "messages": [{"role": "user", "content": "hello"}],
+    }));
+    if let Some(traceparent) = traceparent {
+        request = request.header("traceparent", traceparent);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    EventReader::new(response).rest().await
+}
+
+/// The caller's `traceparent` of the tests: [`TRACE_ID`], [`CALLER_SPAN`], sampled.
+fn callers() -> Option<String> {
+    Some(format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+}
 
 /// `awaken serve` with the demo agents, exporting to `endpoint`; its base URL.
 async fn serve(endpoint: &str, dir: &tempfile::TempDir) -> (tokio::process::Child, String) {
@@ -57,18 +82,7 @@ async fn a_run_is_one_trace_of_genai_spans_under_the_callers_traceparent() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, base) = serve(&endpoint, &dir).await;
 
-    let response = reqwest::Client::new()
-        .post(format!("{base}/v1/runs"))
-        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
-        .json(&json!({
-            "agent_id": "bench",
-            "messages": [{"role": "user", "content": "hello"}],
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let events = EventReader::new(response).rest().await;
+    let events = run_to_end(&reqwest::Client::new(), &base, "bench", callers()).await;
     let (thread_id, run_id) = run_ids(&events);
     let call_id = events
         .iter()
@@ -138,17 +152,7 @@ async fn a_decided_run_is_two_activations_of_one_trace() {
     let (_server, base) = serve(&endpoint, &dir).await;
     let client = reqwest::Client::new();
 
-    let response = client
-        .post(format!("{base}/v1/runs"))
-        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
-        .json(&json!({
-            "agent_id": "bench-hitl",
-            "messages": [{"role": "user", "content": "hello"}],
-        }))
-        .send()
-        .await
-        .unwrap();
-    let events = EventReader::new(response).rest().await;
+    let events = run_to_end(&client, &base, "bench-hitl", callers()).await;
     assert_eq!(finish_type(&events), "suspended");
     let (_, run_id) = run_ids(&events);
     let call_id = suspended_calls(&events).remove(0);
@@ -201,17 +205,7 @@ async fn a_delegated_run_hangs_off_the_call_that_started_it() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, base) = serve(&endpoint, &dir).await;
 
-    let response = reqwest::Client::new()
-        .post(format!("{base}/v1/runs"))
-        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
-        .json(&json!({
-            "agent_id": "bench-delegate",
-            "messages": [{"role": "user", "content": "hello"}],
-        }))
-        .send()
-        .await
-        .unwrap();
-    let events = EventReader::new(response).rest().await;
+    let events = run_to_end(&reqwest::Client::new(), &base, "bench-delegate", callers()).await;
     assert_eq!(finish_type(&events), "natural_end");
 
     let spans = spans_until(&mut rx, |spans| {
@@ -244,17 +238,7 @@ async fn runs_go_on_while_the_collector_is_unreachable() {
     let (_server, base) = serve(&http_support::closed_base(), &dir).await;
     let client = reqwest::Client::new();
     for _ in 0..20 {
-        let response = client
-            .post(format!("{base}/v1/runs"))
-            .json(&json!({
-                "agent_id": "bench",
-                "messages": [{"role": "user", "content": "hello"}],
-            }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let events = EventReader::new(response).rest().await;
+        let events = run_to_end(&client, &base, "bench", None).await;
         assert_eq!(finish_type(&events), "natural_end");
     }
 }
@@ -271,17 +255,8 @@ async fn a_run_in_an_unsampled_trace_exports_nothing() {
     let client = reqwest::Client::new();
     for flags in ["00", "01"] {
         let trace = if flags == "00" { UNSAMPLED } else { TRACE_ID };
-        let response = client
-            .post(format!("{base}/v1/runs"))
-            .header("traceparent", format!("00-{trace}-{CALLER_SPAN}-{flags}"))
-            .json(&json!({
-                "agent_id": "bench",
-                "messages": [{"role": "user", "content": "hello"}],
-            }))
-            .send()
-            .await
-            .unwrap();
-        let events = EventReader::new(response).rest().await;
+        let traceparent = Some(format!("00-{trace}-{CALLER_SPAN}-{flags}"));
+        let events = run_to_end(&client, &base, "bench", traceparent).await;
         assert_eq!(finish_type(&events), "natural_end");
     }
     let spans = spans_until(&mut rx, |spans| {

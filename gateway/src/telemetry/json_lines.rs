@@ -8,6 +8,7 @@ use std::io::Write;
 use std::sync::OnceLock;
 
 use awaken_actors::contract::TraceContext;
+use awaken_actors::telemetry::trace_context_of;
 use opentelemetry::trace::TraceContextExt;
 use serde_json::{Map, Value};
 use tracing::dispatcher::WeakDispatch;
@@ -66,15 +67,7 @@ impl<W> JsonLines<W> {
         let dispatch = self.dispatch.get()?.upgrade()?;
         let context = get_otel_context(id, &dispatch)?;
         let span = context.span();
-        let span_context = span.span_context();
-        if !span_context.is_valid() {
-            return None;
-        }
-        TraceContext::from_parts(
-            span_context.trace_id().to_bytes(),
-            span_context.span_id().to_bytes(),
-            span_context.trace_flags().to_u8(),
-        )
+        trace_context_of(span.span_context())
     }
 }
 
