@@ -24,14 +24,18 @@ fn main() -> ExitCode {
     // Logs go to stderr (stdout carries the commands' output); `RUST_LOG` filters,
     // warnings and errors by default. Spans are exported when `[telemetry]` or
     // the `OTEL_*` variables say so, which is known before anything logs.
-    let telemetry = match cli::observability(&cli.command).and_then(|(format, export)| {
-        Telemetry::install(format, export.as_ref()).map_err(|e| GatewayError::Config(e.to_string()))
-    }) {
+    let prepared = match cli::prepare(cli) {
+        Ok(prepared) => prepared,
+        Err(error) => return fail(&error.into()),
+    };
+    let telemetry = match Telemetry::install(prepared.log_format, prepared.export.as_ref())
+        .map_err(|e| GatewayError::Config(e.to_string()))
+    {
         Ok(telemetry) => telemetry,
         Err(error) => return fail(&error.into()),
     };
     keep_the_heap_in_small_pages();
-    let outcome = run(cli);
+    let outcome = run(prepared);
     // Flushes the spans still queued before the process ends.
     drop(telemetry);
     match outcome {
@@ -59,13 +63,13 @@ fn keep_the_heap_in_small_pages() {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<u8> {
+fn run(prepared: cli::Prepared) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads()?)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    Ok(runtime.block_on(cli::dispatch(cli))?)
+    Ok(runtime.block_on(cli::dispatch(prepared))?)
 }
 
 fn worker_threads() -> Result<usize, GatewayError> {

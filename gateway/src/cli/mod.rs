@@ -52,36 +52,68 @@ pub enum Command {
     Serve(ServeArgs),
 }
 
-/// Runs the parsed command; returns the exit code (0 when everything went well).
-pub async fn dispatch(cli: Cli) -> Result<u8> {
-    match cli.command {
-        Command::Run(args) => run::execute(args).await,
-        Command::Bench(args) => bench::execute(args).await,
-        Command::Node(args) => Box::pin(node::execute(args)).await,
-        Command::Serve(args) => Box::pin(serve::execute(args)).await,
+/// A parsed command with what is read before anything runs: `awaken serve`'s
+/// configuration (read once, here), the log format and the trace export.
+#[derive(Debug)]
+pub struct Prepared {
+    command: Ready,
+    /// How log lines are written.
+    pub log_format: LogFormat,
+    /// Where spans go, if anywhere.
+    pub export: Option<ExportSettings>,
+}
+
+/// A command ready to run: `awaken serve` with its configuration read.
+#[derive(Debug)]
+enum Ready {
+    Serve(ServeArgs, Box<ServeConfig>),
+    Other(Command),
+}
+
+/// Reads what `cli`'s command needs before the subscriber is installed: `[log]`
+/// and `[telemetry]` of `awaken serve`'s config (under the `OTEL_*` variables);
+/// the variables alone for the other commands.
+pub fn prepare(cli: Cli) -> Result<Prepared> {
+    let (command, log_format, telemetry) = match cli.command {
+        Command::Serve(args) => {
+            let config = ServeConfig::load_files(&paths(&args.config), std::env::vars())
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            let (format, telemetry) = (config.log.format, config.telemetry.clone());
+            (Ready::Serve(args, Box::new(config)), format, telemetry)
+        }
+        other => (
+            Ready::Other(other),
+            log_format_from_env()?,
+            TelemetryConfig::default(),
+        ),
+    };
+    let export = telemetry
+        .resolve(&ProcessEnv)
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    Ok(Prepared {
+        command,
+        log_format,
+        export,
+    })
+}
+
+/// Runs the prepared command; returns the exit code (0 when everything went well).
+pub async fn dispatch(prepared: Prepared) -> Result<u8> {
+    match prepared.command {
+        Ready::Serve(args, config) => Box::pin(serve::execute(args, *config)).await,
+        Ready::Other(Command::Run(args)) => run::execute(args).await,
+        Ready::Other(Command::Bench(args)) => bench::execute(args).await,
+        Ready::Other(Command::Node(args)) => Box::pin(node::execute(args)).await,
+        Ready::Other(Command::Serve(args)) => {
+            let config = ServeConfig::load_files(&paths(&args.config), std::env::vars())
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            Box::pin(serve::execute(args, config)).await
+        }
     }
 }
 
 /// The variable that sets the log format of the commands without a config file.
 const LOG_FORMAT_VAR: &str = "AWAKEN_LOG__FORMAT";
-
-/// The log format and trace export `command` runs with: `[log]` and
-/// `[telemetry]` of `awaken serve`'s config (under the `OTEL_*` variables); the
-/// variables alone for the other commands.
-pub fn observability(command: &Command) -> Result<(LogFormat, Option<ExportSettings>)> {
-    let (format, telemetry) = match command {
-        Command::Serve(args) => {
-            let config = ServeConfig::load_files(&paths(&args.config), std::env::vars())
-                .map_err(|e| GatewayError::Config(e.to_string()))?;
-            (config.log.format, config.telemetry)
-        }
-        _ => (log_format_from_env()?, TelemetryConfig::default()),
-    };
-    let export = telemetry
-        .resolve(&ProcessEnv)
-        .map_err(|e| GatewayError::Config(e.to_string()))?;
-    Ok((format, export))
-}
 
 fn log_format_from_env() -> Result<LogFormat> {
     match std::env::var(LOG_FORMAT_VAR).ok().as_deref().map(str::trim) {

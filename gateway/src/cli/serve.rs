@@ -16,7 +16,6 @@ use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
 use crate::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
-use crate::serve::config::paths;
 use crate::serve::{ServeConfig, StoreConfig};
 use crate::server::{AppState, Server};
 
@@ -44,9 +43,7 @@ pub struct ServeArgs {
 
 /// Serves until a signal, then stops taking requests, lets in-flight ones finish,
 /// and leaves (a cluster node drains its shards).
-pub(super) async fn execute(args: ServeArgs) -> Result<u8> {
-    let mut config = ServeConfig::load_files(&paths(&args.config), std::env::vars())
-        .map_err(|e| GatewayError::Config(e.to_string()))?;
+pub(super) async fn execute(args: ServeArgs, mut config: ServeConfig) -> Result<u8> {
     if let Some(address) = args.address {
         config.server.address = address;
     }
