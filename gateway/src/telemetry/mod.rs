@@ -50,11 +50,6 @@ impl Telemetry {
             .map_err(|_| TelemetryError::internal("a second subscriber"))?;
         Ok(Self { provider })
     }
-
-    /// Whether spans are exported.
-    pub fn exporting(&self) -> bool {
-        self.provider.is_some()
-    }
 }
 
 impl Drop for Telemetry {

@@ -103,6 +103,8 @@ impl Env for ProcessEnv {
     }
 }
 
+/// Fixed variables, for tests.
+#[cfg(test)]
 impl Env for [(&str, &str)] {
     fn var(&self, name: &str) -> Option<String> {
         self.iter()
