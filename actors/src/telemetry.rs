@@ -13,10 +13,13 @@
 //! that came a day later, joins the same trace. Prompt and completion content are
 //! never recorded here.
 
+mod mailbox;
 mod metrics;
+mod store;
 
 pub(crate) use metrics::{AgentMeters, TOOL_OK};
 pub use metrics::{DecisionOutcome, DecisionSource, RunMetrics};
+pub(crate) use store::{StoreMetrics, StoreOperation};
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing::Span;

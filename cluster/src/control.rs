@@ -15,6 +15,7 @@ use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::store::{RunQuery, ThreadRunStore};
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
+use prometheus_client::registry::Registry;
 
 use crate::config_store::ConfigStore;
 use crate::events::RunFollow;
@@ -51,6 +52,10 @@ pub trait RunControl: Send + Sync + 'static {
 
     /// The configuration document every node shares (the config API's entries).
     fn config_store(&self) -> Arc<dyn ConfigStore>;
+
+    /// Registers the node's own metrics (cluster membership, shards, NATS) in
+    /// `awaken`, the server's prefixed registry; a single node has none.
+    fn register_metrics(&self, _awaken: &mut Registry) {}
 
     /// Accepts a run for any thread; the thread's owner executes it.
     async fn submit(

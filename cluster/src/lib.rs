@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod local;
 pub mod membership;
 pub mod node;
+mod node_metrics;
 pub mod routing;
 pub mod shards;
 mod streams;

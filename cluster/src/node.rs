@@ -34,6 +34,7 @@ use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
 use awaken_actors::store::FencingToken;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
+use prometheus_client::registry::Registry;
 
 use crate::config_store::{ConfigStore, DEFAULT_CONFIG_BUCKET, NatsConfigStore};
 use crate::control::{RunControl, probe_store};
@@ -44,6 +45,7 @@ use crate::events::{ClusterEventHub, EventsConfig, ReplayBuffers, RunFollow, fol
 use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use crate::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
+use crate::node_metrics::NodeGauges;
 use crate::routing::{
     Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadHost, ThreadRouter,
 };
@@ -444,6 +446,17 @@ impl RunControl for ClusterNode {
 
     fn config_store(&self) -> Arc<dyn ConfigStore> {
         Arc::clone(&self.config_store) as _
+    }
+
+    fn register_metrics(&self, awaken: &mut Registry) {
+        NodeGauges {
+            members: self.membership.subscribe(),
+            ownership: self.owner.ownership(),
+            shards: self.fence.count(),
+            client: self.client.clone(),
+            leases: self.owner.meters().clone(),
+        }
+        .register(awaken);
     }
 
     async fn submit(

@@ -342,6 +342,7 @@ impl Shared {
     }
 
     async fn claim_round(self: &Arc<Self>, thread_id: &ThreadId) {
+        let now = now_ms();
         let claimed = match self
             .mailbox
             .claim(
@@ -349,7 +350,7 @@ impl Shared {
                 &self.consumer,
                 CLAIM_BATCH,
                 self.config.lease_ms,
-                now_ms(),
+                now,
             )
             .await
         {
@@ -360,8 +361,10 @@ impl Shared {
             }
         };
         let more = claimed.len() == CLAIM_BATCH;
+        let meters = self.runtime.metrics().mailbox();
         for dispatch in &claimed {
             self.held.insert(claim_token(dispatch).to_owned());
+            meters.claimed(dispatch, now);
         }
         // Activations go to the thread in claim order; waiting happens apart.
         for dispatch in claimed {

@@ -19,7 +19,7 @@ use crate::event_sink::EventSink;
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::phase::PhaseRuntime;
 use crate::state::ProfileAccess;
-use crate::store::{InMemoryStore, ThreadRunStore};
+use crate::store::{InMemoryStore, ThreadRunStore, TimedStore};
 use crate::telemetry::RunMetrics;
 use crate::thread::{
     Activation, ControlError, DecisionAck, EventHub, FenceSource, NullEventHub, RunRequest,
@@ -93,18 +93,20 @@ impl AgentRuntime {
             services.hub.unwrap_or_else(|| Arc::new(NullEventHub)),
         ));
         let live = Arc::new(LiveRegistries::new(registries));
+        let metrics = Arc::new(RunMetrics::default());
+        let store = services
+            .store
+            .unwrap_or_else(|| Arc::new(InMemoryStore::new()));
         let deps = ThreadDeps {
             resolver: Arc::clone(&live) as Arc<dyn AgentResolver>,
-            store: services
-                .store
-                .unwrap_or_else(|| Arc::new(InMemoryStore::new())),
+            store: TimedStore::wrap(store, metrics.store()),
             profile: services.profile,
             hub: Arc::clone(&watches) as Arc<dyn EventHub>,
             fence: services.fence.unwrap_or_else(|| Arc::new(SingleNodeFence)),
             phases: PhaseRuntime::new(),
             config,
             children: Arc::new(ChildRunsSlot::default()),
-            metrics: Arc::new(RunMetrics::default()),
+            metrics,
         };
         Self {
             registries: live,

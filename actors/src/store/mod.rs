@@ -24,6 +24,7 @@ mod memory;
 mod memory_webhooks;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod timed;
 mod webhooks;
 
 pub use file::FileStore;
@@ -32,6 +33,7 @@ pub use memory::InMemoryStore;
 pub use postgres::TestSchema;
 #[cfg(feature = "postgres")]
 pub use postgres::{PoolSettings, PostgresStore};
+pub(crate) use timed::TimedStore;
 pub use webhooks::{Webhook, WebhookAdvance, WebhookClaim, WebhookStore};
 
 /// Largest page any listing returns; `limit`s are clamped to `1..=MAX_PAGE_LIMIT`.
@@ -317,6 +319,43 @@ pub trait ThreadRunStore: Send + Sync + 'static {
     fn io_counts(&self) -> Option<StoreIoCounts> {
         None
     }
+
+    /// The runs waiting for a human decision, store-wide: the node's approvals
+    /// gauge. Pages through [`Self::list_runs`]; a store that can count in its
+    /// database overrides this.
+    async fn waiting_runs(&self) -> Result<WaitingRuns, StorageError> {
+        let mut waiting = WaitingRuns::default();
+        let mut query = RunQuery {
+            status: Some(RunStatus::Waiting),
+            limit: MAX_PAGE_LIMIT,
+            ..RunQuery::default()
+        };
+        loop {
+            let page = self.list_runs(&query).await?;
+            for run in &page.runs {
+                waiting.count += 1;
+                waiting.since_ms = Some(
+                    waiting
+                        .since_ms
+                        .map_or(run.updated_at, |oldest| oldest.min(run.updated_at)),
+                );
+            }
+            query.offset += page.runs.len();
+            if page.runs.is_empty() || query.offset >= page.total {
+                return Ok(waiting);
+            }
+        }
+    }
+}
+
+/// What [`ThreadRunStore::waiting_runs`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitingRuns {
+    /// Runs in status `waiting`.
+    pub count: u64,
+    /// When the longest-waiting of them last changed (its suspension), unix
+    /// millis; `None` when none waits.
+    pub since_ms: Option<u64>,
 }
 
 /// Totals of a database-backed store's traffic since it opened.

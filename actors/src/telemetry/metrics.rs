@@ -19,6 +19,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::mailbox::MailboxMetrics;
+use super::store::StoreMetrics;
 use crate::hashing::FastDashMap;
 
 /// Bucket bounds of `gen_ai.client.token.usage` (the conventions' advice).
@@ -149,6 +151,8 @@ pub struct RunMetrics {
     agents: FastDashMap<String, Arc<AgentMeters>>,
     /// Each tool's histogram of successful attempts, the common case.
     tools_ok: FastDashMap<String, Histogram>,
+    mailbox: MailboxMetrics,
+    store: Arc<StoreMetrics>,
 }
 
 #[derive(Debug)]
@@ -246,6 +250,18 @@ impl RunMetrics {
             Unit::Seconds,
             f.time_to_decision.clone(),
         );
+        self.mailbox.register(awaken);
+        self.store.register(awaken);
+    }
+
+    /// The store's latency histograms, shared with the store's timing wrapper.
+    pub(crate) fn store(&self) -> &Arc<StoreMetrics> {
+        &self.store
+    }
+
+    /// The mailbox worker's meters.
+    pub(crate) fn mailbox(&self) -> &MailboxMetrics {
+        &self.mailbox
     }
 
     /// The meters of `agent` running `model` of `provider`.

@@ -20,6 +20,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use super::lease::{HeldLease, Holder, LeaseTable};
+use super::meters::LeaseMeters;
 use super::owner::{Ownership, ShardEvent, ShardOwnerConfig};
 use super::tenure::Tenure;
 use super::{ShardId, preference, quota};
@@ -55,6 +56,7 @@ pub(super) struct Keeper {
     pub(super) tenure: Arc<Tenure>,
     /// Shards held by nodes that left, as last read, with their leases' expiry.
     pub(super) departed: Departed,
+    pub(super) meters: LeaseMeters,
 }
 
 pub(super) fn now_ms() -> u64 {
@@ -194,6 +196,7 @@ impl Keeper {
             for outcome in outcomes {
                 match outcome {
                     Ok(Some(lease)) => {
+                        self.meters.acquired.inc();
                         acquired.push((lease.shard, lease.token));
                         self.held.insert(lease.shard, (lease, sent_at));
                     }
@@ -224,6 +227,7 @@ impl Keeper {
                 Ok(true) => *renewed_at = sent_at,
                 Ok(false) => lost.push(*shard),
                 Err(error) => {
+                    self.meters.renewal_failures.inc();
                     tracing::warn!(%error, %shard, "lease renewal failed");
                     if renewed_at.elapsed() >= self.config.lease_ttl {
                         lost.push(*shard);
@@ -233,6 +237,7 @@ impl Keeper {
         }
         self.update_tenure();
         for shard in lost {
+            self.meters.lost.inc();
             tracing::warn!(%shard, "shard lease lost");
             self.held.remove(&shard);
             self.publish();

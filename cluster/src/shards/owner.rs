@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::keeper::{Departed, Keeper};
 use super::lease::LeaseTable;
+use super::meters::LeaseMeters;
 use super::tenure::Tenure;
 use super::{ShardCount, ShardId};
 use crate::error::ClusterError;
@@ -63,6 +64,7 @@ pub struct ShardOwner {
     tenure: Arc<Tenure>,
     stop: watch::Sender<bool>,
     count: ShardCount,
+    meters: LeaseMeters,
     state: OwnerState,
 }
 
@@ -103,6 +105,7 @@ impl ShardOwner {
             tenure: Arc::new(Tenure::new(config.lease_ttl)),
             stop,
             count: config.count,
+            meters: LeaseMeters::default(),
             state: OwnerState::Ready(Box::new(Prepared {
                 node_id,
                 config,
@@ -140,6 +143,7 @@ impl ShardOwner {
             ownership,
             tenure: Arc::clone(&self.tenure),
             departed: Departed::default(),
+            meters: self.meters.clone(),
         };
         self.state = OwnerState::Running(tokio::spawn(keeper.run(self.stop.subscribe())));
     }
@@ -147,6 +151,11 @@ impl ShardOwner {
     /// The shards owned now, updated as they change.
     pub fn ownership(&self) -> watch::Receiver<Ownership> {
         self.ownership.clone()
+    }
+
+    /// The counters of this owner's lease keeping, for the node's metrics.
+    pub fn meters(&self) -> &LeaseMeters {
+        &self.meters
     }
 
     /// The fence source for this node's thread checkpoints.

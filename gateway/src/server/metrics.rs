@@ -1,13 +1,12 @@
 //! Prometheus metrics of one server: its HTTP traffic, recorded by a middleware,
 //! and its node's threads, read when scraped (`GET /metrics`).
 
-use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use awaken_actors::contract::RunDispatchStatus;
-use awaken_actors::mailbox::DispatchQuery;
-use awaken_actors::store::StoreIoCounts;
-use awaken_actors::telemetry::RunMetrics;
+use awaken_actors::mailbox::{DispatchQuery, now_ms};
+use awaken_actors::store::{StoreIoCounts, WaitingRuns};
 use awaken_cluster::RunControl;
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
@@ -17,7 +16,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 /// The content type of the OpenMetrics text format that Prometheus scrapes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -68,6 +67,40 @@ pub struct Metrics {
     failed_starts: Counter,
     store: StoreCounters,
     dispatches: Family<DispatchLabels, Gauge>,
+    waiting: WaitingGauges,
+    spans_dropped: Counter,
+}
+
+/// The runs waiting for a human, store-wide: every node reports the same figure.
+#[derive(Debug, Default)]
+struct WaitingGauges {
+    runs: Gauge,
+    oldest: Gauge<f64, AtomicU64>,
+}
+
+impl WaitingGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "runs_waiting",
+            "Runs waiting for a human decision, in the whole store (every node reports the same figure)",
+            self.runs.clone(),
+        );
+        registry.register_with_unit(
+            "runs_waiting_oldest",
+            "How long the longest-waiting run has waited since its suspension; 0 when none waits",
+            Unit::Seconds,
+            self.oldest.clone(),
+        );
+    }
+
+    fn set(&self, waiting: WaitingRuns, now_ms: u64) {
+        self.runs
+            .set(i64::try_from(waiting.count).unwrap_or(i64::MAX));
+        let waited = waiting.since_ms.map_or(Duration::ZERO, |since| {
+            Duration::from_millis(now_ms.saturating_sub(since))
+        });
+        self.oldest.set(waited.as_secs_f64());
+    }
 }
 
 /// The thread store's traffic to its database, copied from the store when scraped.
@@ -111,11 +144,13 @@ impl StoreCounters {
 }
 
 impl Metrics {
-    /// A registry with every metric at zero, the engine's (`runs`) among them.
-    pub fn new(runs: &RunMetrics) -> Self {
+    /// A registry with every metric at zero: the engine's, the node's (`control`)
+    /// and the server's own.
+    pub fn new(control: &dyn RunControl) -> Self {
         let mut root = Registry::default();
-        runs.register(&mut root);
+        control.runtime().metrics().register(&mut root);
         let registry = root.sub_registry_with_prefix("awaken");
+        control.register_metrics(registry);
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "http_requests",
@@ -156,6 +191,14 @@ impl Metrics {
         );
         let store = StoreCounters::default();
         store.register(registry);
+        let spans_dropped = Counter::default();
+        registry.register(
+            "telemetry_spans_dropped",
+            "Spans dropped because the OTLP export queue was full (a slow or absent collector)",
+            spans_dropped.clone(),
+        );
+        let waiting = WaitingGauges::default();
+        waiting.register(registry);
         let dispatches = Family::<DispatchLabels, Gauge>::default();
         registry.register(
             "mailbox_dispatches",
@@ -172,13 +215,16 @@ impl Metrics {
             failed_starts,
             store,
             dispatches,
+            waiting,
+            spans_dropped,
         }
     }
 
-    /// The metrics in the OpenMetrics text format, node gauges read from `control`
-    /// and the mailbox gauges from its mailbox (memory on a single node, the
-    /// ledger's replica in a cluster: no database traffic per scrape; a gauge
-    /// whose source does not answer keeps its last value, and it is logged).
+    /// The metrics in the OpenMetrics text format, node gauges read from `control`,
+    /// the mailbox gauges from its mailbox (memory on a single node, the ledger's
+    /// replica in a cluster) and the waiting runs from the store (one aggregate
+    /// query on PostgreSQL, over a connection of its own). A gauge whose source
+    /// does not answer keeps its last value, and it is logged.
     pub async fn render(&self, control: &dyn RunControl) -> Result<String, std::fmt::Error> {
         let mailbox = control.mailbox();
         for (status, label) in GAUGED_DISPATCHES {
@@ -204,6 +250,13 @@ impl Metrics {
         self.failed_starts
             .inner()
             .store(runtime.failed_starts(), Ordering::Relaxed);
+        match control.store().waiting_runs().await {
+            Ok(waiting) => self.waiting.set(waiting, now_ms()),
+            Err(error) => tracing::warn!(%error, "metrics: waiting runs not counted"),
+        }
+        self.spans_dropped
+            .inner()
+            .store(crate::telemetry::spans_dropped(), Ordering::Relaxed);
         if let Some(counts) = control.store().io_counts() {
             self.store.copy(counts);
         }

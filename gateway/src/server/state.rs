@@ -68,7 +68,7 @@ impl AppState {
             config.a2a_push.clone(),
             stopping.subscribe(),
         );
-        let metrics = Arc::new(Metrics::new(control.runtime().metrics()));
+        let metrics = Arc::new(Metrics::new(control.as_ref()));
         Self(Arc::new(SharedState {
             in_flight,
             control,

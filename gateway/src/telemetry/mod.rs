@@ -10,6 +10,7 @@
 //! bounded queue: a slow or absent collector drops spans, never delays a run.
 
 mod json_lines;
+mod queue;
 mod settings;
 
 use awaken_actors::telemetry::TARGET;
@@ -24,6 +25,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, fmt};
 
 pub use json_lines::{LogConfig, LogFormat};
+pub use queue::spans_dropped;
 pub use settings::{
     Env, ExportSettings, ProcessEnv, RootSampling, Sampling, TelemetryConfig, TelemetryError,
 };
@@ -118,7 +120,7 @@ fn provider(export: &ExportSettings) -> Result<SdkTracerProvider, TelemetryError
         .with_service_name(export.service_name.clone())
         .build();
     Ok(SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_span_processor(queue::bounded(exporter, export.queue_size))
         .with_sampler(sampler(export.sampling))
         .with_resource(resource)
         .build())

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 const TRACES_PATH: &str = "v1/traces";
 /// Where an OTLP/HTTP collector listens when nothing says otherwise.
 const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+/// Spans queued for export at most when `OTEL_BSP_MAX_QUEUE_SIZE` is not set
+/// (the specification's default).
+const DEFAULT_QUEUE_SIZE: usize = 2048;
+
 /// The service name when neither `OTEL_SERVICE_NAME` nor the config sets one.
 const DEFAULT_SERVICE_NAME: &str = "awaken";
 
@@ -65,6 +69,9 @@ pub struct ExportSettings {
     pub service_name: String,
     /// Which traces are recorded.
     pub sampling: Sampling,
+    /// Spans queued for export at most (`OTEL_BSP_MAX_QUEUE_SIZE`); the ones
+    /// beyond are dropped and counted.
+    pub queue_size: usize,
 }
 
 /// A telemetry setting that cannot be used.
@@ -169,6 +176,17 @@ impl TelemetryConfig {
             ));
         }
         let sampling = self.sampling(env)?;
+        let queue_size = match env.var("OTEL_BSP_MAX_QUEUE_SIZE") {
+            Some(value) => value
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|size| *size > 0)
+                .ok_or_else(|| {
+                    TelemetryError::invalid("OTEL_BSP_MAX_QUEUE_SIZE", &value, "a positive integer")
+                })?,
+            None => DEFAULT_QUEUE_SIZE,
+        };
         if let Some(attributes) = env.var("OTEL_RESOURCE_ATTRIBUTES") {
             check_resource_attributes(&attributes)?;
         }
@@ -187,6 +205,7 @@ impl TelemetryConfig {
             traces_url,
             service_name,
             sampling,
+            queue_size,
         }))
     }
 

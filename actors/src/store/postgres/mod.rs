@@ -62,6 +62,7 @@ macro_rules! statement {
 
 mod group;
 mod held;
+mod monitor;
 mod nodelay;
 mod stats;
 mod webhooks;
@@ -79,8 +80,8 @@ use tokio::sync::OnceCell;
 
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
-    StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, now_millis,
-    stamped_new_thread, thread_not_found, updated_metadata,
+    StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, WaitingRuns, WebhookStore,
+    now_millis, stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -89,6 +90,7 @@ use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 use group::GroupCommit;
 use held::{HeldConnections, Lease};
+use monitor::Monitor;
 use stats::StoreStats;
 
 /// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
@@ -104,6 +106,7 @@ pub struct PostgresStore {
     stats: Arc<StoreStats>,
     commits: Arc<GroupCommit>,
     held: Arc<HeldConnections>,
+    monitor: Arc<Monitor>,
 }
 
 /// How [`PostgresStore::connect`] sets up its connection pool.
@@ -176,6 +179,7 @@ struct Statements {
     latest_run: String,
     count_runs: String,
     page_runs: String,
+    waiting_runs: String,
     get_profile: String,
     put_profile: String,
     delete_profile: String,
@@ -290,6 +294,11 @@ impl Statements {
                 "SELECT count(*) FROM {p}_runs
                  WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
                    AND ($3::text IS NULL OR data->>'agent_id' = $3)"
+            ),
+            // On the partial index of unfinished runs.
+            waiting_runs: format!(
+                "SELECT count(*), min((data->>'updated_at')::bigint) FROM {p}_runs
+                 WHERE status = 'waiting'"
             ),
             page_runs: format!(
                 "SELECT data FROM {p}_runs
@@ -412,6 +421,7 @@ impl PostgresStore {
         Self {
             commits: Arc::new(GroupCommit::new(checkpoint_writers)),
             held: Arc::new(HeldConnections::new(pool.clone())),
+            monitor: Arc::new(Monitor::default()),
             pool,
             sql: Arc::new(Statements::new(prefix)),
             schema_ready: Arc::new(OnceCell::new()),
@@ -827,6 +837,14 @@ impl ThreadRunStore for PostgresStore {
 
     fn webhooks(&self) -> &dyn WebhookStore {
         self
+    }
+
+    async fn waiting_runs(&self) -> Result<WaitingRuns, StorageError> {
+        self.ready().await?;
+        let options = self.pool.connect_options();
+        self.monitor
+            .waiting_runs(&options, &self.sql.waiting_runs)
+            .await
     }
 
     fn io_counts(&self) -> Option<StoreIoCounts> {

@@ -1,0 +1,121 @@
+//! The thread store's latency by operation, measured around a database-backed
+//! store ([`TimedStore`](crate::store::TimedStore)): what an operator watches
+//! when checkpoints slow down.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Bucket bounds in seconds: 100 µs to 10 s.
+const STORE_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
+];
+
+/// The store operations measured, by their `operation` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreOperation {
+    CreateThread,
+    LoadThread,
+    UpdateThread,
+    DeleteThread,
+    ListThreads,
+    LoadMessages,
+    LoadSnapshot,
+    CreateRun,
+    LoadRun,
+    LatestRun,
+    ListRuns,
+    Checkpoint,
+    Fence,
+    FenceAndLoad,
+}
+
+impl StoreOperation {
+    const ALL: [Self; 14] = [
+        Self::CreateThread,
+        Self::LoadThread,
+        Self::UpdateThread,
+        Self::DeleteThread,
+        Self::ListThreads,
+        Self::LoadMessages,
+        Self::LoadSnapshot,
+        Self::CreateRun,
+        Self::LoadRun,
+        Self::LatestRun,
+        Self::ListRuns,
+        Self::Checkpoint,
+        Self::Fence,
+        Self::FenceAndLoad,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::CreateThread => "create_thread",
+            Self::LoadThread => "load_thread",
+            Self::UpdateThread => "update_thread",
+            Self::DeleteThread => "delete_thread",
+            Self::ListThreads => "list_threads",
+            Self::LoadMessages => "load_messages",
+            Self::LoadSnapshot => "load_snapshot",
+            Self::CreateRun => "create_run",
+            Self::LoadRun => "load_run",
+            Self::LatestRun => "latest_run",
+            Self::ListRuns => "list_runs",
+            Self::Checkpoint => "checkpoint",
+            Self::Fence => "fence",
+            Self::FenceAndLoad => "fence_and_load",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
+/// One histogram per operation, created up front: recording is an index.
+#[derive(Debug)]
+pub(crate) struct StoreMetrics {
+    family: Family<OperationLabel, Histogram, fn() -> Histogram>,
+    by_operation: [Histogram; StoreOperation::ALL.len()],
+}
+
+fn store_histogram() -> Histogram {
+    Histogram::new(STORE_BUCKETS)
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        let family: Family<OperationLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(store_histogram);
+        let by_operation = StoreOperation::ALL.map(|operation| {
+            family.get_or_create_owned(&OperationLabel {
+                operation: operation.label(),
+            })
+        });
+        Self {
+            family,
+            by_operation,
+        }
+    }
+}
+
+impl StoreMetrics {
+    /// Registers the histogram in `awaken`, the runtime's prefixed registry.
+    pub(crate) fn register(&self, awaken: &mut Registry) {
+        awaken.register_with_unit(
+            "store_operation_duration",
+            "Latency of the thread store's operations (database-backed stores), success or not",
+            Unit::Seconds,
+            self.family.clone(),
+        );
+    }
+
+    /// `operation` took `elapsed`.
+    pub(crate) fn observe(&self, operation: StoreOperation, elapsed: Duration) {
+        self.by_operation[operation as usize].observe(elapsed.as_secs_f64());
+    }
+}
