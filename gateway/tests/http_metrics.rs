@@ -129,8 +129,14 @@ async fn a_postgres_store_reports_what_it_sends() {
         EventReader::new(run).rest().await;
     };
     let counts = |text: &str| {
-        ["checkpoints", "statements", "round_trips"]
-            .map(|name| sample(text, &format!("awaken_store_{name}_total ")).unwrap())
+        let [checkpoints, statements, round_trips] = ["checkpoints", "statements", "round_trips"]
+            .map(|name| sample(text, &format!("awaken_store_{name}_total ")).unwrap());
+        let timed = sample(
+            text,
+            r#"awaken_store_operation_duration_seconds_count{operation="checkpoint"} "#,
+        )
+        .unwrap();
+        [checkpoints, statements, round_trips, timed]
     };
     // The first run also creates the schema.
     one_run().await;
@@ -139,12 +145,49 @@ async fn a_postgres_store_reports_what_it_sends() {
     let after = counts(&scrape(&server, None).await.2);
     let sent: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
     // Three checkpoints and the thread's creation: the new thread's actor starts
-    // from an empty core, not from a read (decision 0062).
+    // from an empty core, not from a read (decision 0062). The scrapes' own
+    // reads (the waiting runs) go over a connection of their own, uncounted.
     assert_eq!(
         sent,
-        [3.0, 4.0, 4.0],
-        "checkpoints, statements, round trips"
+        [3.0, 4.0, 4.0, 3.0],
+        "checkpoints, statements, round trips, timed checkpoints"
     );
+}
+
+/// Runs waiting for a human are counted in the store, whichever node parked
+/// them: the gauge follows a suspension and its decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_counts_the_runs_waiting_for_a_decision() {
+    let (server, _schema) = TestServer::on_postgres().await;
+    let waiting = |text: &str| {
+        (
+            sample(text, "awaken_runs_waiting ").unwrap(),
+            sample(text, "awaken_runs_waiting_oldest_seconds ").unwrap(),
+        )
+    };
+    assert_eq!(waiting(&scrape(&server, None).await.2), (0.0, 0.0));
+    let run = server
+        .post(
+            "/v1/runs",
+            json!({"agentId": "bench-hitl", "messages": user("go")}),
+        )
+        .await;
+    let events = EventReader::new(run).rest().await;
+    let (_, run_id) = http_support::run_ids(&events);
+    let call_id = http_support::suspended_calls(&events).remove(0);
+    let (count, oldest) = waiting(&scrape(&server, None).await.2);
+    assert_eq!(count, 1.0);
+    assert!((0.0..60.0).contains(&oldest), "waited {oldest} s");
+    http_support::decide_at(
+        &server.client,
+        &server.url(""),
+        &run_id,
+        events.last().unwrap().seq,
+        json!({"call_id": call_id, "decision_id": "d-w", "action": "resume",
+               "result": {"approved": true}}),
+    )
+    .await;
+    assert_eq!(waiting(&scrape(&server, None).await.2), (0.0, 0.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,6 +260,10 @@ async fn runs_model_calls_tools_and_decisions_are_measured_with_bounded_labels()
     let waiting = run("bench-hitl").await;
     let (_, run_id) = http_support::run_ids(&waiting);
     let call_id = http_support::suspended_calls(&waiting).remove(0);
+    let parked = parsed_samples(&base).await;
+    assert_eq!(value_of(&parked, "awaken_runs_waiting", &[]), Some(1.0));
+    let oldest = value_of(&parked, "awaken_runs_waiting_oldest_seconds", &[]).unwrap();
+    assert!((0.0..60.0).contains(&oldest), "waited {oldest} s");
     let decision = json!({"call_id": call_id, "decision_id": "d-m", "action": "resume",
                           "result": {"approved": true}});
     http_support::decide_at(
@@ -327,6 +374,23 @@ async fn runs_model_calls_tools_and_decisions_are_measured_with_bounded_labels()
     assert_eq!(
         value_of(&samples, "awaken_time_to_decision_seconds_count", &[]),
         Some(1.0)
+    );
+    assert_eq!(value_of(&samples, "awaken_runs_waiting", &[]), Some(0.0));
+    // Every dispatch was claimed once, none again.
+    let claims = value_of(&samples, "awaken_mailbox_claim_lag_seconds_count", &[]).unwrap();
+    assert!(claims >= 3.0, "{claims} claims for three runs");
+    assert_eq!(
+        value_of(&samples, "awaken_mailbox_redeliveries_total", &[]),
+        Some(0.0)
+    );
+    // The in-memory store is not timed: its latency would say nothing.
+    assert_eq!(
+        value_of(
+            &samples,
+            "awaken_store_operation_duration_seconds_count",
+            &[("operation", "checkpoint")]
+        ),
+        Some(0.0)
     );
     // Every run ended: nothing queued, running or dead in the mailbox.
     for status in ["queued", "claimed", "dead_letter"] {

@@ -45,6 +45,15 @@ fn callers() -> Option<String> {
 
 /// `awaken serve` with the demo agents, exporting to `endpoint`; its base URL.
 async fn serve(endpoint: &str, dir: &tempfile::TempDir) -> (tokio::process::Child, String) {
+    serve_with(endpoint, dir, &[]).await
+}
+
+/// [`serve`], with the variables `env` set too.
+async fn serve_with(
+    endpoint: &str,
+    dir: &tempfile::TempDir,
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let config = dir.path().join("awaken.toml");
     std::fs::write(
@@ -59,6 +68,7 @@ async fn serve(endpoint: &str, dir: &tempfile::TempDir) -> (tokio::process::Chil
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_SERVICE_NAME", "awaken-under-test")
         .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)
@@ -241,6 +251,57 @@ async fn runs_go_on_while_the_collector_is_unreachable() {
         let events = run_to_end(&client, &base, "bench", None).await;
         assert_eq!(finish_type(&events), "natural_end");
     }
+}
+
+/// A collector that takes the connection and never answers holds the export
+/// thread: spans beyond the queue are dropped, counted at `/metrics`, and the
+/// runs go on.
+#[tokio::test]
+async fn spans_beyond_a_full_queue_are_dropped_and_counted() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut connections = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            connections.push(connection);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve_with(
+        &endpoint,
+        &dir,
+        &[
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "8"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "600000"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "600000"),
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let dropped = || async {
+        let text = client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix("awaken_telemetry_spans_dropped_total "))
+            .map(|value| value.parse::<f64>().unwrap())
+            .expect("the dropped-spans counter is exported")
+    };
+    assert_eq!(dropped().await, 0.0);
+    // 30 runs make some 120 spans: the first batch hangs in the export, the
+    // queue holds 8, the rest must be dropped.
+    for _ in 0..30 {
+        let events = run_to_end(&client, &base, "bench", None).await;
+        assert_eq!(finish_type(&events), "natural_end");
+    }
+    let count = dropped().await;
+    assert!(count >= 60.0, "dropped {count}");
+    held.abort();
 }
 
 /// A caller that did not sample its trace gets no spans of the run: the run's

@@ -334,9 +334,9 @@ pub trait ThreadRunStore: Send + Sync + 'static {
             let page = self.list_runs(&query).await?;
             for run in &page.runs {
                 waiting.count += 1;
-                waiting.since_ms = Some(
+                waiting.since_secs = Some(
                     waiting
-                        .since_ms
+                        .since_secs
                         .map_or(run.updated_at, |oldest| oldest.min(run.updated_at)),
                 );
             }
@@ -354,8 +354,8 @@ pub struct WaitingRuns {
     /// Runs in status `waiting`.
     pub count: u64,
     /// When the longest-waiting of them last changed (its suspension), unix
-    /// millis; `None` when none waits.
-    pub since_ms: Option<u64>,
+    /// seconds like the run records; `None` when none waits.
+    pub since_secs: Option<u64>,
 }
 
 /// Totals of a database-backed store's traffic since it opened.

@@ -93,11 +93,11 @@ impl WaitingGauges {
         );
     }
 
-    fn set(&self, waiting: WaitingRuns, now_ms: u64) {
+    fn set(&self, waiting: WaitingRuns, now_secs: u64) {
         self.runs
             .set(i64::try_from(waiting.count).unwrap_or(i64::MAX));
-        let waited = waiting.since_ms.map_or(Duration::ZERO, |since| {
-            Duration::from_millis(now_ms.saturating_sub(since))
+        let waited = waiting.since_secs.map_or(Duration::ZERO, |since| {
+            Duration::from_secs(now_secs.saturating_sub(since))
         });
         self.oldest.set(waited.as_secs_f64());
     }
@@ -251,7 +251,7 @@ impl Metrics {
             .inner()
             .store(runtime.failed_starts(), Ordering::Relaxed);
         match control.store().waiting_runs().await {
-            Ok(waiting) => self.waiting.set(waiting, now_ms()),
+            Ok(waiting) => self.waiting.set(waiting, now_ms() / 1000),
             Err(error) => tracing::warn!(%error, "metrics: waiting runs not counted"),
         }
         self.spans_dropped

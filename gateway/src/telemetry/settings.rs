@@ -357,11 +357,14 @@ mod tests {
             ("OTEL_SERVICE_NAME", "from-env"),
             ("OTEL_TRACES_SAMPLER", "traceidratio"),
             ("OTEL_TRACES_SAMPLER_ARG", "0.1"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "100"),
         ];
         let from_env = on(&config, &env);
         assert_eq!(from_env.traces_url, "https://env:4318/custom");
         assert_eq!(from_env.service_name, "from-env");
         assert_eq!(from_env.sampling, Sampling::Ratio(0.1));
+        assert_eq!(from_env.queue_size, 100);
+        assert_eq!(on(&config, &[]).queue_size, DEFAULT_QUEUE_SIZE);
     }
 
     #[test]
@@ -413,6 +416,14 @@ mod tests {
             (
                 vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")],
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (
+                vec![endpoint, ("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
+                "OTEL_BSP_MAX_QUEUE_SIZE",
+            ),
+            (
+                vec![endpoint, ("OTEL_BSP_MAX_QUEUE_SIZE", "lots")],
+                "OTEL_BSP_MAX_QUEUE_SIZE",
             ),
         ] {
             let error = TelemetryConfig::default()

@@ -37,7 +37,7 @@ impl Monitor {
         match row {
             Ok((count, since)) => Ok(WaitingRuns {
                 count: u64::try_from(count).unwrap_or(0),
-                since_ms: since.and_then(|ms| u64::try_from(ms).ok()),
+                since_secs: since.and_then(|secs| u64::try_from(secs).ok()),
             }),
             Err(error) => {
                 // The connection may be gone (a server restart): a new one next time.
