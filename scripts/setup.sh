@@ -118,3 +118,26 @@ fi
 if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q '^1.37.0$'; then
   "$venv/bin/pip" install -q "kubernetes-validate==1.37.0"
 fi
+
+# The observability checks (tests/deploy/check_observability.py) run promtool on the
+# alert rules, their unit tests and the dashboard's queries. promtool comes out of
+# Debian's prometheus package, downloaded (no root needed) and unpacked, not
+# installed: no Prometheus server is set up, only the one binary is kept.
+promtool_version="2.42.0"
+if ! "$tools/promtool" --version 2>/dev/null | grep -q "^promtool, version $promtool_version"; then
+  mkdir -p "$tools"
+  deb_dir="$(mktemp -d)"
+  download() { (cd "$deb_dir" && apt-get download -qq -o APT::Sandbox::User="$(id -un)" prometheus); }
+  # A machine whose package lists were never fetched knows no candidate yet.
+  if ! download && [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq
+    download
+  fi
+  dpkg-deb -x "$deb_dir"/prometheus_*.deb "$deb_dir/root"
+  install -m 0755 "$deb_dir/root/usr/bin/promtool" "$tools/promtool"
+  rm -rf "$deb_dir"
+  if ! "$tools/promtool" --version 2>/dev/null | grep -q "^promtool, version $promtool_version"; then
+    echo "setup: promtool $promtool_version expected, got: $("$tools/promtool" --version 2>&1 | head -1)" >&2
+    exit 1
+  fi
+fi

@@ -375,3 +375,19 @@ fn the_chart_refuses_values_its_schema_forbids() {
         assert!(error.contains(needle), "{set}: {error}");
     }
 }
+
+/// The alerts and the Grafana dashboard in `deploy/observability`
+/// (`tests/deploy/check_observability.py`): promtool checks the rule groups and
+/// runs their unit tests (`alerts.test.yaml`), every dashboard query parses and
+/// filters by the dashboard's variables, and `kubectl kustomize` and the chart
+/// (`metrics.prometheusRule.enabled`, `metrics.grafanaDashboard.enabled`) render
+/// both unchanged.
+#[test]
+fn the_alerts_and_the_dashboard_pass_promtool_and_render_unchanged() {
+    // The script needs promtool beside helm and kubectl: the hint to run setup.
+    tool("promtool");
+    let python = root().join("target/py-venv/bin/python");
+    let script = root().join("tests/deploy/check_observability.py");
+    let out = output(&python, &[script.to_str().unwrap()]);
+    assert!(out.contains("all checks passed"), "{out}");
+}
