@@ -14,6 +14,7 @@
 //! never recorded here.
 
 mod mailbox;
+pub(crate) mod messaging;
 mod metrics;
 mod store;
 

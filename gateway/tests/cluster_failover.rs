@@ -340,7 +340,7 @@ async fn a_run_decided_over_nats_after_a_failover_is_one_trace() {
         spans.iter().any(|s| {
             s.name == "invoke_agent bench-hitl"
                 && s.attributes.get("awaken.run.outcome").map(String::as_str) == Some("waiting")
-        })
+        }) && spans.iter().any(|s| s.name == "process awaken.mailbox")
     })
     .await;
     let owner = cluster.owner_of(&thread).await;
@@ -405,6 +405,12 @@ async fn a_run_decided_over_nats_after_a_failover_is_one_trace() {
     }
     assert_eq!(first.resource["service.instance.id"], owner.as_str());
     assert_eq!(second.resource["service.instance.id"], survivor);
+    // The dispatch the test enqueued was taken by the owner, in the run's trace.
+    let taken = otlp_support::one(&spans, "process awaken.mailbox");
+    assert_eq!(taken.trace_id, RUN_TRACE);
+    assert_eq!(taken.parent_span_id, CALLER);
+    assert_eq!(taken.resource["service.instance.id"], owner.as_str());
+    assert_eq!(taken.attributes["awaken.dispatch.outcome"], "activated");
     // Mid-failover the decision may be taken and given back (`retry`) until
     // the survivor owns the thread; every attempt is in the publisher's trace.
     let attempts: Vec<_> = spans

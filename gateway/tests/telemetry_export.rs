@@ -106,6 +106,7 @@ async fn a_run_is_one_trace_of_genai_spans_under_the_callers_traceparent() {
         spans.iter().any(|s| s.name == "invoke_agent bench")
             && spans.iter().filter(|s| s.name == "chat scripted").count() == 2
             && spans.iter().any(|s| s.name == "POST /v1/runs")
+            && spans.iter().any(|s| s.name == "process awaken.mailbox")
     })
     .await;
 
@@ -151,6 +152,25 @@ async fn a_run_is_one_trace_of_genai_spans_under_the_callers_traceparent() {
     assert_eq!(tool.attributes["gen_ai.tool.call.id"], call_id);
     assert!(!tool.attributes.contains_key("error.type"));
     assert!(run.events.is_empty() && tool.events.is_empty());
+
+    // The mailbox hop: the dispatch enqueued and taken, both in the run's trace.
+    let send = one(&spans, "send awaken.mailbox");
+    let process = one(&spans, "process awaken.mailbox");
+    assert_eq!(send.kind, SpanKind::Producer as i32);
+    assert_eq!(process.kind, SpanKind::Consumer as i32);
+    for hop in [send, process] {
+        assert_eq!(hop.parent_span_id, request.span_id);
+        assert_eq!(hop.attributes["messaging.destination.name"], "awaken.mailbox");
+    }
+    assert_eq!(send.attributes["messaging.operation.type"], "send");
+    assert_eq!(process.attributes["messaging.operation.type"], "process");
+    assert_eq!(
+        send.attributes["messaging.message.id"],
+        process.attributes["messaging.message.id"]
+    );
+    assert_eq!(process.attributes["awaken.run.id"], run_id);
+    assert_eq!(process.attributes["awaken.dispatch.attempt"], "1");
+    assert_eq!(process.attributes["awaken.dispatch.outcome"], "activated");
 }
 
 /// A run that waits for a human is two activations in one trace: the first ends

@@ -4,6 +4,7 @@ use super::worker::now_ms;
 use super::{MailboxError, MailboxStore, RunInbox};
 use crate::contract::RunDispatch;
 use crate::ids::RunId;
+use crate::telemetry::messaging;
 use crate::thread::RunRequest;
 
 /// How a submitted run is queued.
@@ -42,9 +43,14 @@ pub async fn submit(
     if let Some(key) = options.dedupe_key {
         dispatch = dispatch.with_dedupe_key(key);
     }
+    let span = messaging::send(request.trace.as_ref());
     match mailbox.enqueue(dispatch, now).await {
-        Ok(queued) => Ok(queued),
+        Ok(queued) => {
+            messaging::sent(&span, Ok(&queued.dispatch_id));
+            Ok(queued)
+        }
         Err(refused) => {
+            messaging::sent(&span, Err(error_type(&refused)));
             // A caller-chosen run id may belong to an earlier, accepted submission
             // whose input must stay.
             if !chosen {
@@ -52,5 +58,17 @@ pub async fn submit(
             }
             Err(refused)
         }
+    }
+}
+
+/// The `error.type` of a refused enqueue, for its span.
+fn error_type(error: &MailboxError) -> &'static str {
+    match error {
+        MailboxError::Duplicate(_) => "duplicate",
+        MailboxError::Unavailable(_) => "unavailable",
+        MailboxError::InvalidInput(_) => "invalid_input",
+        MailboxError::NotFound(_)
+        | MailboxError::WrongState { .. }
+        | MailboxError::ClaimMismatch(_) => "refused",
     }
 }

@@ -32,6 +32,7 @@ use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStat
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
 use crate::runtime::{AgentRuntime, RunEnd, RunWatch};
+use crate::telemetry::messaging::{self, Delivery};
 use crate::thread::{Activation, ControlError};
 
 /// Where this node runs threads (in a cluster: the shards it owns).
@@ -395,12 +396,28 @@ impl Shared {
                 return;
             }
         };
+        let span = messaging::process(
+            &dispatch,
+            &self.consumer,
+            request.as_ref().and_then(|r| r.trace.as_ref()),
+        );
         let mut watch = self.runtime.watch_run(&dispatch.run_id);
         let activation = self
             .runtime
             .activate(&dispatch.thread_id, dispatch.run_id.clone(), request, None)
             .await;
         tracing::debug!(dispatch_id = %id, run_id = %dispatch.run_id, ?activation, "activated");
+        messaging::processed(
+            &span,
+            match &activation {
+                Ok(Activation::Started | Activation::Running) => Delivery::Activated,
+                Ok(Activation::Waiting) => Delivery::Waiting,
+                Ok(Activation::Finished) => Delivery::Ended,
+                Err(ControlError::Unavailable(_)) => Delivery::GivenBack,
+                Err(_) => Delivery::DeadLettered,
+            },
+        );
+        drop(span);
         match activation {
             Ok(Activation::Started | Activation::Running) => {
                 // A run that completed while it was activated needs no claim holder.
