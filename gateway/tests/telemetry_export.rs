@@ -160,7 +160,10 @@ async fn a_run_is_one_trace_of_genai_spans_under_the_callers_traceparent() {
     assert_eq!(process.kind, SpanKind::Consumer as i32);
     for hop in [send, process] {
         assert_eq!(hop.parent_span_id, request.span_id);
-        assert_eq!(hop.attributes["messaging.destination.name"], "awaken.mailbox");
+        assert_eq!(
+            hop.attributes["messaging.destination.name"],
+            "awaken.mailbox"
+        );
     }
     assert_eq!(send.attributes["messaging.operation.type"], "send");
     assert_eq!(process.attributes["messaging.operation.type"], "process");
