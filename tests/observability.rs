@@ -2,10 +2,13 @@
 //! nodes on a real nats-server and PostgreSQL report their members, the shards
 //! each owns, their NATS connection through a NATS outage, and the runs waiting
 //! for a human whichever node parked them; a member killed with SIGKILL shows
-//! up on the survivor.
+//! up on the survivor. And a thread call crossing nodes carries its caller's
+//! trace: the owner's handling is exported in the approver's trace.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+#[path = "../gateway/tests/otlp_support/mod.rs"]
+mod otlp_support;
 #[allow(dead_code)] // each suite uses some of the shared helpers
 mod support;
 
@@ -13,7 +16,9 @@ use std::time::Duration;
 
 use awaken_cluster::testing::NatsServer;
 use serde_json::json;
-use support::{Cluster, Node, SETTLE, SHARDS, database, new_thread, post, waiting_call};
+use support::{
+    Cluster, Node, SETTLE, SHARDS, database, new_thread, post, thread_owned_by, waiting_call,
+};
 
 /// The text of `base`'s `/metrics`.
 async fn scrape(client: &reqwest::Client, base: &str) -> String {
@@ -187,4 +192,91 @@ async fn a_cluster_reports_its_members_shards_nats_and_waiting_runs() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A decision posted to the node that does not own the thread is routed to the
+/// owner as a thread call; the call carries the request's `traceparent` in its
+/// NATS headers, so the owner's handling is a span of the approver's trace,
+/// a child of the request's server span on the other node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_call_to_another_node_continues_the_callers_trace() {
+    const APPROVER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const APPROVER_SPAN: &str = "b7ad6b7169203331";
+    let nats = NatsServer::start().await.unwrap();
+    let (postgres_url, _schema) = database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster {
+        nats_url: nats.url(),
+        postgres_url,
+        replicas: 1,
+        journal: dir.path().join("tools.journal"),
+        server_toml: String::new(),
+    };
+    let (endpoint, mut received) = otlp_support::collector().await;
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        let instance = format!("service.instance.id={id}");
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_RESOURCE_ATTRIBUTES", instance.as_str()),
+        ];
+        nodes.push(Node::start_with_env(id, &cluster, &env).await);
+    }
+    let client = reqwest::Client::new();
+    // Balanced, so no shard moves while the test routes to its owner.
+    let half = f64::from(u32::try_from(SHARDS / 2).unwrap());
+    for node in &nodes {
+        until(&client, &node.base, "half of the shards", |t| {
+            value(t, "awaken_cluster_members") == 2.0 && value(t, "awaken_shards_owned") == half
+        })
+        .await;
+    }
+
+    // A run parked on n1's thread; its decision posted to n2.
+    let (owner, other) = (&nodes[0].base, &nodes[1].base);
+    let thread_id = thread_owned_by(&client, owner, nats.connect().await.unwrap(), "n1").await;
+    let body = json!({"agentId": "bench-hitl",
+        "messages": [{"role": "user", "content": "echo, once approved"}]});
+    let (status, queued) = post(
+        &client,
+        format!("{owner}/v1/threads/{thread_id}/messages"),
+        body,
+    )
+    .await;
+    assert_eq!(status, 202, "{queued}");
+    let run_id = queued["run_id"].as_str().unwrap().to_owned();
+    let call = waiting_call(&client, owner, &run_id).await;
+    let decision = json!({"call_id": call, "decision_id": "d-routed", "action": "resume",
+        "result": {"approved": true}});
+    let response = client
+        .post(format!("{other}/v1/runs/{run_id}/decision"))
+        .header(
+            "traceparent",
+            format!("00-{APPROVER_TRACE}-{APPROVER_SPAN}-01"),
+        )
+        .json(&decision)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+
+    let spans = otlp_support::spans_until(&mut received, |spans| {
+        spans.iter().any(|s| s.name == "process awaken.shard.call")
+            && spans
+                .iter()
+                .any(|s| s.name == "POST /v1/runs/{run_id}/decision")
+    })
+    .await;
+    let request = otlp_support::one(&spans, "POST /v1/runs/{run_id}/decision");
+    assert_eq!(request.trace_id, APPROVER_TRACE);
+    assert_eq!(request.parent_span_id, APPROVER_SPAN);
+    assert_eq!(request.resource["service.instance.id"], "n2");
+    let handled = otlp_support::one(&spans, "process awaken.shard.call");
+    assert_eq!(handled.trace_id, APPROVER_TRACE);
+    assert_eq!(handled.parent_span_id, request.span_id);
+    assert_eq!(handled.resource["service.instance.id"], "n1");
+    assert_eq!(handled.attributes["awaken.call.operation"], "decide");
+    assert_eq!(handled.attributes["awaken.call.outcome"], "delivered");
+    assert_eq!(handled.attributes["gen_ai.conversation.id"], thread_id);
 }

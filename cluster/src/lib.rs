@@ -24,6 +24,7 @@ mod node_metrics;
 pub mod routing;
 pub mod shards;
 mod streams;
+mod trace_headers;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -75,6 +75,15 @@ impl Node {
     /// test's own values (local addresses, and shorter leases and drains so that
     /// failover happens within a test's time).
     pub(crate) async fn start(id: &str, cluster: &Cluster) -> Self {
+        Self::start_with_env(id, cluster, &[]).await
+    }
+
+    /// [`Self::start`], with the variables `extra` set too.
+    pub(crate) async fn start_with_env(
+        id: &str,
+        cluster: &Cluster,
+        extra: &[(&str, &str)],
+    ) -> Self {
         let config = tempfile::tempdir().unwrap();
         let local = config.path().join("local.toml");
         std::fs::write(
@@ -93,10 +102,11 @@ impl Node {
         .unwrap();
         let pod_config = pod_config();
         let journal = ["--tool-journal".as_ref(), cluster.journal.as_os_str()];
-        let env = [
+        let mut env = vec![
             ("AWAKEN_STORE__URL", cluster.postgres_url.as_str()),
             ("AWAKEN_CLUSTER__NODE_ID", id),
         ];
+        env.extend_from_slice(extra);
         let mut node = Self::serve(id, &[&pod_config, &local], &journal, &env).await;
         node._config = Some(config);
         node

@@ -24,7 +24,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer, stream};
 use async_trait::async_trait;
-use awaken_actors::contract::TraceContext;
 use awaken_actors::telemetry::{self, DecisionOutcome, DecisionSource, RunMetrics};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -41,6 +40,7 @@ pub use wire::{
 
 use crate::error::ClusterError;
 use crate::streams::ensure_stream;
+use crate::trace_headers::{TRACEPARENT, traceparent};
 
 /// The stream that keeps published decisions until they are applied.
 pub const DECISIONS_STREAM: &str = "AWAKEN_DECISIONS";
@@ -127,12 +127,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The `traceparent` a publisher put on a decision, if a valid one.
-fn traceparent(headers: Option<&HeaderMap>) -> Option<TraceContext> {
-    let value = headers?.get("traceparent")?;
-    TraceContext::parse(value.as_str()).ok()
-}
-
 /// The consumer span of one decision taken off the bus (messaging conventions),
 /// a child of its publisher's `traceparent`; disabled when spans are not
 /// exported.
@@ -207,7 +201,7 @@ impl DecisionBus {
         headers.insert("Content-Type", "application/json");
         headers.insert("Nats-Msg-Id", payload.decision_id.as_str());
         if let Some(trace) = telemetry::context_of(&tracing::Span::current()) {
-            headers.insert("traceparent", trace.to_string().as_str());
+            headers.insert(TRACEPARENT, trace.to_string().as_str());
         }
         let body = serde_json::to_vec(payload).map_err(|e| ClusterError::Codec(e.to_string()))?;
         self.js

@@ -12,6 +12,7 @@ use super::host::{Answer, ThreadHost};
 use super::wire::{CallFrame, CallOutcome, ThreadCall, call_subject};
 use crate::codec;
 use crate::shards::ShardCount;
+use crate::trace_headers;
 
 /// Tunables of call routing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,14 +140,22 @@ impl ThreadRouter {
             .subscribe(inbox.clone())
             .await
             .map_err(|e| transport(&e))?;
-        self.client
-            .publish_with_reply(
-                call_subject(self.count.shard_of(call.thread_id())),
-                inbox,
-                payload,
-            )
-            .await
-            .map_err(|e| transport(&e))?;
+        let subject = call_subject(self.count.shard_of(call.thread_id()));
+        // The caller's span (a request, a decision taken off the bus) goes along,
+        // so the owner's handling of the call joins its trace.
+        match trace_headers::current() {
+            Some(headers) => {
+                self.client
+                    .publish_with_reply_and_headers(subject, inbox, headers, payload)
+                    .await
+            }
+            None => {
+                self.client
+                    .publish_with_reply(subject, inbox, payload)
+                    .await
+            }
+        }
+        .map_err(|e| transport(&e))?;
         let silence = self.config.heartbeat * 3;
         let mut events = Vec::new();
         loop {

@@ -4,16 +4,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::{Client, Message};
+use async_nats::{Client, HeaderMap, Message};
 use awaken_actors::contract::StreamEvent;
+use awaken_actors::telemetry;
 use futures::StreamExt;
+use futures::future::Either;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::host::ThreadHost;
 use super::wire::{CallFrame, CallOutcome, ThreadCall, call_subject};
 use crate::codec;
 use crate::shards::{Ownership, ShardId};
+use crate::trace_headers;
 
 /// Encoded events per `Events` frame stay under this many bytes (NATS refuses
 /// messages over its `max_payload`, 1 MiB by default).
@@ -121,7 +126,15 @@ async fn answer(client: &Client, host: &ThreadHost, message: Message, heartbeat:
             return;
         }
     };
+    let span = call_span(&message.subject, message.headers.as_ref(), &call);
     let handling = host.handle(call);
+    // Instrumented only when exported: a disabled span's enter and exit on
+    // every poll would be paid by every call.
+    let handling = if span.is_disabled() {
+        Either::Left(handling)
+    } else {
+        Either::Right(handling.instrument(span.clone()))
+    };
     tokio::pin!(handling);
     let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
     let answer = loop {
@@ -130,6 +143,8 @@ async fn answer(client: &Client, host: &ThreadHost, message: Message, heartbeat:
             _ = beat.tick() => send(client, &reply, &CallFrame::Working).await,
         }
     };
+    call_answered(&span, &answer.outcome);
+    drop(span);
     for events in chunks(answer.events) {
         send(client, &reply, &CallFrame::Events { events }).await;
     }
@@ -141,6 +156,45 @@ async fn answer(client: &Client, host: &ThreadHost, message: Message, heartbeat:
         },
     )
     .await;
+}
+
+/// The consumer span of a thread call that came with its caller's
+/// `traceparent` (messaging conventions); disabled for a call without one, or
+/// when spans are not exported.
+fn call_span(subject: &str, headers: Option<&HeaderMap>, call: &ThreadCall) -> Span {
+    let Some(parent) = trace_headers::traceparent(headers) else {
+        return Span::none();
+    };
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        "process",
+        otel.name = "process awaken.shard.call",
+        otel.kind = "consumer",
+        otel.status_code = Empty,
+        messaging.system = "nats",
+        messaging.operation.type = "process",
+        messaging.destination.name = subject,
+        messaging.destination.template = "awaken.shard.{shard}.call",
+        awaken.call.operation = call.operation(),
+        gen_ai.conversation.id = %call.thread_id(),
+        awaken.call.outcome = Empty,
+        error.type = Empty,
+    );
+    telemetry::follow(&span, &parent);
+    span
+}
+
+/// Records how the owner answered on the call's span.
+fn call_answered(span: &Span, outcome: &CallOutcome) {
+    if span.is_disabled() {
+        return;
+    }
+    let answered = outcome.name();
+    span.record("awaken.call.outcome", answered);
+    if matches!(outcome, CallOutcome::Failed(_) | CallOutcome::Malformed(_)) {
+        span.record("error.type", answered);
+        span.record("otel.status_code", "ERROR");
+    }
 }
 
 /// Splits events into frames of at most [`EVENTS_FRAME_BYTES`] (one event per frame

@@ -60,6 +60,17 @@ pub enum ThreadCall {
 }
 
 impl ThreadCall {
+    /// The call's operation, as its span names it.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Self::Status { .. } => "status",
+            Self::Cancel { .. } => "cancel",
+            Self::Interrupt { .. } => "interrupt",
+            Self::Decide { .. } => "decide",
+            Self::Replay { .. } => "replay",
+        }
+    }
+
     /// The thread the call is about: its shard's owner answers it.
     pub fn thread_id(&self) -> &ThreadId {
         match self {
@@ -117,4 +128,20 @@ pub enum CallOutcome {
     NotOwner,
     /// The request could not be read; it changed nothing.
     Malformed(String),
+}
+
+impl CallOutcome {
+    /// The outcome's kind, as a span records it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Status(_) => "status",
+            Self::Cancelled(_) => "cancelled",
+            Self::Interrupted(_) => "interrupted",
+            Self::Delivered(_) => "delivered",
+            Self::Replayed { .. } => "replayed",
+            Self::Failed(_) => "failed",
+            Self::NotOwner => "not_owner",
+            Self::Malformed(_) => "malformed",
+        }
+    }
 }
