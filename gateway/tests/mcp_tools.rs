@@ -145,7 +145,8 @@ async fn a_stdio_server_added_through_the_config_api_serves_its_tools_until_dele
             "mcp__calc__exit",
             "mcp__calc__fail",
             "mcp__calc__idempotency_key",
-            "mcp__calc__sleep"
+            "mcp__calc__sleep",
+            "mcp__calc__traceparent"
         ]
     );
     assert_eq!(capabilities["mcp_servers"], json!(["calc"]));
@@ -222,6 +223,40 @@ async fn a_call_carries_its_idempotency_key_to_the_server() {
         format!("{run_id}:{call_id}:1"),
         "{result}"
     );
+}
+
+/// The call carries the run's trace context in `_meta` (SEP-414): the server
+/// sees the caller's trace id, under a span of the call's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_carries_the_runs_trace_context_to_the_server() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const CALLER: &str = "00f067aa0ba902b7";
+    let server = TestServer::local(writable_config()).await;
+    create(&server, "mcp-servers", mcp_stdio_entry("calc")).await;
+    tool_agent(&server, "traced", "mcp__calc__traceparent", json!({})).await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/runs", server.base))
+        .header("traceparent", format!("00-{TRACE}-{CALLER}-01"))
+        .json(&json!({"agentId": "traced", "messages": user("go")}))
+        .send()
+        .await
+        .unwrap();
+    let events = EventReader::new(response).rest().await;
+    let result = only_result(&events, "mcp__calc__traceparent");
+    let carried = result["message"].as_str().unwrap();
+    let parts: Vec<&str> = carried.split('-').collect();
+    assert_eq!(parts.len(), 4, "{result}");
+    assert_eq!(parts[0], "00");
+    assert_eq!(parts[1], TRACE, "the caller's trace");
+    assert_ne!(parts[2], CALLER, "a span of the call, not the caller's");
+    assert_eq!(parts[3], "01");
+
+    // A run no caller traced starts a trace of its own, and the call carries it.
+    let events = run(&server.base, "traced").await;
+    let result = only_result(&events, "mcp__calc__traceparent");
+    let own = awaken_actors::contract::TraceContext::parse(result["message"].as_str().unwrap())
+        .unwrap_or_else(|_| panic!("a valid traceparent: {result}"));
+    assert!(!own.to_string().contains(TRACE), "{result}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::process::Stdio;
 
+use awaken_actors::contract::TraceContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientConfig, Implementation, JsonObject, MetaObject,
     RequestMetaObject, Tool as McpToolInfo,
@@ -20,6 +21,9 @@ use super::spec::{McpServerSpec, McpTransport};
 /// The `_meta` key under which a call carries its idempotency key (call id and
 /// attempt), so a server can recognise a call the runtime re-runs.
 pub const IDEMPOTENCY_META_KEY: &str = "io.awaken/idempotency-key";
+
+/// The `_meta` key of the W3C trace context a call carries (SEP-414).
+const TRACEPARENT_META_KEY: &str = "traceparent";
 
 /// Why an MCP server could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -118,13 +122,25 @@ impl McpSession {
         &self.spec.id
     }
 
+    /// The transport under the session, as `network.transport` names it.
+    pub(crate) fn network_transport(&self) -> &'static str {
+        match self.spec.transport {
+            McpTransport::Stdio { .. } => "pipe",
+            McpTransport::Http { .. } => "tcp",
+        }
+    }
+
     /// Calls `tool`, connecting again first when the last connection has ended.
     /// A call that finds the connection broken fails, and the next one reconnects.
+    /// The call's trace context goes along in `_meta` as `traceparent` (the
+    /// unprefixed key MCP reserves for it, SEP-414), so the server's spans join
+    /// the run's trace.
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: JsonObject,
         idempotency_key: String,
+        trace: Option<&TraceContext>,
     ) -> Result<CallToolResult, McpError> {
         let (generation, peer) = self.peer().await?;
         let mut params = CallToolRequestParams::new(tool.to_owned());
@@ -134,6 +150,12 @@ impl McpSession {
             IDEMPOTENCY_META_KEY.to_owned(),
             JsonValue::String(idempotency_key),
         );
+        if let Some(trace) = trace {
+            meta.insert(
+                TRACEPARENT_META_KEY.to_owned(),
+                JsonValue::String(trace.to_string()),
+            );
+        }
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let answer = bounded(&self.spec, peer.call_tool(params)).await;
         if let Err(McpError::Unreachable { .. }) = &answer {

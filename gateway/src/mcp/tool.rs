@@ -10,6 +10,8 @@ use awaken_actors::error::ToolError;
 use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool as McpToolInfo};
 use serde_json::json;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::session::{McpError, McpSession};
 
@@ -111,16 +113,50 @@ impl Tool for McpTool {
             }
         };
         let id = &self.descriptor.id;
+        let span = tracing::Span::current();
+        call_began(&span, self.session.network_transport());
         let result = match self
             .session
-            .call(&self.tool, arguments, ctx.idempotency_key())
+            .call(
+                &self.tool,
+                arguments,
+                ctx.idempotency_key(),
+                ctx.trace.as_ref(),
+            )
             .await
         {
-            Ok(answer) => tool_result(id, self.session.server(), &self.tool, answer),
-            Err(error) => ToolResult::error_with_code(id, error_code(&error), error.to_string()),
+            Ok(answer) => {
+                if answer.is_error == Some(true) {
+                    call_failed(&span, "tool_error");
+                }
+                tool_result(id, self.session.server(), &self.tool, answer)
+            }
+            Err(error) => {
+                call_failed(&span, error_code(&error));
+                ToolResult::error_with_code(id, error_code(&error), error.to_string())
+            }
         };
         Ok(result.into())
     }
+}
+
+/// The MCP attributes of a call, on its `execute_tool` span: the conventions add
+/// them to the GenAI tool span rather than open a second one.
+fn call_began(span: &Span, transport: &'static str) {
+    if span.is_disabled() {
+        return;
+    }
+    span.set_attribute("mcp.method.name", "tools/call");
+    span.set_attribute("network.transport", transport);
+}
+
+/// Marks the `execute_tool` span of a call that failed as `error_type`.
+fn call_failed(span: &Span, error_type: &'static str) {
+    if span.is_disabled() {
+        return;
+    }
+    span.set_attribute("error.type", error_type);
+    span.set_status(opentelemetry::trace::Status::error(error_type));
 }
 
 /// The error code of a call the server did not answer with a result.

@@ -7,7 +7,8 @@ code.
                                  `listening <port>` on stdout once it accepts
 
 Tools: `add`, `echo`, `fail` (an error result), `sleep`, `exit` (the process ends
-without answering), `idempotency_key` (the key the call carried in `_meta`), and `calls` (how many calls this process has answered before,
+without answering), `idempotency_key` (the key the call carried in `_meta`),
+`traceparent` (the trace context it carried there), and `calls` (how many calls this process has answered before,
 so a test can tell whether a call reached it).
 """
 
@@ -65,6 +66,15 @@ def idempotency_key(ctx: Context) -> str:
         return ""
     fields = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
     return str(fields.get("io.awaken/idempotency-key", ""))
+
+
+@server.tool(description="Returns the W3C trace context the call carried in `_meta`.")
+def traceparent(ctx: Context) -> str:
+    meta = ctx.request_context.meta
+    if meta is None:
+        return ""
+    fields = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
+    return str(fields.get("traceparent", ""))
 
 
 @server.tool(name="calls", description="How many calls this server answered before.")
