@@ -225,6 +225,15 @@ pub fn trace_context_of(span_context: &SpanContext) -> Option<TraceContext> {
     )
 }
 
+/// Links `span` to `trace`: a context related to it but not its parent (the
+/// transport's request under an MCP call that carried its own context).
+pub fn link(span: &Span, trace: &TraceContext) {
+    if span.is_disabled() {
+        return;
+    }
+    span.add_link(span_context(trace));
+}
+
 /// Makes `span` a child of `trace`, a context that came from elsewhere (a
 /// `traceparent`, a run's record).
 pub fn follow(span: &Span, trace: &TraceContext) {

@@ -276,6 +276,48 @@ async fn runs_go_on_while_the_collector_is_unreachable() {
     }
 }
 
+/// An MCP `tools/call` carrying its caller's context in `_meta` (SEP-414) is a
+/// server span of that trace, linked to the HTTP request it came in; the agent's
+/// run hangs off it.
+#[tokio::test]
+async fn an_mcp_tool_call_continues_the_trace_its_meta_carries() {
+    let (endpoint, mut rx) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve(&endpoint, &dir).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "bench", "arguments": {"message": "hello"},
+                   "_meta": {"traceparent": callers().unwrap()}}});
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answer: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+
+    let spans = spans_until(&mut rx, |spans| {
+        spans.iter().any(|s| s.name == "tools/call bench")
+            && spans.iter().any(|s| s.name == "invoke_agent bench")
+            && spans.iter().any(|s| s.name == "POST /v1/mcp")
+    })
+    .await;
+    let http = one(&spans, "POST /v1/mcp");
+    let tool = one(&spans, "tools/call bench");
+    assert_eq!(tool.kind, SpanKind::Server as i32);
+    assert_eq!(tool.trace_id, TRACE_ID);
+    assert_eq!(tool.parent_span_id, CALLER_SPAN);
+    assert_eq!(tool.attributes["mcp.method.name"], "tools/call");
+    assert_eq!(tool.attributes["gen_ai.tool.name"], "bench");
+    assert_eq!(tool.attributes["jsonrpc.request.id"], "7");
+    assert_eq!(tool.links, [(http.trace_id.clone(), http.span_id.clone())]);
+    let run = one(&spans, "invoke_agent bench");
+    assert_eq!(run.trace_id, TRACE_ID);
+    assert_eq!(run.parent_span_id, tool.span_id);
+}
+
 /// A collector that takes the connection and never answers holds the export
 /// thread: spans beyond the queue are dropped, counted at `/metrics`, and the
 /// runs go on.

@@ -22,9 +22,6 @@ use super::spec::{McpServerSpec, McpTransport};
 /// attempt), so a server can recognise a call the runtime re-runs.
 pub const IDEMPOTENCY_META_KEY: &str = "io.awaken/idempotency-key";
 
-/// The `_meta` key of the W3C trace context a call carries (SEP-414).
-const TRACEPARENT_META_KEY: &str = "traceparent";
-
 /// Why an MCP server could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
@@ -150,13 +147,11 @@ impl McpSession {
             IDEMPOTENCY_META_KEY.to_owned(),
             JsonValue::String(idempotency_key),
         );
+        let mut meta = MetaObject(meta);
         if let Some(trace) = trace {
-            meta.insert(
-                TRACEPARENT_META_KEY.to_owned(),
-                JsonValue::String(trace.to_string()),
-            );
+            meta.set_traceparent(trace.to_string());
         }
-        params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        params.meta = Some(RequestMetaObject(meta));
         let answer = bounded(&self.spec, peer.call_tool(params)).await;
         if let Err(McpError::Unreachable { .. }) = &answer {
             let mut connection = self.connection.lock().await;

@@ -99,6 +99,9 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
     let span = trace::server_span(&request, incoming.as_ref());
     // Runs started here join the request's span when it is exported.
     let context = telemetry::context_of(&span).or(incoming);
+    request
+        .extensions_mut()
+        .insert(trace::RequestTrace(context));
     let handled = DefaultBodyLimit::max(limit).layer(next).oneshot(request);
     let handled = trace::within(context, handled);
     // Wrapped in the span only when it is exported: the wrapper costs every poll.

@@ -20,6 +20,12 @@ tokio::task_local! {
     static INCOMING: Option<TraceContext>;
 }
 
+/// The context of the request being handled (its exported server span, else the
+/// caller's `traceparent`), in the request's extensions for handlers that run
+/// outside the edge's task, where [`incoming`] cannot reach (the MCP service).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestTrace(pub(crate) Option<TraceContext>);
+
 /// The trace context `headers` carry, if a valid one.
 pub(crate) fn of(headers: &HeaderMap) -> Option<TraceContext> {
     headers

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use awaken_actors::contract::{AgentEvent, Message, TerminationReason};
+use awaken_actors::contract::{AgentEvent, Message, TerminationReason, TraceContext};
+use awaken_actors::telemetry;
 use awaken_actors::{AgentId, JsonValue, RunId, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
 use rmcp::model::{
@@ -17,6 +18,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Deserialize;
 use serde_json::json;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
@@ -24,6 +27,7 @@ use crate::server::routes::protocol::{
     RunEvents, open_thread, resume_followed, start_followed, waiting_run,
 };
 use crate::server::state::AppState;
+use crate::server::trace;
 
 /// The arguments of an agent tool.
 #[derive(Debug, Deserialize)]
@@ -79,6 +83,48 @@ impl ServerHandler for AgentTools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (state, caller) = request_scope(&context)?;
+        let http = request_trace(&context);
+        // The conventions parent the server span on the context the call
+        // carries in `_meta` (SEP-414), linking the HTTP request's; without
+        // one, the HTTP request's is the parent.
+        let carried = request
+            .meta
+            .as_ref()
+            .and_then(|meta| meta.get_traceparent())
+            .or_else(|| context.meta.get_traceparent())
+            .and_then(|value| TraceContext::parse(value).ok());
+        let span = server_span(&request.name, &context, carried.or(http));
+        if carried.is_some()
+            && let Some(http) = http
+        {
+            telemetry::link(&span, &http);
+        }
+        let parent = telemetry::context_of(&span).or(carried).or(http);
+        let answering = trace::within(parent, self.answer(state, caller, request));
+        let answer = if span.is_disabled() {
+            answering.await
+        } else {
+            answering.instrument(span.clone()).await
+        };
+        if let Ok(CallToolResponse::Complete(result)) = &answer
+            && result.is_error == Some(true)
+            && !span.is_disabled()
+        {
+            span.record("error.type", "tool_error");
+            span.record("otel.status_code", "ERROR");
+        }
+        answer
+    }
+}
+
+impl AgentTools {
+    /// Runs the agent the call names; what `tools/call` answers.
+    async fn answer(
+        &self,
+        state: AppState,
+        caller: Caller,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResponse, ErrorData> {
         let agent = AgentId::new(request.name.as_ref())
             .ok()
             .filter(|id| {
@@ -106,6 +152,42 @@ impl ServerHandler for AgentTools {
         }
         .into())
     }
+}
+
+/// The HTTP request's trace context, put in its extensions by the edge.
+fn request_trace(context: &RequestContext<RoleServer>) -> Option<TraceContext> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()?
+        .extensions
+        .get::<trace::RequestTrace>()?
+        .0
+}
+
+/// The MCP server span of a `tools/call` (the MCP conventions: `{method}
+/// {tool}`, kind server), a child of `parent`; disabled when not exported.
+fn server_span(
+    tool: &str,
+    context: &RequestContext<RoleServer>,
+    parent: Option<TraceContext>,
+) -> Span {
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        "tools/call",
+        otel.name = format!("tools/call {tool}"),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        mcp.method.name = "tools/call",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = tool,
+        jsonrpc.request.id = %context.id,
+        network.transport = "tcp",
+        error.type = Empty,
+    );
+    if let Some(parent) = parent {
+        telemetry::follow(&span, &parent);
+    }
+    span
 }
 
 /// The node's state and the caller, put in the HTTP request by the route and by
