@@ -54,13 +54,26 @@ async fn serve_with(
     dir: &tempfile::TempDir,
     env: &[(&str, &str)],
 ) -> (tokio::process::Child, String) {
+    serve_config(
+        endpoint,
+        dir,
+        "demo_agents = true\n[server]\naddress = \"127.0.0.1:0\"\n",
+        env,
+    )
+    .await
+}
+
+/// `awaken serve` on the config file `text`, exporting to `endpoint`, with the
+/// variables `env` set too; its base URL.
+async fn serve_config(
+    endpoint: &str,
+    dir: &tempfile::TempDir,
+    text: &str,
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let config = dir.path().join("awaken.toml");
-    std::fs::write(
-        &config,
-        "demo_agents = true\n[server]\naddress = \"127.0.0.1:0\"\n",
-    )
-    .unwrap();
+    std::fs::write(&config, text).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_awaken"))
         .arg("serve")
         .arg("--config")
@@ -316,6 +329,87 @@ async fn an_mcp_tool_call_continues_the_trace_its_meta_carries() {
     let run = one(&spans, "invoke_agent bench");
     assert_eq!(run.trace_id, TRACE_ID);
     assert_eq!(run.parent_span_id, tool.span_id);
+}
+
+/// Service A's `boss` delegates to B's `bench` over A2A; both export to one
+/// collector. The call's `traceparent` carries the trace across: B's request
+/// span hangs off A's `execute_tool` span, B's run off that request, all in the
+/// caller's trace.
+#[tokio::test]
+async fn an_a2a_call_between_two_services_is_one_trace() {
+    let (endpoint, mut rx) = collector().await;
+    let b_dir = tempfile::tempdir().unwrap();
+    let (_b, b_base) = serve_with(&endpoint, &b_dir, &[("OTEL_SERVICE_NAME", "service-b")]).await;
+    let a_config = format!(
+        r#"
+[server]
+address = "127.0.0.1:0"
+
+[providers.boss]
+adapter = "scripted"
+script = {{ steps = [
+  {{ tool_calls = [{{ name = "agent_run_remote-bench", arguments = {{ prompt = "go" }} }}] }},
+  {{ text = "B says: {{last_tool_result}}" }},
+] }}
+
+[models.boss]
+provider = "boss"
+model = "boss"
+
+[agents.boss]
+model = "boss"
+delegates = ["remote-bench"]
+allowed_tools = ["agent_run_remote-bench"]
+
+[agents.remote-bench.endpoint]
+backend = "a2a"
+base_url = "{b_base}/v1/a2a"
+target = "bench"
+"#
+    );
+    let a_dir = tempfile::tempdir().unwrap();
+    let (_a, a_base) = serve_config(
+        &endpoint,
+        &a_dir,
+        &a_config,
+        &[("OTEL_SERVICE_NAME", "service-a")],
+    )
+    .await;
+    let events = run_to_end(&reqwest::Client::new(), &a_base, "boss", callers()).await;
+    assert_eq!(finish_type(&events), "natural_end");
+
+    // Until A's run and B's run have arrived, and the request B's run hangs off.
+    let spans = spans_until(&mut rx, |spans| {
+        let remote_run = spans.iter().find(|s| s.name == "invoke_agent bench");
+        spans.iter().any(|s| s.name == "invoke_agent boss")
+            && remote_run.is_some_and(|run| spans.iter().any(|s| s.span_id == run.parent_span_id))
+    })
+    .await;
+    // Outside the run's trace only A's discovery of B's card, a trace of its own.
+    let (spans, others): (Vec<Received>, Vec<Received>) =
+        spans.into_iter().partition(|s| s.trace_id == TRACE_ID);
+    assert!(
+        others.iter().all(|s| s.name.ends_with("agent-card.json")),
+        "{others:#?}"
+    );
+    let call = one(&spans, "execute_tool agent_run_remote-bench");
+    assert_eq!(call.service, "service-a");
+    let served: Vec<&Received> = spans
+        .iter()
+        .filter(|s| s.service == "service-b" && s.kind == SpanKind::Server as i32)
+        .collect();
+    assert!(
+        served.iter().all(|s| s.parent_span_id == call.span_id),
+        "B's requests hang off A's call: {served:#?}"
+    );
+    let remote_run = one(&spans, "invoke_agent bench");
+    assert_eq!(remote_run.service, "service-b");
+    assert!(
+        served
+            .iter()
+            .any(|s| s.span_id == remote_run.parent_span_id),
+        "B's run hangs off the request that started it: {remote_run:#?}"
+    );
 }
 
 /// A collector that takes the connection and never answers holds the export
