@@ -99,7 +99,17 @@ where
     Ok(match provider {
         Some(provider) => Dispatch::new(
             logged.with(
+                // Only what the spans name themselves: no source location,
+                // thread, target or busy/idle timing attributes (each a clock
+                // read or a string per span), and no OpenTelemetry context
+                // attached on every poll of an instrumented future — nothing
+                // here reads the ambient context; spans carry their parents.
                 tracing_opentelemetry::layer()
+                    .with_location(false)
+                    .with_threads(false)
+                    .with_target(false)
+                    .with_tracked_inactivity(false)
+                    .with_context_activation(false)
                     .with_tracer(provider.tracer("awaken"))
                     .with_filter(Targets::new().with_target(TARGET, LevelFilter::INFO)),
             ),
