@@ -269,6 +269,10 @@ async fn the_chart_in_cluster_mode_with_every_option_renders_valid_objects_that_
         "autoscaling.enabled=true",
         "--set",
         "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.grafanaDashboard.enabled=true",
         "--set-string",
         "configToml=[permissions]\ndefault_behavior = \"ask\"\n",
     ]);
@@ -288,6 +292,7 @@ async fn the_chart_in_cluster_mode_with_every_option_renders_valid_objects_that_
         "Service",
         "ServiceAccount",
         "ServiceMonitor",
+        "PrometheusRule",
     ] {
         assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
     }
