@@ -11,13 +11,16 @@
 //! A run's spans hang off the run's [`TraceContext`] (decision 0060), which is in
 //! its record: an activation on another node, after a failover or a decision
 //! that came a day later, joins the same trace. Prompt and completion content are
-//! never recorded here.
+//! recorded only when an operator turns capture on (`content`).
 
+mod content;
 mod mailbox;
 pub(crate) mod messaging;
 mod metrics;
 mod store;
 
+pub use content::capture_content;
+pub(crate) use content::record_input;
 pub(crate) use metrics::{AgentMeters, TOOL_OK};
 pub use metrics::{DecisionOutcome, DecisionSource, RunMetrics};
 pub(crate) use store::{StoreMetrics, StoreOperation};
@@ -139,6 +142,7 @@ pub(crate) fn chat_ended(
     }
     match result {
         Ok(result) => {
+            content::record_output(span, result);
             if let Some(model) = answering_model {
                 span.record("gen_ai.response.model", model);
             }

@@ -388,6 +388,7 @@ async fn a_run_decided_over_nats_after_a_failover_is_one_trace() {
         })
         .await,
     );
+    otlp_support::dump_if_asked(&spans);
     let activation = |outcome: &str| {
         spans
             .iter()

@@ -150,6 +150,9 @@ async fn a_run_is_one_trace_of_genai_spans_under_the_callers_traceparent() {
         assert_eq!(chat.attributes["gen_ai.request.model"], "scripted");
         assert_eq!(chat.attributes["gen_ai.response.model"], "scripted");
         assert_eq!(chat.attributes["gen_ai.provider.name"], "bench");
+        // Content is opt-in.
+        assert!(!chat.attributes.contains_key("gen_ai.input.messages"));
+        assert!(!chat.attributes.contains_key("gen_ai.output.messages"));
     }
     let mut reasons: Vec<&str> = chats
         .iter()
@@ -410,6 +413,57 @@ target = "bench"
             .any(|s| s.span_id == remote_run.parent_span_id),
         "B's run hangs off the request that started it: {remote_run:#?}"
     );
+}
+
+/// With content capture asked for, each `chat` span carries what was sent and
+/// what came back, as the conventions' JSON messages.
+#[tokio::test]
+async fn content_is_recorded_only_when_asked_for() {
+    let (endpoint, mut rx) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve_with(
+        &endpoint,
+        &dir,
+        &[("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")],
+    )
+    .await;
+    let events = run_to_end(&reqwest::Client::new(), &base, "bench", callers()).await;
+    assert_eq!(finish_type(&events), "natural_end");
+    let spans = spans_until(&mut rx, |spans| {
+        spans.iter().filter(|s| s.name == "chat scripted").count() == 2
+    })
+    .await;
+    let parsed = |span: &Received, key: &str| -> serde_json::Value {
+        serde_json::from_str(&span.attributes[key]).unwrap()
+    };
+    let mut chats: Vec<&Received> = spans.iter().filter(|s| s.name == "chat scripted").collect();
+    chats.sort_by_key(|s| s.start_ns);
+    // The first call: the user's message in, a call of `echo` out.
+    let input = parsed(chats[0], "gen_ai.input.messages");
+    assert_eq!(input[0]["role"], "user", "{input}");
+    assert_eq!(
+        input[0]["parts"][0],
+        json!({"type": "text", "content": "hello"})
+    );
+    let output = parsed(chats[0], "gen_ai.output.messages");
+    assert_eq!(output[0]["role"], "assistant");
+    assert_eq!(output[0]["finish_reason"], "tool_call");
+    assert_eq!(output[0]["parts"][0]["type"], "tool_call");
+    assert_eq!(output[0]["parts"][0]["name"], "echo");
+    // The second: the tool's answer in, the final text out.
+    let input = parsed(chats[1], "gen_ai.input.messages");
+    let roles: Vec<&str> = input
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool"], "{input}");
+    assert_eq!(input[2]["parts"][0]["type"], "tool_call_response");
+    assert_eq!(input[2]["parts"][0]["id"], output[0]["parts"][0]["id"]);
+    let output = parsed(chats[1], "gen_ai.output.messages");
+    assert_eq!(output[0]["finish_reason"], "stop");
+    assert_eq!(output[0]["parts"][0]["type"], "text");
 }
 
 /// A collector that takes the connection and never answers holds the export

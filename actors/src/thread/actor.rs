@@ -1106,6 +1106,7 @@ impl ThreadActorState {
         let cancellation = run.cancellation.clone();
         let run_id = run.identity.run_id.clone();
         let span = telemetry::chat(&run.span, &run.agent.model.provider, &request.model);
+        telemetry::record_input(&span, &request.messages);
         // Which model answered is certain only without fallbacks.
         let answering_model = (!span.is_disabled() && request.fallback_models.is_empty())
             .then(|| request.model.clone());

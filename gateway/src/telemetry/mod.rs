@@ -126,6 +126,7 @@ fn provider(export: &ExportSettings) -> Result<SdkTracerProvider, TelemetryError
         .build()
         // The builder's errors can quote the endpoint, which may hold credentials.
         .map_err(|_| TelemetryError::internal("the OTLP/HTTP exporter"))?;
+    awaken_actors::telemetry::capture_content(export.capture_content);
     let resource = Resource::builder()
         .with_service_name(export.service_name.clone())
         .build();

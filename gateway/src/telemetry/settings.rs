@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 const TRACES_PATH: &str = "v1/traces";
 /// Where an OTLP/HTTP collector listens when nothing says otherwise.
 const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+/// The variable the GenAI instrumentations read to record message content.
+const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+
 /// Spans queued for export at most when `OTEL_BSP_MAX_QUEUE_SIZE` is not set
 /// (the specification's default).
 const DEFAULT_QUEUE_SIZE: usize = 2048;
@@ -34,6 +37,10 @@ pub struct TelemetryConfig {
     /// the caller's decision. As `OTEL_TRACES_SAMPLER=parentbased_traceidratio`
     /// with `OTEL_TRACES_SAMPLER_ARG`.
     pub sample_ratio: Option<f64>,
+    /// Record prompts and completions on `chat` spans (off by default: they hold
+    /// whatever users and tools wrote), as
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`.
+    pub capture_content: Option<bool>,
 }
 
 /// Which traces are recorded (`OTEL_TRACES_SAMPLER`).
@@ -72,6 +79,8 @@ pub struct ExportSettings {
     /// Spans queued for export at most (`OTEL_BSP_MAX_QUEUE_SIZE`); the ones
     /// beyond are dropped and counted.
     pub queue_size: usize,
+    /// Whether `chat` spans carry the prompts and completions.
+    pub capture_content: bool,
 }
 
 /// A telemetry setting that cannot be used.
@@ -187,6 +196,10 @@ impl TelemetryConfig {
                 })?,
             None => DEFAULT_QUEUE_SIZE,
         };
+        let capture_content = match env.var(CAPTURE_CONTENT) {
+            Some(value) => parse_bool(CAPTURE_CONTENT, &value)?,
+            None => self.capture_content.unwrap_or(false),
+        };
         if let Some(attributes) = env.var("OTEL_RESOURCE_ATTRIBUTES") {
             check_resource_attributes(&attributes)?;
         }
@@ -206,6 +219,7 @@ impl TelemetryConfig {
             service_name,
             sampling,
             queue_size,
+            capture_content,
         }))
     }
 
@@ -365,6 +379,23 @@ mod tests {
         assert_eq!(from_env.sampling, Sampling::Ratio(0.1));
         assert_eq!(from_env.queue_size, 100);
         assert_eq!(on(&config, &[]).queue_size, DEFAULT_QUEUE_SIZE);
+        // Content stays out unless asked for, here or in the variable.
+        assert!(!from_env.capture_content);
+        let capturing = TelemetryConfig {
+            capture_content: Some(true),
+            ..config.clone()
+        };
+        assert!(on(&capturing, &[]).capture_content);
+        assert!(
+            !on(
+                &capturing,
+                &[(
+                    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+                    "false"
+                )]
+            )
+            .capture_content
+        );
     }
 
     #[test]
@@ -420,6 +451,13 @@ mod tests {
             (
                 vec![endpoint, ("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
                 "OTEL_BSP_MAX_QUEUE_SIZE",
+            ),
+            (
+                vec![
+                    endpoint,
+                    ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "yes"),
+                ],
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
             ),
             (
                 vec![endpoint, ("OTEL_BSP_MAX_QUEUE_SIZE", "lots")],

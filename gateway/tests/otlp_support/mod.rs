@@ -36,6 +36,9 @@ pub struct Received {
     pub resource: HashMap<String, String>,
     /// The spans this one links to, as (trace id, span id).
     pub links: Vec<(String, String)>,
+    /// Start and end, unix nanoseconds.
+    pub start_ns: u64,
+    pub end_ns: u64,
 }
 
 fn text(value: Option<&AnyValue>) -> String {
@@ -99,6 +102,8 @@ pub async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
                                     .iter()
                                     .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
                                     .collect(),
+                                start_ns: span.start_time_unix_nano,
+                                end_ns: span.end_time_unix_nano,
                             });
                         }
                     }
@@ -130,6 +135,27 @@ pub async fn spans_until(
     .await
     .unwrap_or_else(|_| panic!("spans missing; received {spans:#?}"));
     spans
+}
+
+/// Writes `spans` as JSON to the file `AWAKEN_TRACE_DUMP` names, when set: the
+/// input of `scripts/trace_picture.py`, which draws the trace in the docs.
+pub fn dump_if_asked(spans: &[Received]) {
+    let Ok(path) = std::env::var("AWAKEN_TRACE_DUMP") else {
+        return;
+    };
+    let spans: Vec<serde_json::Value> = spans
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name, "kind": s.kind, "trace_id": s.trace_id, "span_id": s.span_id,
+                "parent_span_id": s.parent_span_id, "service": s.service,
+                "instance": s.resource.get("service.instance.id"),
+                "attributes": s.attributes, "events": s.events, "links": s.links,
+                "start_ns": s.start_ns, "end_ns": s.end_ns,
+            })
+        })
+        .collect();
+    std::fs::write(path, serde_json::to_vec_pretty(&spans).unwrap()).unwrap();
 }
 
 pub fn one<'a>(spans: &'a [Received], name: &str) -> &'a Received {
