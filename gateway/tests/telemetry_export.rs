@@ -466,6 +466,28 @@ async fn content_is_recorded_only_when_asked_for() {
     assert_eq!(output[0]["parts"][0]["type"], "text");
 }
 
+/// `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`: the same spans reach a collector speaking
+/// OTLP/gRPC.
+#[tokio::test]
+async fn spans_go_over_grpc_when_asked() {
+    let (endpoint, mut rx) = otlp_support::grpc_collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) =
+        serve_with(&endpoint, &dir, &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).await;
+    let events = run_to_end(&reqwest::Client::new(), &base, "bench", callers()).await;
+    assert_eq!(finish_type(&events), "natural_end");
+    let spans = spans_until(&mut rx, |spans| {
+        spans.iter().any(|s| s.name == "invoke_agent bench")
+            && spans.iter().any(|s| s.name == "POST /v1/runs")
+    })
+    .await;
+    let request = one(&spans, "POST /v1/runs");
+    let run = one(&spans, "invoke_agent bench");
+    assert_eq!(request.trace_id, TRACE_ID);
+    assert_eq!(run.parent_span_id, request.span_id);
+    assert_eq!(run.service, "awaken-under-test");
+}
+
 /// A collector that takes the connection and never answers holds the export
 /// thread: spans beyond the queue are dropped, counted at `/metrics`, and the
 /// runs go on.

@@ -1,7 +1,7 @@
 //! The process's logs and traces: one `tracing` subscriber with two layers, the
 //! log lines on stderr (`RUST_LOG`, warnings by default; text or JSON) and, when
 //! export is on, the spans of [`awaken_actors::telemetry::TARGET`] sent over
-//! OTLP/HTTP.
+//! OTLP/HTTP or OTLP/gRPC.
 //!
 //! The layers filter each on their own: log lines never carry the exported
 //! spans (nor pay for formatting their fields), and with export off no layer
@@ -28,6 +28,7 @@ pub use json_lines::{LogConfig, LogFormat};
 pub use queue::spans_dropped;
 pub use settings::{
     Env, ExportSettings, ProcessEnv, RootSampling, Sampling, TelemetryConfig, TelemetryError,
+    Transport,
 };
 
 /// The installed subscriber's exporter; dropping it flushes the spans still
@@ -35,6 +36,10 @@ pub use settings::{
 #[derive(Debug, Default)]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    /// The runtime under the gRPC exporter's connections (none for OTLP/HTTP):
+    /// the subscriber is installed before the process's own runtime exists, and
+    /// outlives it.
+    grpc: Option<tokio::runtime::Runtime>,
 }
 
 impl Telemetry {
@@ -44,13 +49,26 @@ impl Telemetry {
         format: LogFormat,
         export: Option<&ExportSettings>,
     ) -> Result<Self, TelemetryError> {
-        let provider = export.map(provider).transpose()?;
+        let grpc = match export.map(|export| export.transport) {
+            Some(Transport::Grpc) => Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("otlp-grpc")
+                    .enable_all()
+                    .build()
+                    .map_err(|_| TelemetryError::internal("the OTLP/gRPC runtime"))?,
+            ),
+            _ => None,
+        };
+        let provider = export
+            .map(|export| provider(export, grpc.as_ref()))
+            .transpose()?;
         let log_filter =
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
         let dispatch = subscriber(format, log_filter, std::io::stderr, provider.as_ref())?;
         tracing::dispatcher::set_global_default(dispatch)
             .map_err(|_| TelemetryError::internal("a second subscriber"))?;
-        Ok(Self { provider })
+        Ok(Self { provider, grpc })
     }
 }
 
@@ -60,6 +78,10 @@ impl Drop for Telemetry {
             && let Err(error) = provider.shutdown()
         {
             eprintln!("telemetry: spans not flushed at exit: {error}");
+        }
+        // After the flush, which may still need its connections.
+        if let Some(runtime) = self.grpc.take() {
+            runtime.shutdown_background();
         }
     }
 }
@@ -118,14 +140,29 @@ where
     })
 }
 
-fn provider(export: &ExportSettings) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter = SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(export.traces_url.as_str())
-        .build()
-        // The builder's errors can quote the endpoint, which may hold credentials.
-        .map_err(|_| TelemetryError::internal("the OTLP/HTTP exporter"))?;
+fn provider(
+    export: &ExportSettings,
+    grpc: Option<&tokio::runtime::Runtime>,
+) -> Result<SdkTracerProvider, TelemetryError> {
+    // The builders' errors can quote the endpoint, which may hold credentials.
+    let exporter = match grpc {
+        None => SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(export.traces_url.as_str())
+            .build()
+            .map_err(|_| TelemetryError::internal("the OTLP/HTTP exporter"))?,
+        // Built inside its runtime: the channel's connection tasks live there,
+        // and the batch thread's exports are driven by them.
+        Some(runtime) => runtime
+            .block_on(async {
+                SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(export.traces_url.as_str())
+                    .build()
+            })
+            .map_err(|_| TelemetryError::internal("the OTLP/gRPC exporter"))?,
+    };
     awaken_actors::telemetry::capture_content(export.capture_content);
     let resource = Resource::builder()
         .with_service_name(export.service_name.clone())

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 const TRACES_PATH: &str = "v1/traces";
 /// Where an OTLP/HTTP collector listens when nothing says otherwise.
 const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+/// Where an OTLP/gRPC collector listens when nothing says otherwise.
+const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 /// The variable the GenAI instrumentations read to record message content.
 const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 
@@ -29,7 +31,7 @@ pub struct TelemetryConfig {
     /// The collector's base URL (`/v1/traces` is appended), as
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub endpoint: Option<String>,
-    /// `http/protobuf`, as `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    /// `http/protobuf` (the default) or `grpc`, as `OTEL_EXPORTER_OTLP_PROTOCOL`.
     pub protocol: Option<String>,
     /// `service.name` of the spans, as `OTEL_SERVICE_NAME`.
     pub service_name: Option<String>,
@@ -41,6 +43,32 @@ pub struct TelemetryConfig {
     /// whatever users and tools wrote), as
     /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`.
     pub capture_content: Option<bool>,
+}
+
+/// How spans travel to the collector (`OTEL_EXPORTER_OTLP_PROTOCOL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// OTLP/HTTP with protobuf bodies, to `{endpoint}/v1/traces` (the default).
+    HttpProtobuf,
+    /// OTLP/gRPC, to the endpoint as given.
+    Grpc,
+}
+
+impl Transport {
+    /// The traces URL under the base endpoint `base` (named `name` in errors).
+    fn traces_under(self, name: &str, base: &str) -> Result<String, TelemetryError> {
+        match self {
+            Self::HttpProtobuf => traces_under(name, base),
+            Self::Grpc => checked_url(name, base),
+        }
+    }
+
+    fn default_endpoint(self) -> &'static str {
+        match self {
+            Self::HttpProtobuf => DEFAULT_ENDPOINT,
+            Self::Grpc => DEFAULT_GRPC_ENDPOINT,
+        }
+    }
 }
 
 /// Which traces are recorded (`OTEL_TRACES_SAMPLER`).
@@ -70,7 +98,9 @@ pub enum RootSampling {
 /// Export that is on: where to, as whom, what share.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExportSettings {
-    /// The full URL traces are posted to.
+    /// How spans travel.
+    pub transport: Transport,
+    /// The full URL traces are sent to.
     pub traces_url: String,
     /// `service.name`.
     pub service_name: String,
@@ -153,16 +183,6 @@ impl TelemetryConfig {
                 }
             }
         }
-        let traces_url = match env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-            Some(url) => Some(checked_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url)?),
-            None => match env.var("OTEL_EXPORTER_OTLP_ENDPOINT") {
-                Some(base) => Some(traces_under("OTEL_EXPORTER_OTLP_ENDPOINT", &base)?),
-                None => match &self.endpoint {
-                    Some(base) => Some(traces_under("telemetry.endpoint", base)?),
-                    None => None,
-                },
-            },
-        };
         let protocol = env
             .var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
             .map(|value| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", value))
@@ -175,15 +195,30 @@ impl TelemetryConfig {
                     .clone()
                     .map(|value| ("telemetry.protocol", value))
             });
-        if let Some((name, value)) = protocol
-            && value.trim() != "http/protobuf"
-        {
-            return Err(TelemetryError::invalid(
-                name,
-                &value,
-                "`http/protobuf` (the one OTLP transport this build exports over)",
-            ));
-        }
+        let transport = match protocol {
+            None => Transport::HttpProtobuf,
+            Some((name, value)) => match value.trim() {
+                "http/protobuf" => Transport::HttpProtobuf,
+                "grpc" => Transport::Grpc,
+                _ => {
+                    return Err(TelemetryError::invalid(
+                        name,
+                        &value,
+                        "`http/protobuf` or `grpc` (`http/json` is not supported)",
+                    ));
+                }
+            },
+        };
+        let traces_url = match env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            Some(url) => Some(checked_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url)?),
+            None => match env.var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+                Some(base) => Some(transport.traces_under("OTEL_EXPORTER_OTLP_ENDPOINT", &base)?),
+                None => match &self.endpoint {
+                    Some(base) => Some(transport.traces_under("telemetry.endpoint", base)?),
+                    None => None,
+                },
+            },
+        };
         let sampling = self.sampling(env)?;
         let queue_size = match env.var("OTEL_BSP_MAX_QUEUE_SIZE") {
             Some(value) => value
@@ -208,13 +243,14 @@ impl TelemetryConfig {
         }
         let traces_url = match traces_url {
             Some(url) => url,
-            None => traces_under("telemetry.endpoint", DEFAULT_ENDPOINT)?,
+            None => transport.traces_under("telemetry.endpoint", transport.default_endpoint())?,
         };
         let service_name = env
             .var("OTEL_SERVICE_NAME")
             .or_else(|| self.service_name.clone())
             .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
         Ok(Some(ExportSettings {
+            transport,
             traces_url,
             service_name,
             sampling,
@@ -399,6 +435,35 @@ mod tests {
     }
 
     #[test]
+    fn grpc_sends_to_the_endpoint_as_given() {
+        let config = TelemetryConfig::default();
+        let grpc = on(
+            &config,
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+        );
+        assert_eq!(grpc.transport, Transport::Grpc);
+        assert_eq!(grpc.traces_url, "http://collector:4317");
+        let default = on(
+            &TelemetryConfig {
+                enabled: Some(true),
+                protocol: Some("grpc".into()),
+                ..TelemetryConfig::default()
+            },
+            &[],
+        );
+        assert_eq!(default.traces_url, "http://localhost:4317");
+        let http = on(
+            &config,
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")],
+        );
+        assert_eq!(http.transport, Transport::HttpProtobuf);
+        assert_eq!(http.traces_url, "http://collector:4318/v1/traces");
+    }
+
+    #[test]
     fn off_switches_of_the_specification() {
         let env = [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
@@ -429,7 +494,7 @@ mod tests {
                 "OTEL_TRACES_SAMPLER_ARG",
             ),
             (
-                vec![endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+                vec![endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
                 "OTEL_EXPORTER_OTLP_PROTOCOL",
             ),
             (

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -66,6 +69,43 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Sends every span of `request` to `tx`.
+fn received(request: ExportTraceServiceRequest, tx: &mpsc::UnboundedSender<Received>) {
+    for resource in request.resource_spans {
+        let resource_attributes = resource
+            .resource
+            .as_ref()
+            .map(|r| attributes(&r.attributes))
+            .unwrap_or_default();
+        let service = resource_attributes
+            .get("service.name")
+            .cloned()
+            .unwrap_or_default();
+        for scope in resource.scope_spans {
+            for span in scope.spans {
+                let _ = tx.send(Received {
+                    name: span.name.clone(),
+                    kind: span.kind,
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent_span_id: hex(&span.parent_span_id),
+                    attributes: attributes(&span.attributes),
+                    events: span.events.iter().map(|e| e.name.clone()).collect(),
+                    service: service.clone(),
+                    resource: resource_attributes.clone(),
+                    links: span
+                        .links
+                        .iter()
+                        .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                        .collect(),
+                    start_ns: span.start_time_unix_nano,
+                    end_ns: span.end_time_unix_nano,
+                });
+            }
+        }
+    }
+}
+
 /// A collector on a free port; every span it receives goes to the receiver.
 pub async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -75,39 +115,7 @@ pub async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
             let tx = tx.clone();
             async move {
                 let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                for resource in request.resource_spans {
-                    let resource_attributes = resource
-                        .resource
-                        .as_ref()
-                        .map(|r| attributes(&r.attributes))
-                        .unwrap_or_default();
-                    let service = resource_attributes
-                        .get("service.name")
-                        .cloned()
-                        .unwrap_or_default();
-                    for scope in resource.scope_spans {
-                        for span in scope.spans {
-                            let _ = tx.send(Received {
-                                name: span.name.clone(),
-                                kind: span.kind,
-                                trace_id: hex(&span.trace_id),
-                                span_id: hex(&span.span_id),
-                                parent_span_id: hex(&span.parent_span_id),
-                                attributes: attributes(&span.attributes),
-                                events: span.events.iter().map(|e| e.name.clone()).collect(),
-                                service: service.clone(),
-                                resource: resource_attributes.clone(),
-                                links: span
-                                    .links
-                                    .iter()
-                                    .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
-                                    .collect(),
-                                start_ns: span.start_time_unix_nano,
-                                end_ns: span.end_time_unix_nano,
-                            });
-                        }
-                    }
-                }
+                received(request, &tx);
                 (
                     [("content-type", "application/x-protobuf")],
                     ExportTraceServiceResponse::default().encode_to_vec(),
@@ -118,6 +126,35 @@ pub async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}"), rx)
+}
+
+/// The OTLP/gRPC trace service of [`grpc_collector`].
+struct GrpcTraces(mpsc::UnboundedSender<Received>);
+
+#[tonic::async_trait]
+impl TraceService for GrpcTraces {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        received(request.into_inner(), &self.0);
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// A collector speaking OTLP/gRPC (the OpenTelemetry project's service
+/// definition, served by tonic) on a free port.
+pub async fn grpc_collector() -> (String, mpsc::UnboundedReceiver<Received>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(GrpcTraces(tx)))
+            .serve_with_incoming(incoming),
+    );
     (format!("http://{address}"), rx)
 }
 
