@@ -34,6 +34,30 @@ fn value(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} is not in the scrape"))
 }
 
+/// The cluster description of the tests: one NATS server, replicas 1.
+fn cluster(nats: &NatsServer, postgres_url: String, dir: &tempfile::TempDir) -> Cluster {
+    Cluster {
+        nats_url: nats.url(),
+        postgres_url,
+        replicas: 1,
+        journal: dir.path().join("tools.journal"),
+        server_toml: String::new(),
+    }
+}
+
+/// Starts a run on `thread_id` through `base` whose `echo` call waits for
+/// approval; the run's id and the waiting call's, once it waits.
+async fn park(client: &reqwest::Client, base: &str, thread_id: &str) -> (String, String) {
+    let body = json!({"agentId": "bench-hitl",
+        "messages": [{"role": "user", "content": "echo, once approved"}]});
+    let url = format!("{base}/v1/threads/{thread_id}/messages");
+    let (status, queued) = post(client, url, body).await;
+    assert_eq!(status, 202, "{queued}");
+    let run_id = queued["run_id"].as_str().unwrap().to_owned();
+    let call = waiting_call(client, base, &run_id).await;
+    (run_id, call)
+}
+
 /// Scrapes `base` until `check` holds; the scrape that satisfied it. Fails the
 /// test after [`SETTLE`], showing the last scrape's `awaken_` lines.
 async fn until(
@@ -67,13 +91,7 @@ async fn a_cluster_reports_its_members_shards_nats_and_waiting_runs() {
     let mut nats = NatsServer::start().await.unwrap();
     let (postgres_url, _schema) = database().await;
     let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster {
-        nats_url: nats.url(),
-        postgres_url,
-        replicas: 1,
-        journal: dir.path().join("tools.journal"),
-        server_toml: String::new(),
-    };
+    let cluster = cluster(&nats, postgres_url, &dir);
     let mut nodes = Node::start_all(2, &cluster).await;
     let client = reqwest::Client::new();
     let shards = f64::from(u32::try_from(SHARDS).unwrap());
@@ -119,17 +137,7 @@ async fn a_cluster_reports_its_members_shards_nats_and_waiting_runs() {
     // A run parked on one node is counted by the other: the gauge is the store's.
     let base = &nodes[0].base;
     let thread_id = new_thread(&client, base).await;
-    let body = json!({"agentId": "bench-hitl",
-        "messages": [{"role": "user", "content": "echo, once approved"}]});
-    let (status, queued) = post(
-        &client,
-        format!("{base}/v1/threads/{thread_id}/messages"),
-        body,
-    )
-    .await;
-    assert_eq!(status, 202, "{queued}");
-    let parked = queued["run_id"].as_str().unwrap().to_owned();
-    waiting_call(&client, base, &parked).await;
+    let (parked, call) = park(&client, base, &thread_id).await;
     until(&client, &nodes[1].base, "the waiting run counted", |t| {
         value(t, "awaken_runs_waiting") == 1.0
     })
@@ -163,7 +171,6 @@ async fn a_cluster_reports_its_members_shards_nats_and_waiting_runs() {
     // The dashboard and the alerts in `deploy/observability` ask only for
     // series this node serves, once it ran a run, a model, a tool and a decision.
     let base = &nodes[0].base;
-    let call = waiting_call(&client, base, &parked).await;
     let decision = json!({"call_id": call, "decision_id": "d-obs", "action": "resume",
         "result": {"approved": true}});
     let (status, applied) = post(
@@ -205,13 +212,7 @@ async fn a_thread_call_to_another_node_continues_the_callers_trace() {
     let nats = NatsServer::start().await.unwrap();
     let (postgres_url, _schema) = database().await;
     let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster {
-        nats_url: nats.url(),
-        postgres_url,
-        replicas: 1,
-        journal: dir.path().join("tools.journal"),
-        server_toml: String::new(),
-    };
+    let cluster = cluster(&nats, postgres_url, &dir);
     let (endpoint, mut received) = otlp_support::collector().await;
     let mut nodes = Vec::new();
     for id in ["n1", "n2"] {
@@ -236,17 +237,7 @@ async fn a_thread_call_to_another_node_continues_the_callers_trace() {
     // A run parked on n1's thread; its decision posted to n2.
     let (owner, other) = (&nodes[0].base, &nodes[1].base);
     let thread_id = thread_owned_by(&client, owner, nats.connect().await.unwrap(), "n1").await;
-    let body = json!({"agentId": "bench-hitl",
-        "messages": [{"role": "user", "content": "echo, once approved"}]});
-    let (status, queued) = post(
-        &client,
-        format!("{owner}/v1/threads/{thread_id}/messages"),
-        body,
-    )
-    .await;
-    assert_eq!(status, 202, "{queued}");
-    let run_id = queued["run_id"].as_str().unwrap().to_owned();
-    let call = waiting_call(&client, owner, &run_id).await;
+    let (run_id, call) = park(&client, owner, &thread_id).await;
     let decision = json!({"call_id": call, "decision_id": "d-routed", "action": "resume",
         "result": {"approved": true}});
     let response = client

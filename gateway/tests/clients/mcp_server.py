@@ -59,22 +59,23 @@ def exit() -> str:
     os._exit(0)
 
 
-@server.tool(description="Returns the idempotency key the call carried in `_meta`.")
-def idempotency_key(ctx: Context) -> str:
+def meta_field(ctx: Context, key: str) -> str:
+    """The text under `key` in the call's `_meta`, or "" without one."""
     meta = ctx.request_context.meta
     if meta is None:
         return ""
     fields = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
-    return str(fields.get("io.awaken/idempotency-key", ""))
+    return str(fields.get(key, ""))
+
+
+@server.tool(description="Returns the idempotency key the call carried in `_meta`.")
+def idempotency_key(ctx: Context) -> str:
+    return meta_field(ctx, "io.awaken/idempotency-key")
 
 
 @server.tool(description="Returns the W3C trace context the call carried in `_meta`.")
 def traceparent(ctx: Context) -> str:
-    meta = ctx.request_context.meta
-    if meta is None:
-        return ""
-    fields = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
-    return str(fields.get("traceparent", ""))
+    return meta_field(ctx, "traceparent")
 
 
 @server.tool(name="calls", description="How many calls this server answered before.")
