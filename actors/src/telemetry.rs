@@ -75,8 +75,7 @@ pub(crate) fn activation_ended(span: &Span, reason: Option<&TerminationReason>) 
     match reason {
         Some(TerminationReason::Error(message)) => {
             span.record("awaken.run.outcome", "error");
-            span.record("error.type", "run_failed");
-            span.record("otel.status_code", "ERROR");
+            failed(span, "run_failed");
             span.add_event(
                 "exception",
                 vec![opentelemetry::KeyValue::new(
@@ -163,10 +162,7 @@ pub(crate) fn chat_ended(
                 );
             }
         }
-        Err(error) => {
-            span.record("error.type", inference_error_type(error));
-            span.record("otel.status_code", "ERROR");
-        }
+        Err(error) => failed(span, inference_error_type(error)),
     }
 }
 
@@ -187,8 +183,10 @@ pub(crate) fn execute_tool(parent: &Span, tool: &str, call_id: &ToolCallId) -> S
     )
 }
 
-/// Records a failed tool call on its span.
-pub(crate) fn tool_failed(span: &Span, error_type: &'static str) {
+/// Marks `span` as failed with `error_type` (`error.type`, status ERROR): the
+/// one way every span of the runtime says it failed. The span must declare
+/// `error.type` and `otel.status_code` as empty fields.
+pub fn failed(span: &Span, error_type: &str) {
     if span.is_disabled() {
         return;
     }

@@ -71,7 +71,7 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
             ToolOutcome::Cancelled => Some("cancelled"),
         };
         if let Some(error_type) = failure {
-            telemetry::tool_failed(&span, error_type);
+            telemetry::failed(&span, error_type);
         }
         metrics.tool_finished(
             &ctx.tool_name,

@@ -8,7 +8,7 @@
 use tracing::Span;
 use tracing::field::Empty;
 
-use super::{TARGET, follow};
+use super::{TARGET, failed, follow};
 use crate::contract::{RunDispatch, TraceContext};
 use crate::ids::DispatchId;
 
@@ -51,10 +51,7 @@ pub(crate) fn sent(span: &Span, outcome: Result<&DispatchId, &'static str>) {
         Ok(id) => {
             span.record("messaging.message.id", id.to_string());
         }
-        Err(error_type) => {
-            span.record("error.type", error_type);
-            span.record("otel.status_code", "ERROR");
-        }
+        Err(error_type) => failed(span, error_type),
     }
 }
 
@@ -118,7 +115,6 @@ pub(crate) fn processed(span: &Span, delivery: Delivery) {
     };
     span.record("awaken.dispatch.outcome", outcome);
     if matches!(delivery, Delivery::GivenBack | Delivery::DeadLettered) {
-        span.record("error.type", outcome);
-        span.record("otel.status_code", "ERROR");
+        failed(span, outcome);
     }
 }

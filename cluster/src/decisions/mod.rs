@@ -322,8 +322,7 @@ async fn handle(
             };
             metrics.decision(DecisionSource::Nats, DecisionOutcome::Rejected);
             span.record("awaken.decision.outcome", "rejected");
-            span.record("error.type", "rejected");
-            span.record("otel.status_code", "ERROR");
+            telemetry::failed(&span, "rejected");
             tracing::info!(?rejection, "decision rejected");
             if let Ok(body) = serde_json::to_vec(&rejection) {
                 let _ = client.publish(REJECTED_SUBJECT, body.into()).await;

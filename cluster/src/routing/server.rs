@@ -192,8 +192,7 @@ fn call_answered(span: &Span, outcome: &CallOutcome) {
     let answered = outcome.name();
     span.record("awaken.call.outcome", answered);
     if matches!(outcome, CallOutcome::Failed(_) | CallOutcome::Malformed(_)) {
-        span.record("error.type", answered);
-        span.record("otel.status_code", "ERROR");
+        telemetry::failed(span, answered);
     }
 }
 

@@ -108,10 +108,8 @@ impl ServerHandler for AgentTools {
         };
         if let Ok(CallToolResponse::Complete(result)) = &answer
             && result.is_error == Some(true)
-            && !span.is_disabled()
         {
-            span.record("error.type", "tool_error");
-            span.record("otel.status_code", "ERROR");
+            telemetry::failed(&span, "tool_error");
         }
         answer
     }
