@@ -14,3 +14,8 @@ else
   cargo test --workspace --locked --lib --bins --tests
 fi
 cargo test --workspace --locked --doc
+
+# The cross-node trace picture in docs/observability.md is drawn from spans a test
+# captured; the drawing script must still draw exactly the committed picture.
+python3 scripts/trace_picture.py --check --rows 10 \
+  docs/images/cross-node-trace.json docs/images/cross-node-trace.svg
