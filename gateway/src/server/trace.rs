@@ -44,14 +44,22 @@ pub(crate) fn incoming() -> Option<TraceContext> {
     INCOMING.try_with(|incoming| *incoming).ok().flatten()
 }
 
+/// Routes that get no span: probes and scrapes come every few seconds from every
+/// kubelet and Prometheus, start no run, and would fill a tracing backend with
+/// one-span traces.
+const UNTRACED: [&str; 4] = ["/health", "/health/ready", "/health/live", "/metrics"];
+
 /// The server span of `request` (HTTP semantic conventions), a child of
-/// `incoming`; disabled when spans are not exported.
+/// `incoming`; disabled when spans are not exported, and for probes and scrapes.
 pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) -> Span {
     let method = request.method().as_str();
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map(MatchedPath::as_str);
+    if route.is_some_and(|route| UNTRACED.contains(&route)) {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         target: TARGET,
         "request",
