@@ -21,6 +21,9 @@ use prometheus_client::registry::{Registry, Unit};
 /// The content type of the OpenMetrics text format that Prometheus scrapes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// How long a scrape waits for the store's count of waiting runs.
+const STORE_READ_LIMIT: Duration = Duration::from_secs(2);
+
 /// The route label of requests that matched no route.
 const UNMATCHED: &str = "unmatched";
 
@@ -250,9 +253,12 @@ impl Metrics {
         self.failed_starts
             .inner()
             .store(runtime.failed_starts(), Ordering::Relaxed);
-        match control.store().waiting_runs().await {
-            Ok(waiting) => self.waiting.set(waiting, now_ms() / 1000),
-            Err(error) => tracing::warn!(%error, "metrics: waiting runs not counted"),
+        // Bounded: a database that does not answer must not hold the scrape past
+        // Prometheus' own timeout; the gauge keeps its last value meanwhile.
+        match tokio::time::timeout(STORE_READ_LIMIT, control.store().waiting_runs()).await {
+            Ok(Ok(waiting)) => self.waiting.set(waiting, now_ms() / 1000),
+            Ok(Err(error)) => tracing::warn!(%error, "metrics: waiting runs not counted"),
+            Err(_) => tracing::warn!("metrics: the store did not count waiting runs in time"),
         }
         self.spans_dropped
             .inner()
