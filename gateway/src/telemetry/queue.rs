@@ -97,7 +97,14 @@ struct Handed<E> {
 
 impl<E: SpanExporter> SpanExporter for Handed<E> {
     fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
-        self.queued.spans.fetch_sub(batch.len(), Ordering::AcqRel);
+        // Saturating: a count that wrapped would read as a full queue forever.
+        let handed = batch.len();
+        let _ = self
+            .queued
+            .spans
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                Some(queued.saturating_sub(handed))
+            });
         self.inner.export(batch)
     }
 
