@@ -50,7 +50,8 @@ pub(crate) fn incoming() -> Option<TraceContext> {
 const UNTRACED: [&str; 4] = ["/health", "/health/ready", "/health/live", "/metrics"];
 
 /// The server span of `request` (HTTP semantic conventions), a child of
-/// `incoming`; disabled when spans are not exported, and for probes and scrapes.
+/// `incoming`; disabled when spans are not exported, for probes and scrapes,
+/// and for a caller's unsampled trace under a parent-based sampler.
 pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) -> Span {
     let method = request.method().as_str();
     let route = request
@@ -58,6 +59,12 @@ pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) ->
         .get::<MatchedPath>()
         .map(MatchedPath::as_str);
     if route.is_some_and(|route| UNTRACED.contains(&route)) {
+        return Span::none();
+    }
+    // The sampler would drop it: building it first would cost as much as
+    // recording it (the run under it builds nothing either: its context stays
+    // the caller's, unsampled).
+    if incoming.is_some_and(|trace| !trace.sampled()) && crate::telemetry::parent_decides() {
         return Span::none();
     }
     let span = tracing::info_span!(

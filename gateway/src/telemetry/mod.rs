@@ -13,6 +13,8 @@ mod json_lines;
 mod queue;
 mod settings;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use awaken_actors::telemetry::TARGET;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
@@ -30,6 +32,16 @@ pub use settings::{
     Env, ExportSettings, ProcessEnv, RootSampling, Sampling, TelemetryConfig, TelemetryError,
     Transport,
 };
+
+/// Whether the installed sampler follows a caller's sampled flag (the
+/// parent-based ones, the default): then a request whose caller did not sample
+/// its trace needs no span at all, and the edge builds none.
+static PARENT_DECIDES: AtomicBool = AtomicBool::new(false);
+
+/// Whether a caller's unsampled `traceparent` settles that nothing is recorded.
+pub(crate) fn parent_decides() -> bool {
+    PARENT_DECIDES.load(Ordering::Relaxed)
+}
 
 /// The installed subscriber's exporter; dropping it flushes the spans still
 /// queued (at most the export timeout).
@@ -63,6 +75,10 @@ impl Telemetry {
         let provider = export
             .map(|export| provider(export, grpc.as_ref()))
             .transpose()?;
+        PARENT_DECIDES.store(
+            export.is_some_and(|export| matches!(export.sampling, Sampling::ParentBased(_))),
+            Ordering::Relaxed,
+        );
         let log_filter =
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
         let dispatch = subscriber(format, log_filter, std::io::stderr, provider.as_ref())?;
