@@ -1,6 +1,8 @@
 //! Steps several routes share: checking ids, accepting runs, sending decisions and
 //! cancellations to a thread's owner.
 
+use std::time::Duration;
+
 use awaken_actors::contract::{RunDispatch, RunDispatchStatus, Thread};
 use awaken_actors::mailbox::{DispatchQuery, SubmitOptions, now_ms};
 use awaken_actors::telemetry::{DecisionOutcome, DecisionSource};
@@ -195,13 +197,51 @@ pub(crate) async fn decide(
     }
 }
 
+/// How long a cancel waits for a run whose dispatch was just claimed to become
+/// active on its thread, so the cancel reaches it (claim and activation are two
+/// steps; between them the run is neither queued nor active).
+const STARTING_WAIT: Duration = Duration::from_secs(2);
+
 /// Cancels the thread's active run (`run_id` pins which), or else its queued
-/// dispatches (only the one of `run_id` when given). 409 when nothing matched.
+/// dispatches (only the one of `run_id` when given). A run whose dispatch is
+/// claimed but not yet active is waited for (at most [`STARTING_WAIT`]) and then
+/// cancelled. 409 when nothing matched.
 pub(crate) async fn cancel(
     state: &AppState,
     thread_id: &ThreadId,
     run_id: Option<&RunId>,
 ) -> Result<serde_json::Value, ApiError> {
+    let deadline = tokio::time::Instant::now() + STARTING_WAIT;
+    loop {
+        if let Some(cancelled) = cancel_active(state, thread_id, run_id).await? {
+            return Ok(serde_json::json!({"status": "cancel_requested", "run_id": cancelled}));
+        }
+        let cancelled = cancel_queued(state, thread_id, run_id).await?;
+        if !cancelled.is_empty() {
+            return Ok(serde_json::json!({"status": "cancel_requested", "run_ids": cancelled}));
+        }
+        let starting = dispatches(state, thread_id, RunDispatchStatus::Claimed)
+            .await?
+            .iter()
+            .any(|dispatch| run_id.is_none_or(|run| *run == dispatch.run_id));
+        if !starting || tokio::time::Instant::now() >= deadline {
+            let what = run_id.map_or_else(
+                || format!("thread `{thread_id}` has no active or queued run"),
+                |run| format!("run `{run}` is neither active nor queued"),
+            );
+            return Err(ApiError::Conflict(what));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Cancels the thread's active run (`run_id` pins which); `None` when it has
+/// none (or another one).
+async fn cancel_active(
+    state: &AppState,
+    thread_id: &ThreadId,
+    run_id: Option<&RunId>,
+) -> Result<Option<RunId>, ApiError> {
     let answer = state
         .control
         .call(ThreadCall::Cancel {
@@ -210,25 +250,13 @@ pub(crate) async fn cancel(
         })
         .await?;
     match answer.outcome {
-        CallOutcome::Cancelled(run_id) => {
-            return Ok(serde_json::json!({"status": "cancel_requested", "run_id": run_id}));
-        }
-        // Nothing active (or not this run): look for queued work instead.
+        CallOutcome::Cancelled(run_id) => Ok(Some(run_id)),
         CallOutcome::Failed(
             ControlError::NoActiveRun { .. } | ControlError::RunNotActive { .. },
-        ) => {}
-        CallOutcome::Failed(refused) => return Err(refused.into()),
-        other => return Err(unexpected("cancel", &other)),
+        ) => Ok(None),
+        CallOutcome::Failed(refused) => Err(refused.into()),
+        other => Err(unexpected("cancel", &other)),
     }
-    let cancelled = cancel_queued(state, thread_id, run_id).await?;
-    if cancelled.is_empty() {
-        let what = run_id.map_or_else(
-            || format!("thread `{thread_id}` has no active or queued run"),
-            |run| format!("run `{run}` is neither active nor queued"),
-        );
-        return Err(ApiError::Conflict(what));
-    }
-    Ok(serde_json::json!({"status": "cancel_requested", "run_ids": cancelled}))
 }
 
 /// The thread's dispatches that wait in the mailbox.
@@ -236,12 +264,21 @@ pub(crate) async fn queued_dispatches(
     state: &AppState,
     thread_id: &ThreadId,
 ) -> Result<Vec<RunDispatch>, ApiError> {
+    dispatches(state, thread_id, RunDispatchStatus::Queued).await
+}
+
+/// The thread's dispatches in `status`.
+async fn dispatches(
+    state: &AppState,
+    thread_id: &ThreadId,
+    status: RunDispatchStatus,
+) -> Result<Vec<RunDispatch>, ApiError> {
     let page = state
         .control
         .mailbox()
         .list_dispatches(&DispatchQuery {
             thread_id: Some(thread_id.clone()),
-            statuses: vec![RunDispatchStatus::Queued],
+            statuses: vec![status],
             offset: 0,
             limit: 200,
         })
@@ -260,7 +297,7 @@ async fn cancel_queued(
         if run_id.is_some_and(|run| *run != dispatch.run_id) {
             continue;
         }
-        // Claimed meanwhile: the run is starting, and this cancel came too late.
+        // Claimed meanwhile: the run is starting; the caller waits for it.
         if let Ok(dispatch) = mailbox.cancel(&dispatch.dispatch_id, now_ms()).await {
             cancelled.push(dispatch.run_id);
         }
