@@ -6,7 +6,7 @@ use awaken_actors::contract::TraceContext;
 use awaken_actors::telemetry;
 
 /// The header's name, as the W3C specification spells it.
-pub(crate) const TRACEPARENT: &str = "traceparent";
+const TRACEPARENT: &str = "traceparent";
 
 /// The `traceparent` of `headers`, if a valid one.
 pub(crate) fn traceparent(headers: Option<&HeaderMap>) -> Option<TraceContext> {
@@ -14,11 +14,19 @@ pub(crate) fn traceparent(headers: Option<&HeaderMap>) -> Option<TraceContext> {
     TraceContext::parse(value.as_str()).ok()
 }
 
+/// Adds the current span's context to `headers` when it is exported; whether
+/// it did.
+pub(crate) fn insert_current(headers: &mut HeaderMap) -> bool {
+    let Some(trace) = telemetry::context_of(&tracing::Span::current()) else {
+        return false;
+    };
+    headers.insert(TRACEPARENT, trace.to_string().as_str());
+    true
+}
+
 /// Headers carrying the current span's context, when it is exported; `None`
 /// otherwise (a message then goes without headers, as before).
 pub(crate) fn current() -> Option<HeaderMap> {
-    let trace = telemetry::context_of(&tracing::Span::current())?;
     let mut headers = HeaderMap::new();
-    headers.insert(TRACEPARENT, trace.to_string().as_str());
-    Some(headers)
+    insert_current(&mut headers).then_some(headers)
 }

@@ -40,7 +40,7 @@ pub use wire::{
 
 use crate::error::ClusterError;
 use crate::streams::ensure_stream;
-use crate::trace_headers::{TRACEPARENT, traceparent};
+use crate::trace_headers::{self, traceparent};
 
 /// The stream that keeps published decisions until they are applied.
 pub const DECISIONS_STREAM: &str = "AWAKEN_DECISIONS";
@@ -200,9 +200,7 @@ impl DecisionBus {
         let mut headers = HeaderMap::new();
         headers.insert("Content-Type", "application/json");
         headers.insert("Nats-Msg-Id", payload.decision_id.as_str());
-        if let Some(trace) = telemetry::context_of(&tracing::Span::current()) {
-            headers.insert(TRACEPARENT, trace.to_string().as_str());
-        }
+        trace_headers::insert_current(&mut headers);
         let body = serde_json::to_vec(payload).map_err(|e| ClusterError::Codec(e.to_string()))?;
         self.js
             .publish_with_headers(
