@@ -13,7 +13,6 @@ use std::pin::Pin;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tracing::Instrument;
 
 use crate::cancellation::CancellationToken;
 use crate::ids::{RunId, ToolCallId};
@@ -71,7 +70,7 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
             ToolOutcome::Cancelled => Some("cancelled"),
         };
         if let Some(error_type) = failure {
-            telemetry::failed(&span, error_type);
+            span.failed(error_type);
         }
         metrics.tool_finished(
             &ctx.tool_name,
@@ -80,11 +79,7 @@ pub(crate) fn execution(launch: Launch) -> (Execution, CancellationToken) {
         );
         outcome
     };
-    let execution: Execution = if traced.is_disabled() {
-        Box::pin(execution)
-    } else {
-        Box::pin(execution.instrument(traced))
-    };
+    let execution: Execution = Box::pin(traced.traced(execution));
     (execution, cancellation)
 }
 

@@ -17,7 +17,7 @@ pub(crate) fn traceparent(headers: Option<&HeaderMap>) -> Option<TraceContext> {
 /// Adds the current span's context to `headers` when it is exported; whether
 /// it did.
 pub(crate) fn insert_current(headers: &mut HeaderMap) -> bool {
-    let Some(trace) = telemetry::context_of(&tracing::Span::current()) else {
+    let Some(trace) = telemetry::Span::current().context() else {
         return false;
     };
     headers.insert(TRACEPARENT, trace.to_string().as_str());

@@ -9,9 +9,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
-use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::Span;
 use crate::contract::{ContentBlock, Message, Role};
 use crate::llm::{StopReason, StreamResult};
 
@@ -23,9 +22,9 @@ pub fn capture_content(on: bool) {
     CAPTURE.store(on, Ordering::Relaxed);
 }
 
-/// Whether `span` should carry content: capture is on and the span is exported.
+/// Whether `span` should carry content: capture is on and the span is recorded.
 fn capturing(span: &Span) -> bool {
-    CAPTURE.load(Ordering::Relaxed) && !span.is_disabled()
+    CAPTURE.load(Ordering::Relaxed) && span.is_recording()
 }
 
 /// Records the system instructions and the conversation sent to the model.
@@ -41,13 +40,13 @@ pub(crate) fn record_input(span: &Span, messages: &[Message]) {
         .flat_map(|message| message.content.iter().map(part))
         .collect();
     if !instructions.is_empty() {
-        span.set_attribute(
+        span.set(
             "gen_ai.system_instructions",
             Value::Array(instructions).to_string(),
         );
     }
     let input: Vec<Value> = conversation.into_iter().map(input_message).collect();
-    span.set_attribute("gen_ai.input.messages", Value::Array(input).to_string());
+    span.set("gen_ai.input.messages", Value::Array(input).to_string());
 }
 
 /// Records what the model answered.
@@ -62,7 +61,7 @@ pub(crate) fn record_output(span: &Span, result: &StreamResult) {
     }));
     let finish = result.stop_reason.as_ref().map_or("stop", finish_reason);
     let output = json!([{"role": "assistant", "parts": parts, "finish_reason": finish}]);
-    span.set_attribute("gen_ai.output.messages", output.to_string());
+    span.set("gen_ai.output.messages", output.to_string());
 }
 
 fn input_message(message: &Message) -> Value {

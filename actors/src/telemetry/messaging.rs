@@ -5,10 +5,10 @@
 //! so a run accepted on one node and executed on another shows both hops in its
 //! trace. A run without a trace context (no request started it) gets neither.
 
-use tracing::Span;
-use tracing::field::Empty;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 
-use super::{TARGET, failed, follow};
+use super::{Parent, Span};
 use crate::contract::{RunDispatch, TraceContext};
 use crate::ids::DispatchId;
 
@@ -25,33 +25,29 @@ pub(crate) fn send(trace: Option<&TraceContext>) -> Span {
     let Some(trace) = traced(trace) else {
         return Span::none();
     };
-    let span = tracing::info_span!(
-        target: TARGET,
-        "send",
-        otel.name = "send awaken.mailbox",
-        otel.kind = "producer",
-        otel.status_code = Empty,
-        messaging.system = "awaken",
-        messaging.operation.type = "send",
-        messaging.operation.name = "enqueue",
-        messaging.destination.name = DESTINATION,
-        messaging.message.id = Empty,
-        error.type = Empty,
-    );
-    follow(&span, trace);
-    span
+    Span::start(
+        "send awaken.mailbox",
+        SpanKind::Producer,
+        Parent::Remote(trace),
+        || {
+            vec![
+                KeyValue::new("messaging.system", "awaken"),
+                KeyValue::new("messaging.operation.type", "send"),
+                KeyValue::new("messaging.operation.name", "enqueue"),
+                KeyValue::new("messaging.destination.name", DESTINATION),
+            ]
+        },
+    )
 }
 
 /// Records the dispatch `send` enqueued, or why it was refused.
 pub(crate) fn sent(span: &Span, outcome: Result<&DispatchId, &'static str>) {
-    if span.is_disabled() {
+    if !span.is_recording() {
         return;
     }
     match outcome {
-        Ok(id) => {
-            span.record("messaging.message.id", id.to_string());
-        }
-        Err(error_type) => failed(span, error_type),
+        Ok(id) => span.set("messaging.message.id", id.to_string()),
+        Err(error_type) => span.failed(error_type),
     }
 }
 
@@ -65,25 +61,23 @@ pub(crate) fn process(
     let Some(trace) = traced(trace) else {
         return Span::none();
     };
-    let span = tracing::info_span!(
-        target: TARGET,
-        "process",
-        otel.name = "process awaken.mailbox",
-        otel.kind = "consumer",
-        otel.status_code = Empty,
-        messaging.system = "awaken",
-        messaging.operation.type = "process",
-        messaging.destination.name = DESTINATION,
-        messaging.consumer.group.name = "awaken",
-        messaging.client.id = consumer,
-        messaging.message.id = %dispatch.dispatch_id,
-        awaken.run.id = %dispatch.run_id,
-        awaken.dispatch.attempt = dispatch.attempt_count,
-        awaken.dispatch.outcome = Empty,
-        error.type = Empty,
-    );
-    follow(&span, trace);
-    span
+    Span::start(
+        "process awaken.mailbox",
+        SpanKind::Consumer,
+        Parent::Remote(trace),
+        || {
+            vec![
+                KeyValue::new("messaging.system", "awaken"),
+                KeyValue::new("messaging.operation.type", "process"),
+                KeyValue::new("messaging.destination.name", DESTINATION),
+                KeyValue::new("messaging.consumer.group.name", "awaken"),
+                KeyValue::new("messaging.client.id", consumer.to_owned()),
+                KeyValue::new("messaging.message.id", dispatch.dispatch_id.to_string()),
+                KeyValue::new("awaken.run.id", dispatch.run_id.to_string()),
+                KeyValue::new("awaken.dispatch.attempt", i64::from(dispatch.attempt_count)),
+            ]
+        },
+    )
 }
 
 /// What a delivery attempt came to.
@@ -103,7 +97,7 @@ pub(crate) enum Delivery {
 
 /// Records what `span`'s delivery attempt came to.
 pub(crate) fn processed(span: &Span, delivery: Delivery) {
-    if span.is_disabled() {
+    if !span.is_recording() {
         return;
     }
     let outcome = match delivery {
@@ -113,8 +107,8 @@ pub(crate) fn processed(span: &Span, delivery: Delivery) {
         Delivery::GivenBack => "given_back",
         Delivery::DeadLettered => "dead_lettered",
     };
-    span.record("awaken.dispatch.outcome", outcome);
+    span.set("awaken.dispatch.outcome", outcome);
     if matches!(delivery, Delivery::GivenBack | Delivery::DeadLettered) {
-        failed(span, outcome);
+        span.failed(outcome);
     }
 }

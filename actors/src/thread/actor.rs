@@ -16,7 +16,6 @@ use std::panic::AssertUnwindSafe;
 
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tracing::Instrument;
 
 use crate::context::Compaction;
 use crate::contract::{
@@ -976,7 +975,7 @@ impl ThreadActorState {
             return None;
         };
         self.busy = true;
-        if run.span.is_none() {
+        if run.span.is_disabled() {
             run.span = telemetry::invoke_agent(run.agent.spec.id.as_str(), &run.identity);
         }
         if let Work::Decide(call_id, resume) = &work {
@@ -1021,13 +1020,8 @@ impl ThreadActorState {
             let _ = myself.send_message(report);
         };
         // If the actor is gone when a spawned segment ends, the cores go with it; the
-        // store has the last checkpoint. Wrapped in its span only when exported:
-        // the wrapper costs every poll.
-        if span.is_disabled() {
-            crate::inline::ready_or_spawn(segment, report)
-        } else {
-            crate::inline::ready_or_spawn(segment.instrument(span), report)
-        }
+        // store has the last checkpoint.
+        crate::inline::ready_or_spawn(span.traced(segment), report)
     }
 
     async fn on_segment_done(&mut self, done: SegmentDone, myself: &ActorRef<ThreadMsg>) {
@@ -1068,7 +1062,7 @@ impl ThreadActorState {
                 }
                 run.events.detach();
                 telemetry::activation_ended(&run.span, None);
-                run.span = tracing::Span::none();
+                run.span = telemetry::Span::none();
             }
             Next::Finished => {
                 run.events.detach();
@@ -1108,7 +1102,7 @@ impl ThreadActorState {
         let span = telemetry::chat(&run.span, &run.agent.model.provider, &request.model);
         telemetry::record_input(&span, &request.messages);
         // Which model answered is certain only without fallbacks.
-        let answering_model = (!span.is_disabled() && request.fallback_models.is_empty())
+        let answering_model = (span.is_recording() && request.fallback_models.is_empty())
             .then(|| request.model.clone());
         let traced = span.clone();
         let metrics = Arc::clone(&self.deps.metrics);
@@ -1172,11 +1166,7 @@ impl ThreadActorState {
                 duration_ms,
             });
         };
-        let finished = if traced.is_disabled() {
-            crate::inline::ready_or_spawn(inference, report)
-        } else {
-            crate::inline::ready_or_spawn(inference.instrument(traced), report)
-        };
+        let finished = crate::inline::ready_or_spawn(traced.traced(inference), report);
         for delta in early.take() {
             self.on_delta(&run_id, delta);
         }

@@ -125,7 +125,7 @@ pub(crate) struct RunCore {
     pub(crate) step_message_id: MessageId,
     /// The span of this activation of the run (`invoke_agent`); none between
     /// activations and when spans are not exported.
-    pub(crate) span: tracing::Span,
+    pub(crate) span: crate::telemetry::Span,
 }
 
 impl RunCore {
@@ -146,7 +146,7 @@ impl RunCore {
             overrides,
             last_response: None,
             step_message_id: MessageId::generate(),
-            span: tracing::Span::none(),
+            span: crate::telemetry::Span::none(),
         }
     }
 }

@@ -93,7 +93,7 @@ pub(crate) struct Launch {
     pub(crate) args: serde_json::Value,
     pub(crate) ctx: ToolCallContext,
     /// The attempt's `execute_tool` span.
-    pub(crate) span: tracing::Span,
+    pub(crate) span: telemetry::Span,
     /// Where the attempt's duration is recorded.
     pub(crate) metrics: Arc<telemetry::RunMetrics>,
 }
@@ -801,7 +801,7 @@ impl Driver<'_> {
                 ctx.children = self.deps.children.get();
                 ctx.resumed = resumed;
                 let span = telemetry::execute_tool(&self.run.span, &ctx.tool_name, call_id);
-                if let Some(trace) = telemetry::context_of(&span) {
+                if let Some(trace) = span.context() {
                     ctx.trace = Some(trace);
                 }
                 Ok(Prepared::Launch(Box::new(Launch {

@@ -26,10 +26,11 @@ use async_nats::jetstream::{self, AckKind, consumer, stream};
 use async_trait::async_trait;
 use awaken_actors::telemetry::{self, DecisionOutcome, DecisionSource, RunMetrics};
 use futures::StreamExt;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use tracing::Instrument;
 
 pub use routed::RoutedDecisions;
 pub use runtime::RuntimeDecisions;
@@ -130,27 +131,25 @@ fn now_ms() -> u64 {
 /// The consumer span of one decision taken off the bus (messaging conventions),
 /// a child of its publisher's `traceparent`; disabled when spans are not
 /// exported.
-fn process_span(subject: &str, headers: Option<&HeaderMap>) -> tracing::Span {
-    let span = tracing::info_span!(
-        target: telemetry::TARGET,
-        "process",
-        otel.name = "process awaken.decisions",
-        otel.kind = "consumer",
-        otel.status_code = tracing::field::Empty,
-        messaging.system = "nats",
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
-        messaging.destination.name = subject,
-        messaging.destination.template = "awaken.decisions.{thread_id}",
-        messaging.consumer.group.name = DECISIONS_CONSUMER,
-        messaging.message.id = tracing::field::Empty,
-        awaken.decision.outcome = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-    );
-    if let Some(parent) = traceparent(headers) {
-        telemetry::follow(&span, &parent);
-    }
-    span
+fn process_span(subject: &str, headers: Option<&HeaderMap>) -> telemetry::Span {
+    telemetry::Span::start(
+        "process awaken.decisions",
+        SpanKind::Consumer,
+        traceparent(headers).as_ref().into(),
+        || {
+            vec![
+                KeyValue::new("messaging.system", "nats"),
+                KeyValue::new("messaging.operation.type", "process"),
+                KeyValue::new("messaging.operation.name", "process"),
+                KeyValue::new("messaging.destination.name", subject.to_owned()),
+                KeyValue::new(
+                    "messaging.destination.template",
+                    "awaken.decisions.{thread_id}",
+                ),
+                KeyValue::new("messaging.consumer.group.name", DECISIONS_CONSUMER),
+            ]
+        },
+    )
 }
 
 fn content_type(headers: Option<&HeaderMap>) -> Option<&str> {
@@ -283,10 +282,11 @@ async fn handle(
         Err(error) => Err((None, error)),
         Ok(mut decision) => {
             let decision_id = decision.resume.decision_id.to_string();
-            span.record("messaging.message.id", decision_id.as_str());
-            decision.resume.trace =
-                telemetry::context_of(&span).or_else(|| traceparent(message.headers.as_ref()));
-            let delivery = target.deliver(decision).instrument(span.clone());
+            span.set("messaging.message.id", decision_id.clone());
+            decision.resume.trace = span
+                .context()
+                .or_else(|| traceparent(message.headers.as_ref()));
+            let delivery = span.traced(target.deliver(decision));
             match with_progress(&message, config.ack_wait, delivery).await {
                 Delivery::Applied { duplicate } => {
                     let outcome = if duplicate {
@@ -295,14 +295,14 @@ async fn handle(
                         DecisionOutcome::Applied
                     };
                     metrics.decision(DecisionSource::Nats, outcome);
-                    span.record(
+                    span.set(
                         "awaken.decision.outcome",
                         if duplicate { "duplicate" } else { "applied" },
                     );
                     Ok(AckKind::Ack)
                 }
                 Delivery::Retry(reason) => {
-                    span.record("awaken.decision.outcome", "retry");
+                    span.set("awaken.decision.outcome", "retry");
                     tracing::debug!(%subject, %reason, "decision bus: retrying later");
                     Ok(AckKind::Nak(Some(retry_delay)))
                 }
@@ -319,8 +319,8 @@ async fn handle(
                 error,
             };
             metrics.decision(DecisionSource::Nats, DecisionOutcome::Rejected);
-            span.record("awaken.decision.outcome", "rejected");
-            telemetry::failed(&span, "rejected");
+            span.set("awaken.decision.outcome", "rejected");
+            span.failed("rejected");
             tracing::info!(?rejection, "decision rejected");
             if let Ok(body) = serde_json::to_vec(&rejection) {
                 let _ = client.publish(REJECTED_SUBJECT, body.into()).await;

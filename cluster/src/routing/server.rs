@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use async_nats::{Client, HeaderMap, Message};
 use awaken_actors::contract::StreamEvent;
-use awaken_actors::telemetry;
+use awaken_actors::telemetry::{Parent, Span};
 use futures::StreamExt;
-use futures::future::Either;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
-use tracing::field::Empty;
-use tracing::{Instrument, Span};
 
 use super::host::ThreadHost;
 use super::wire::{CallFrame, CallOutcome, ThreadCall, call_subject};
@@ -128,13 +127,7 @@ async fn answer(client: &Client, host: &ThreadHost, message: Message, heartbeat:
     };
     let span = call_span(&message.subject, message.headers.as_ref(), &call);
     let handling = host.handle(call);
-    // Instrumented only when exported: a disabled span's enter and exit on
-    // every poll would be paid by every call.
-    let handling = if span.is_disabled() {
-        Either::Left(handling)
-    } else {
-        Either::Right(handling.instrument(span.clone()))
-    };
+    let handling = span.traced(handling);
     tokio::pin!(handling);
     let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
     let answer = loop {
@@ -165,34 +158,35 @@ fn call_span(subject: &str, headers: Option<&HeaderMap>, call: &ThreadCall) -> S
     let Some(parent) = trace_headers::traceparent(headers) else {
         return Span::none();
     };
-    let span = tracing::info_span!(
-        target: telemetry::TARGET,
-        "process",
-        otel.name = "process awaken.shard.call",
-        otel.kind = "consumer",
-        otel.status_code = Empty,
-        messaging.system = "nats",
-        messaging.operation.type = "process",
-        messaging.destination.name = subject,
-        messaging.destination.template = "awaken.shard.{shard}.call",
-        awaken.call.operation = call.operation(),
-        gen_ai.conversation.id = %call.thread_id(),
-        awaken.call.outcome = Empty,
-        error.type = Empty,
-    );
-    telemetry::follow(&span, &parent);
-    span
+    Span::start(
+        "process awaken.shard.call",
+        SpanKind::Consumer,
+        Parent::Remote(&parent),
+        || {
+            vec![
+                KeyValue::new("messaging.system", "nats"),
+                KeyValue::new("messaging.operation.type", "process"),
+                KeyValue::new("messaging.destination.name", subject.to_owned()),
+                KeyValue::new(
+                    "messaging.destination.template",
+                    "awaken.shard.{shard}.call",
+                ),
+                KeyValue::new("awaken.call.operation", call.operation()),
+                KeyValue::new("gen_ai.conversation.id", call.thread_id().to_string()),
+            ]
+        },
+    )
 }
 
 /// Records how the owner answered on the call's span.
 fn call_answered(span: &Span, outcome: &CallOutcome) {
-    if span.is_disabled() {
+    if !span.is_recording() {
         return;
     }
     let answered = outcome.name();
-    span.record("awaken.call.outcome", answered);
+    span.set("awaken.call.outcome", answered);
     if matches!(outcome, CallOutcome::Failed(_) | CallOutcome::Malformed(_)) {
-        telemetry::failed(span, answered);
+        span.failed(answered);
     }
 }
 

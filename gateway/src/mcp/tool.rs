@@ -7,11 +7,10 @@ use async_trait::async_trait;
 use awaken_actors::JsonValue;
 use awaken_actors::contract::{ToolDescriptor, ToolResult};
 use awaken_actors::error::ToolError;
+use awaken_actors::telemetry::Span;
 use awaken_actors::tool::{Tool, ToolCallContext, ToolOutput};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool as McpToolInfo};
 use serde_json::json;
-use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::session::{McpError, McpSession};
 
@@ -113,7 +112,7 @@ impl Tool for McpTool {
             }
         };
         let id = &self.descriptor.id;
-        let span = tracing::Span::current();
+        let span = Span::current();
         call_began(&span, self.session.network_transport());
         let result = match self
             .session
@@ -143,20 +142,13 @@ impl Tool for McpTool {
 /// The MCP attributes of a call, on its `execute_tool` span: the conventions add
 /// them to the GenAI tool span rather than open a second one.
 fn call_began(span: &Span, transport: &'static str) {
-    if span.is_disabled() {
-        return;
-    }
-    span.set_attribute("mcp.method.name", "tools/call");
-    span.set_attribute("network.transport", transport);
+    span.set("mcp.method.name", "tools/call");
+    span.set("network.transport", transport);
 }
 
 /// Marks the `execute_tool` span of a call that failed as `error_type`.
 fn call_failed(span: &Span, error_type: &'static str) {
-    if span.is_disabled() {
-        return;
-    }
-    span.set_attribute("error.type", error_type);
-    span.set_status(opentelemetry::trace::Status::error(error_type));
+    span.failed(error_type);
 }
 
 /// The error code of a call the server did not answer with a result.

@@ -9,14 +9,12 @@
 
 use std::time::Duration;
 
-use awaken_actors::telemetry;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header::CONNECTION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tower::{Layer, ServiceExt};
-use tracing::Instrument;
 
 use super::error::ApiError;
 use super::metrics::Observation;
@@ -98,19 +96,13 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
     let incoming = trace::of(request.headers());
     let span = trace::server_span(&request, incoming.as_ref());
     // Runs started here join the request's span when it is exported.
-    let context = telemetry::context_of(&span).or(incoming);
+    let context = span.context().or(incoming);
     request
         .extensions_mut()
         .insert(trace::RequestTrace(context));
     let handled = DefaultBodyLimit::max(limit).layer(next).oneshot(request);
     let handled = trace::within(context, handled);
-    // Wrapped in the span only when it is exported: the wrapper costs every poll.
-    let answered = if span.is_disabled() {
-        handled.await
-    } else {
-        handled.instrument(span.clone()).await
-    };
-    let response = match answered {
+    let response = match span.traced(handled).await {
         Ok(response) => response,
         Err(never) => match never {},
     };

@@ -9,12 +9,12 @@
 use std::future::Future;
 
 use awaken_actors::contract::TraceContext;
-use awaken_actors::telemetry::{self, TARGET};
+use awaken_actors::telemetry::Span;
 use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use tracing::Span;
-use tracing::field::Empty;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 
 tokio::task_local! {
     static INCOMING: Option<TraceContext>;
@@ -67,34 +67,31 @@ pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) ->
     if incoming.is_some_and(|trace| !trace.sampled()) && crate::telemetry::parent_decides() {
         return Span::none();
     }
-    let span = tracing::info_span!(
-        target: TARGET,
-        "request",
-        otel.name = match route {
-            Some(route) => format!("{method} {route}"),
-            None => method.to_owned(),
-        },
-        otel.kind = "server",
-        otel.status_code = Empty,
-        http.request.method = method,
-        http.route = route,
-        url.path = request.uri().path(),
-        http.response.status_code = Empty,
-    );
-    if let Some(incoming) = incoming {
-        telemetry::follow(&span, incoming);
-    }
-    span
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_owned(),
+    };
+    Span::start(name, SpanKind::Server, incoming.into(), || {
+        let mut attributes = vec![
+            KeyValue::new("http.request.method", method.to_owned()),
+            KeyValue::new("url.path", request.uri().path().to_owned()),
+        ];
+        if let Some(route) = route {
+            attributes.push(KeyValue::new("http.route", route.to_owned()));
+        }
+        attributes
+    })
 }
 
 /// Records `response`'s status on its server span.
 pub(crate) fn answered(span: &Span, response: &Response) {
-    if span.is_disabled() {
+    if !span.is_recording() {
         return;
     }
     let status = response.status();
-    span.record("http.response.status_code", status.as_u16());
+    span.set("http.response.status_code", i64::from(status.as_u16()));
+    // The HTTP conventions' `error.type` of a server error: its status code.
     if status.is_server_error() {
-        span.record("otel.status_code", "ERROR");
+        span.failed(status.as_str().to_owned());
     }
 }

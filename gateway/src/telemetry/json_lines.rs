@@ -5,21 +5,14 @@
 
 use std::fmt;
 use std::io::Write;
-use std::sync::OnceLock;
 
-use awaken_actors::contract::TraceContext;
-use awaken_actors::telemetry::trace_context_of;
-use opentelemetry::trace::TraceContextExt;
+use awaken_actors::telemetry::Span;
 use serde_json::{Map, Value};
-use tracing::dispatcher::WeakDispatch;
 use tracing::field::{Field, Visit};
-use tracing::span::Id;
-use tracing::{Dispatch, Event, Subscriber};
-use tracing_opentelemetry::get_otel_context;
+use tracing::{Event, Subscriber};
 use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::Context;
-use tracing_subscriber::registry::LookupSpan;
 
 /// How log lines are written (`log.format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,46 +34,26 @@ pub struct LogConfig {
 }
 
 /// Writes each event as one JSON line: `timestamp`, `level`, `target`,
-/// `message`, the event's other fields under `fields`, and the current span's
-/// `trace_id` and `span_id` when that span is exported.
-///
-/// A layer of its own rather than a `fmt` formatter: the ids live in the
-/// OpenTelemetry layer's data of the current span, which only the dispatcher
-/// reaches, and a formatter runs inside the dispatcher where it cannot be
-/// reached again. This layer keeps a handle to it from registration.
+/// `message`, the event's other fields under `fields`, and the `trace_id` and
+/// `span_id` of the exported span the line is written in (the current
+/// OpenTelemetry context: the span whose future is being polled).
 pub(crate) struct JsonLines<W> {
     writer: W,
-    dispatch: OnceLock<WeakDispatch>,
 }
 
 impl<W> JsonLines<W> {
     /// Lines written to `writer`.
     pub(crate) fn new(writer: W) -> Self {
-        Self {
-            writer,
-            dispatch: OnceLock::new(),
-        }
-    }
-
-    fn trace_of(&self, id: Option<&Id>) -> Option<TraceContext> {
-        let id = id?;
-        let dispatch = self.dispatch.get()?.upgrade()?;
-        let context = get_otel_context(id, &dispatch)?;
-        let span = context.span();
-        trace_context_of(span.span_context())
+        Self { writer }
     }
 }
 
 impl<S, W> Layer<S> for JsonLines<W>
 where
-    S: Subscriber + for<'a> LookupSpan<'a>,
+    S: Subscriber,
     W: for<'w> MakeWriter<'w> + 'static,
 {
-    fn on_register_dispatch(&self, dispatch: &Dispatch) {
-        let _ = self.dispatch.set(dispatch.downgrade());
-    }
-
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         let metadata = event.metadata();
         let mut fields = Map::new();
         event.record(&mut Fields(&mut fields));
@@ -99,9 +72,7 @@ where
         if !fields.is_empty() {
             line.insert("fields".into(), Value::Object(fields));
         }
-        // The subscriber's current span, whatever this layer's filter lets it
-        // see: the exported spans are filtered out of the logs.
-        if let Some(trace) = self.trace_of(ctx.current_span().id()) {
+        if let Some(trace) = Span::current().context() {
             line.insert("trace_id".into(), trace.trace_id().into());
             line.insert("span_id".into(), trace.span_id().into());
         }

@@ -1,12 +1,11 @@
-//! The process's logs and traces: one `tracing` subscriber with two layers, the
-//! log lines on stderr (`RUST_LOG`, warnings by default; text or JSON) and, when
-//! export is on, the spans of [`awaken_actors::telemetry::TARGET`] sent over
-//! OTLP/HTTP or OTLP/gRPC.
+//! The process's logs and traces: a `tracing` subscriber writing log lines on
+//! stderr (`RUST_LOG`, warnings by default; text or JSON) and, when export is
+//! on, the OpenTelemetry tracer the runtime's spans are built with
+//! ([`awaken_actors::telemetry::Span`]), sent over OTLP/HTTP or OTLP/gRPC.
 //!
-//! The layers filter each on their own: log lines never carry the exported
-//! spans (nor pay for formatting their fields), and with export off no layer
-//! wants those spans, so the engine's span macros return disabled spans at the
-//! cost of a cached interest check. Export runs on the SDK's batch thread with a
+//! Spans and log lines are separate paths (decision 0067): spans never go
+//! through the `tracing` subscriber, and with export off no tracer is installed,
+//! so every span is disabled. Export runs on the SDK's batch thread with a
 //! bounded queue: a slow or absent collector drops spans, never delays a run.
 
 mod json_lines;
@@ -15,14 +14,12 @@ mod settings;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use awaken_actors::telemetry::TARGET;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Dispatch;
-use tracing::level_filters::LevelFilter;
-use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, fmt};
 
@@ -81,9 +78,13 @@ impl Telemetry {
         );
         let log_filter =
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-        let dispatch = subscriber(format, log_filter, std::io::stderr, provider.as_ref())?;
-        tracing::dispatcher::set_global_default(dispatch)
+        tracing::dispatcher::set_global_default(subscriber(format, log_filter, std::io::stderr))
             .map_err(|_| TelemetryError::internal("a second subscriber"))?;
+        if let Some(provider) = &provider
+            && !awaken_actors::telemetry::install_tracer(provider.tracer("awaken"))
+        {
+            return Err(TelemetryError::internal("a second tracer"));
+        }
         Ok(Self { provider, grpc })
     }
 }
@@ -102,23 +103,11 @@ impl Drop for Telemetry {
     }
 }
 
-/// The subscriber: log lines in `format` through `log_filter` to `writer`, and
-/// the spans of [`TARGET`] to `provider` when given.
-fn subscriber<W>(
-    format: LogFormat,
-    log_filter: EnvFilter,
-    writer: W,
-    provider: Option<&SdkTracerProvider>,
-) -> Result<Dispatch, TelemetryError>
+/// The subscriber: log lines in `format` through `log_filter` to `writer`.
+fn subscriber<W>(format: LogFormat, log_filter: EnvFilter, writer: W) -> Dispatch
 where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    // The exported spans stay out of the log lines whatever `RUST_LOG` says.
-    let log_filter = log_filter.add_directive(
-        format!("{TARGET}=off")
-            .parse()
-            .map_err(|_| TelemetryError::internal("the log filter"))?,
-    );
     let logs = match format {
         LogFormat::Text => fmt::layer()
             .with_writer(writer)
@@ -129,31 +118,7 @@ where
             .with_filter(log_filter)
             .boxed(),
     };
-    let logged = tracing_subscriber::registry().with(logs);
-    // Without export there is no span layer at all: an absent layer (`None`)
-    // would count as interested in everything and every run span would be built.
-    // A dispatch of the concrete subscriber, not a boxed one: a box does not
-    // pass on the registration the JSON layer needs.
-    Ok(match provider {
-        Some(provider) => Dispatch::new(
-            logged.with(
-                // Only what the spans name themselves: no source location,
-                // thread, target or busy/idle timing attributes (each a clock
-                // read or a string per span), and no OpenTelemetry context
-                // attached on every poll of an instrumented future — nothing
-                // here reads the ambient context; spans carry their parents.
-                tracing_opentelemetry::layer()
-                    .with_location(false)
-                    .with_threads(false)
-                    .with_target(false)
-                    .with_tracked_inactivity(false)
-                    .with_context_activation(false)
-                    .with_tracer(provider.tracer("awaken"))
-                    .with_filter(Targets::new().with_target(TARGET, LevelFilter::INFO)),
-            ),
-        ),
-        None => Dispatch::new(logged),
-    })
+    Dispatch::new(tracing_subscriber::registry().with(logs))
 }
 
 fn provider(
@@ -208,7 +173,8 @@ mod tests {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 
-    use awaken_actors::telemetry::context_of;
+    use awaken_actors::telemetry::{Parent, Span, trace_context_of};
+    use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
     use serde_json::Value;
 
     use super::*;
@@ -248,20 +214,17 @@ mod tests {
     #[test]
     fn json_lines_name_the_exported_span_they_are_written_in() {
         let lines = Lines::default();
+        let subscriber = subscriber(LogFormat::Json, EnvFilter::new("warn"), lines.clone());
         let provider = SdkTracerProvider::builder().build();
-        let subscriber = subscriber(
-            LogFormat::Json,
-            EnvFilter::new("warn"),
-            lines.clone(),
-            Some(&provider),
-        )
-        .unwrap();
-        let trace = tracing::dispatcher::with_default(&subscriber, || {
-            let span = tracing::info_span!(target: TARGET, "invoke_agent");
-            let trace = context_of(&span).expect("an exported span");
-            span.in_scope(|| tracing::warn!(answer = 42, "inside"));
+        let span = provider.tracer("test").start("invoke_agent");
+        let context = opentelemetry::Context::new().with_span(span);
+        let trace = trace_context_of(context.span().span_context()).expect("a sampled span");
+        tracing::dispatcher::with_default(&subscriber, || {
+            {
+                let _current = context.clone().attach();
+                tracing::warn!(answer = 42, "inside");
+            }
             tracing::warn!("outside");
-            trace
         });
         let lines = lines.json();
         assert_eq!(lines.len(), 2, "{lines:?}");
@@ -275,23 +238,13 @@ mod tests {
     }
 
     #[test]
-    fn without_export_the_run_spans_are_never_built_whatever_the_log_filter() {
-        let lines = Lines::default();
-        let subscriber = subscriber(
-            LogFormat::Text,
-            EnvFilter::new("trace"),
-            lines.clone(),
-            None,
-        )
-        .unwrap();
-        tracing::dispatcher::with_default(&subscriber, || {
-            let span = tracing::info_span!(target: TARGET, "invoke_agent");
-            assert!(span.is_disabled());
-            assert!(context_of(&span).is_none());
-            span.in_scope(|| tracing::info!("a line"));
+    fn without_a_tracer_spans_are_disabled_and_carry_no_context() {
+        let span = Span::start("invoke_agent", SpanKind::Internal, Parent::Root, || {
+            panic!("attributes of a span that is not exported are never built")
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        assert!(text.contains("a line"), "{text}");
-        assert!(!text.contains("invoke_agent"), "{text}");
+        assert!(span.is_disabled());
+        assert!(span.context().is_none());
+        let child = Span::start("chat", SpanKind::Client, Parent::Local(&span), Vec::new);
+        assert!(child.is_disabled());
     }
 }

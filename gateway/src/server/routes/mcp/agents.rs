@@ -6,9 +6,11 @@
 use std::sync::Arc;
 
 use awaken_actors::contract::{AgentEvent, Message, TerminationReason, TraceContext};
-use awaken_actors::telemetry;
+use awaken_actors::telemetry::Span;
 use awaken_actors::{AgentId, JsonValue, RunId, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -18,8 +20,6 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Deserialize;
 use serde_json::json;
-use tracing::field::Empty;
-use tracing::{Instrument, Span};
 
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
@@ -97,19 +97,15 @@ impl ServerHandler for AgentTools {
         if carried.is_some()
             && let Some(http) = http
         {
-            telemetry::link(&span, &http);
+            span.link(&http);
         }
-        let parent = telemetry::context_of(&span).or(carried).or(http);
+        let parent = span.context().or(carried).or(http);
         let answering = trace::within(parent, self.answer(state, caller, request));
-        let answer = if span.is_disabled() {
-            answering.await
-        } else {
-            answering.instrument(span.clone()).await
-        };
+        let answer = span.traced(answering).await;
         if let Ok(CallToolResponse::Complete(result)) = &answer
             && result.is_error == Some(true)
         {
-            telemetry::failed(&span, "tool_error");
+            span.failed("tool_error");
         }
         answer
     }
@@ -169,23 +165,20 @@ fn server_span(
     context: &RequestContext<RoleServer>,
     parent: Option<TraceContext>,
 ) -> Span {
-    let span = tracing::info_span!(
-        target: telemetry::TARGET,
-        "tools/call",
-        otel.name = format!("tools/call {tool}"),
-        otel.kind = "server",
-        otel.status_code = Empty,
-        mcp.method.name = "tools/call",
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = tool,
-        jsonrpc.request.id = %context.id,
-        network.transport = "tcp",
-        error.type = Empty,
-    );
-    if let Some(parent) = parent {
-        telemetry::follow(&span, &parent);
-    }
-    span
+    Span::start(
+        format!("tools/call {tool}"),
+        SpanKind::Server,
+        parent.as_ref().into(),
+        || {
+            vec![
+                KeyValue::new("mcp.method.name", "tools/call"),
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+                KeyValue::new("jsonrpc.request.id", context.id.to_string()),
+                KeyValue::new("network.transport", "tcp"),
+            ]
+        },
+    )
 }
 
 /// The node's state and the caller, put in the HTTP request by the route and by
