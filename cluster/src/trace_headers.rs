@@ -14,13 +14,18 @@ pub(crate) fn traceparent(headers: Option<&HeaderMap>) -> Option<TraceContext> {
     TraceContext::parse(value.as_str()).ok()
 }
 
+/// Adds `trace` to `headers` as their `traceparent`.
+pub(crate) fn insert(headers: &mut HeaderMap, trace: &TraceContext) {
+    headers.insert(TRACEPARENT, trace.to_string().as_str());
+}
+
 /// Adds the current span's context to `headers` when it is exported; whether
 /// it did.
 pub(crate) fn insert_current(headers: &mut HeaderMap) -> bool {
     let Some(trace) = telemetry::Span::current().context() else {
         return false;
     };
-    headers.insert(TRACEPARENT, trace.to_string().as_str());
+    insert(headers, &trace);
     true
 }
 

@@ -323,8 +323,12 @@ async fn a_run_decided_over_nats_after_a_failover_is_one_trace() {
 
     let thread = ThreadId::new("traced-failover").unwrap();
     let trace = TraceContext::parse(&format!("00-{RUN_TRACE}-{CALLER}-01")).unwrap();
+    let run_id = RunId::generate();
+    let listener = cluster.js.client();
+    let mut events = listener.subscribe(event_subject(&run_id)).await.unwrap();
+    listener.flush().await.unwrap();
     let queued = cluster
-        .submit_traced(&thread, "bench-hitl", RunId::generate(), Some(trace))
+        .submit_traced(&thread, "bench-hitl", run_id, Some(trace))
         .await;
     cluster.acked(&queued.dispatch_id, RunStatus::Waiting).await;
     let run = cluster
@@ -435,6 +439,29 @@ async fn a_run_decided_over_nats_after_a_failover_is_one_trace() {
         [(PUBLISHER_TRACE.to_owned(), consumed.span_id.clone())]
     );
     assert_eq!(second.events, ["awaken.decision"]);
+    // The run's events, published by each activation's node, carry that
+    // activation's span as their `traceparent`.
+    let activations = [first.span_id.clone(), second.span_id.clone()];
+    let mut seen = BTreeSet::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while seen.len() < activations.len() {
+            let event = events.next().await.expect("the events subscription");
+            let traceparent = event
+                .headers
+                .as_ref()
+                .and_then(|headers| headers.get("traceparent"))
+                .unwrap_or_else(|| panic!("an event without traceparent: {event:?}"));
+            let trace = TraceContext::parse(traceparent.as_str()).unwrap();
+            assert_eq!(trace.trace_id(), RUN_TRACE);
+            assert!(
+                activations.contains(&trace.span_id()),
+                "{trace} is not an activation of {activations:?}"
+            );
+            seen.insert(trace.span_id());
+        }
+    })
+    .await
+    .expect("events of both activations");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, oneshot};
 
-use crate::contract::{AgentEvent, RunStatus, StreamEvent, TerminationReason};
+use crate::contract::{AgentEvent, RunStatus, StreamEvent, TerminationReason, TraceContext};
 use crate::hashing::FastHashMap;
 use crate::ids::{RunId, ThreadId};
 use crate::thread::EventHub;
@@ -115,8 +115,14 @@ impl WatchingHub {
 }
 
 impl EventHub for WatchingHub {
-    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
-        self.inner.publish(thread_id, run_id, event);
+    fn publish(
+        &self,
+        thread_id: &ThreadId,
+        run_id: &RunId,
+        event: &Arc<StreamEvent>,
+        trace: Option<&TraceContext>,
+    ) {
+        self.inner.publish(thread_id, run_id, event, trace);
         if let AgentEvent::RunFinish {
             termination,
             result,

@@ -81,7 +81,7 @@ impl AgentRuntime {
             .into();
         for (seq, event) in (0..).zip(events) {
             let stamped = Arc::new(StreamEvent::new(seq, Arc::clone(&timestamp), event));
-            hub.publish(thread_id, run_id, &stamped);
+            hub.publish(thread_id, run_id, &stamped, None);
         }
         self.failed_starts.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%thread_id, %run_id, %reason, "a run that could not start ended as failed");

@@ -977,6 +977,9 @@ impl ThreadActorState {
         self.busy = true;
         if run.span.is_disabled() {
             run.span = telemetry::invoke_agent(run.agent.spec.id.as_str(), &run.identity);
+            if let Some(trace) = run.span.context() {
+                run.events.trace_with(trace);
+            }
         }
         if let Work::Decide(call_id, resume) = &work {
             telemetry::decision_arrived(&run.span, call_id, resume);

@@ -7,16 +7,23 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
 
-use crate::contract::{AgentEvent, StreamEvent};
+use crate::contract::{AgentEvent, StreamEvent, TraceContext};
 use crate::event_sink::EventSink;
 use crate::ids::{RunId, ThreadId};
 
 /// Receives every event of every run on the node, in order per run: SSE replay
 /// buffers and cross-node fan-out hang off it. Must not block.
 pub trait EventHub: Send + Sync {
-    /// One event of `run_id` on `thread_id`; a hub that keeps it keeps the shared
-    /// copy (a clone of the `Arc`), so buffers and followers never copy events.
-    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>);
+    /// One event of `run_id` on `thread_id`, emitted in the activation whose
+    /// exported span is `trace`; a hub that keeps it keeps the shared copy (a
+    /// clone of the `Arc`), so buffers and followers never copy events.
+    fn publish(
+        &self,
+        thread_id: &ThreadId,
+        run_id: &RunId,
+        event: &Arc<StreamEvent>,
+        trace: Option<&TraceContext>,
+    );
 
     /// An activation of `run_id` stopped on this node without ending: its thread
     /// actor was fenced off or stopped mid-run. The run goes on from its last
@@ -30,11 +37,20 @@ pub trait EventHub: Send + Sync {
 pub struct NullEventHub;
 
 impl EventHub for NullEventHub {
-    fn publish(&self, _thread_id: &ThreadId, _run_id: &RunId, _event: &Arc<StreamEvent>) {}
+    fn publish(
+        &self,
+        _thread_id: &ThreadId,
+        _run_id: &RunId,
+        _event: &Arc<StreamEvent>,
+        _trace: Option<&TraceContext>,
+    ) {
+    }
 }
 
 struct Inner {
     next_seq: u64,
+    /// The exported span of the activation emitting, passed to the hub.
+    trace: Option<TraceContext>,
     sink: Option<Arc<dyn EventSink>>,
     /// Set once the sink was slow: later events queue behind the pending one.
     pump: Option<mpsc::UnboundedSender<AgentEvent>>,
@@ -67,6 +83,7 @@ impl RunEmitter {
             hub,
             inner: Mutex::new(Inner {
                 next_seq,
+                trace: None,
                 sink: None,
                 pump: None,
             }),
@@ -95,6 +112,11 @@ impl RunEmitter {
         inner.pump = None;
     }
 
+    /// Marks the events emitted from now on as the activation `trace`'s.
+    pub(crate) fn trace_with(&self, trace: TraceContext) {
+        self.inner().trace = Some(trace);
+    }
+
     /// The sequence number the next event will get.
     pub(crate) fn next_seq(&self) -> u64 {
         self.inner().next_seq
@@ -106,7 +128,12 @@ impl RunEmitter {
         let seq = inner.next_seq;
         inner.next_seq += 1;
         let stamped = Arc::new(StreamEvent::new(seq, now_rfc3339(), event));
-        self.hub.publish(&self.thread_id, &self.run_id, &stamped);
+        self.hub.publish(
+            &self.thread_id,
+            &self.run_id,
+            &stamped,
+            inner.trace.as_ref(),
+        );
         if inner.sink.is_none() && inner.pump.is_none() {
             return;
         }

@@ -12,7 +12,7 @@ use awaken_actors::actions::{ToolInterceptAction, ToolInterceptPayload};
 use awaken_actors::contract::{
     AgentEvent, AgentSpec, ContentBlock, Message, ModelSpec, PendingToolCall, Role, StreamEvent,
     SuspendTicket, Suspension, ToolCall, ToolCallResumeMode, ToolDescriptor, ToolExecutionMode,
-    ToolResult,
+    ToolResult, TraceContext,
 };
 use awaken_actors::event_sink::EventSink;
 use awaken_actors::llm::{InferenceRequest, LlmExecutor, StopReason, StreamResult};
@@ -289,7 +289,13 @@ pub struct HubRecorder {
 }
 
 impl EventHub for HubRecorder {
-    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
+    fn publish(
+        &self,
+        _thread_id: &ThreadId,
+        run_id: &RunId,
+        event: &Arc<StreamEvent>,
+        _trace: Option<&TraceContext>,
+    ) {
         self.events
             .lock()
             .unwrap()

@@ -7,7 +7,7 @@ use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use awaken_actors::contract::StreamEvent;
+use awaken_actors::contract::{StreamEvent, TraceContext};
 use awaken_actors::hashing::FastDashMap;
 use awaken_actors::thread::EventHub;
 use awaken_actors::{RunId, ThreadId};
@@ -74,7 +74,13 @@ impl LocalEventHub {
 }
 
 impl EventHub for LocalEventHub {
-    fn publish(&self, _thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
+    fn publish(
+        &self,
+        _thread_id: &ThreadId,
+        run_id: &RunId,
+        event: &Arc<StreamEvent>,
+        _trace: Option<&TraceContext>,
+    ) {
         // Buffer first: a follower woken below reads the event there.
         self.buffers.push(run_id, Arc::clone(event));
         if let Some(mut followers) = self.followers.get_mut(run_id) {
@@ -195,10 +201,10 @@ mod tests {
     async fn followers_read_events_after_a_seq_and_leave_nothing_behind() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &event(0), None);
         let mut first = hub.subscribe(&run);
         let mut second = hub.subscribe(&run);
-        hub.publish(&thread, &run, &event(1));
+        hub.publish(&thread, &run, &event(1), None);
         for follower in [&mut first, &mut second] {
             let mut read = VecDeque::new();
             let fed = follower.read(Some(0), &mut read).await;
@@ -217,7 +223,7 @@ mod tests {
         let (thread, run) = ids();
         let mut follower = hub.subscribe(&run);
         let published = event(0);
-        hub.publish(&thread, &run, &published);
+        hub.publish(&thread, &run, &published, None);
         let mut read = VecDeque::new();
         follower.read(None, &mut read).await;
         assert!(Arc::ptr_eq(&read[0], &published));
@@ -235,7 +241,7 @@ mod tests {
         let (thread, run) = ids();
         let mut follower = hub.subscribe(&run);
         for seq in 0..3 {
-            hub.publish(&thread, &run, &event(seq));
+            hub.publish(&thread, &run, &event(seq), None);
         }
         let mut read = VecDeque::new();
         follower.read(None, &mut read).await;
@@ -254,7 +260,7 @@ mod tests {
         let (thread, run) = ids();
         let mut follower = hub.subscribe(&run);
         for seq in 0..10 {
-            hub.publish(&thread, &run, &event(seq));
+            hub.publish(&thread, &run, &event(seq), None);
         }
         let mut read = VecDeque::new();
         assert_eq!(
@@ -280,7 +286,7 @@ mod tests {
             futures::poll!(next.as_mut()).is_pending(),
             "nothing was published"
         );
-        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &event(0), None);
         let woken = tokio::time::timeout(std::time::Duration::from_secs(5), next).await;
         assert_eq!(woken.unwrap().unwrap().seq, 0);
     }
@@ -295,12 +301,12 @@ mod tests {
         let (thread, run) = ids();
         // Followed before the run started, as the request that starts it does.
         let mut follow = crate::events::follow_local(&hub, &run, None);
-        hub.publish(&thread, &run, &event(0));
-        hub.publish(&thread, &run, &finish(1));
+        hub.publish(&thread, &run, &event(0), None);
+        hub.publish(&thread, &run, &finish(1), None);
         // Other runs end before the follower reads anything.
         for other in ["other-1", "other-2", "other-3"] {
             let other = RunId::new(other).unwrap();
-            hub.publish(&thread, &other, &finish(0));
+            hub.publish(&thread, &other, &finish(0), None);
         }
         assert_eq!(follow.next().await.unwrap().seq, 0);
         assert_eq!(follow.next().await.unwrap().seq, 1);
@@ -308,7 +314,7 @@ mod tests {
         assert!(follow.complete());
         drop(follow);
         let other = RunId::new("other-4").unwrap();
-        hub.publish(&thread, &other, &finish(0));
+        hub.publish(&thread, &other, &finish(0), None);
         assert!(
             hub.buffers().replay(&run, None).events.is_empty(),
             "unfollowed, it is retained like any ended run"
@@ -323,19 +329,19 @@ mod tests {
         };
         let hub = LocalEventHub::new(&config);
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
-        hub.publish(&thread, &run, &finish(1));
+        hub.publish(&thread, &run, &event(0), None);
+        hub.publish(&thread, &run, &finish(1), None);
         let mut follow = crate::events::follow_local(&hub, &run, None).skip_backlog();
         {
             let mut next = Box::pin(follow.next());
             assert!(futures::poll!(next.as_mut()).is_pending(), "the run waits");
             let other = RunId::new("other").unwrap();
-            hub.publish(&thread, &other, &finish(0));
+            hub.publish(&thread, &other, &finish(0), None);
             assert!(
                 futures::poll!(next.as_mut()).is_pending(),
                 "other runs ending end nothing the follower waits after"
             );
-            hub.publish(&thread, &run, &event(2));
+            hub.publish(&thread, &run, &event(2), None);
             let resumed = tokio::time::timeout(std::time::Duration::from_secs(5), next).await;
             assert_eq!(resumed.unwrap().unwrap().seq, 2);
         }
@@ -347,11 +353,11 @@ mod tests {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
         for seq in 0..3 {
-            hub.publish(&thread, &run, &event(seq));
+            hub.publish(&thread, &run, &event(seq), None);
         }
         let mut follow = crate::events::follow_local(&hub, &run, None).skip_backlog();
         assert_eq!(follow.last_seq(), Some(2));
-        hub.publish(&thread, &run, &event(3));
+        hub.publish(&thread, &run, &event(3), None);
         assert_eq!(follow.next().await.unwrap().seq, 3);
         assert_eq!(follow.last_seq(), Some(3));
     }
@@ -374,7 +380,7 @@ mod tests {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
         for event in events {
-            hub.publish(&thread, &run, event);
+            hub.publish(&thread, &run, event, None);
         }
         let mut follow = crate::events::follow_local(&hub, &run, None)
             .from_last_activation()
@@ -414,15 +420,15 @@ mod tests {
     fn a_ready_event_is_taken_without_waiting_once_and_in_order() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &event(0), None);
         let mut follow = crate::events::follow_local(&hub, &run, None);
         // 0 was published before the follow subscribed, so it comes from the
         // buffer; later events come live, each seq once.
         assert_eq!(follow.next_ready().unwrap().unwrap().seq, 0);
         assert!(follow.next_ready().is_none(), "nothing arrived yet");
-        hub.publish(&thread, &run, &event(1));
-        hub.publish(&thread, &run, &event(1));
-        hub.publish(&thread, &run, &finish(2));
+        hub.publish(&thread, &run, &event(1), None);
+        hub.publish(&thread, &run, &event(1), None);
+        hub.publish(&thread, &run, &finish(2), None);
         assert_eq!(follow.next_ready().unwrap().unwrap().seq, 1);
         assert_eq!(
             follow.next_ready().unwrap().unwrap().seq,
@@ -443,10 +449,10 @@ mod tests {
         };
         let hub = LocalEventHub::new(&config);
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &event(0), None);
         let mut follow = crate::events::follow_local(&hub, &run, None);
         for seq in 1..10 {
-            hub.publish(&thread, &run, &event(seq));
+            hub.publish(&thread, &run, &event(seq), None);
         }
         let mut seqs = Vec::new();
         while let Some(Some(event)) = follow.next_ready() {
@@ -460,8 +466,8 @@ mod tests {
     async fn a_replay_only_follow_ends_at_once_after_a_backlog_with_the_run_finish() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
-        hub.publish(&thread, &run, &finish(1));
+        hub.publish(&thread, &run, &event(0), None);
+        hub.publish(&thread, &run, &finish(1), None);
         let mut follow = crate::events::follow_local(&hub, &run, None).replay_only();
         assert_eq!(follow.next_ready().unwrap().unwrap().seq, 0);
         assert_eq!(follow.next_ready().unwrap().unwrap().seq, 1);
@@ -474,14 +480,14 @@ mod tests {
     async fn a_replay_only_follow_takes_a_run_finish_still_in_flight() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &event(0), None);
         let mut follow = crate::events::follow_local(&hub, &run, None).replay_only();
         assert_eq!(follow.next().await.unwrap().seq, 0);
         assert!(
             follow.next_ready().is_none(),
             "not over without its RunFinish"
         );
-        hub.publish(&thread, &run, &finish(1));
+        hub.publish(&thread, &run, &finish(1), None);
         assert_eq!(follow.next().await.unwrap().seq, 1);
         assert!(follow.next().await.is_none());
     }
@@ -492,7 +498,7 @@ mod tests {
     async fn a_replay_only_follow_without_its_run_finish_ends_after_the_grace() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &event(0), None);
         let mut follow = crate::events::follow_local(&hub, &run, None).replay_only();
         assert_eq!(follow.next().await.unwrap().seq, 0);
         let started = tokio::time::Instant::now();
@@ -504,7 +510,7 @@ mod tests {
     fn unfollowed_runs_are_only_buffered() {
         let hub = LocalEventHub::new(&EventsConfig::default());
         let (thread, run) = ids();
-        hub.publish(&thread, &run, &event(0));
+        hub.publish(&thread, &run, &event(0), None);
         assert_eq!(hub.followed_runs(), 0);
         assert_eq!(hub.buffers().len(), 1);
     }

@@ -5,7 +5,8 @@
 //!
 //! Publishing is core NATS (at most once, no storage): a stream is live output, and
 //! what a follower misses it asks the owner for (`ThreadCall::Replay`); the durable
-//! record of a run is its checkpointed messages in the thread store.
+//! record of a run is its checkpointed messages in the thread store. An event
+//! emitted in an exported activation carries that span's `traceparent` header.
 
 mod follow;
 mod local;
@@ -14,7 +15,7 @@ mod replay;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use awaken_actors::contract::StreamEvent;
+use awaken_actors::contract::{StreamEvent, TraceContext};
 use awaken_actors::thread::{EventHub, FenceSource};
 use awaken_actors::{RunId, ThreadId};
 use base64::Engine;
@@ -28,6 +29,7 @@ pub use replay::{DEFAULT_REPLAY_CAPACITY, DEFAULT_RETAINED_RUNS, Read, Replay, R
 
 use crate::codec;
 use crate::shards::ShardedFence;
+use crate::trace_headers;
 
 /// Prefix of the subjects run events are published on.
 pub const EVENTS_SUBJECT_PREFIX: &str = "awaken.events.";
@@ -77,6 +79,14 @@ impl Default for EventsConfig {
     }
 }
 
+/// An encoded event on its way to NATS.
+#[derive(Debug)]
+struct Outgoing {
+    subject: String,
+    payload: Bytes,
+    trace: Option<TraceContext>,
+}
+
 /// The [`EventHub`] of a cluster node: buffers each event for replay and publishes
 /// it on the run's subject.
 ///
@@ -85,7 +95,7 @@ impl Default for EventsConfig {
 #[derive(Debug)]
 pub struct ClusterEventHub {
     buffers: Arc<ReplayBuffers>,
-    outbox: mpsc::Sender<(String, Bytes)>,
+    outbox: mpsc::Sender<Outgoing>,
     dropped: AtomicU64,
     /// Events of threads this node no longer holds are not published.
     fence: ShardedFence,
@@ -100,15 +110,28 @@ impl ClusterEventHub {
     /// them once it wakes past its lease: the thread's new owner may have
     /// continued (or ended) the run meanwhile.
     pub fn start(client: async_nats::Client, config: &EventsConfig, fence: ShardedFence) -> Self {
-        let (outbox, mut queued) = mpsc::channel::<(String, Bytes)>(config.publish_queue.max(1));
+        let (outbox, mut queued) = mpsc::channel::<Outgoing>(config.publish_queue.max(1));
         let held = fence.clone();
         tokio::spawn(async move {
-            while let Some((subject, payload)) = queued.recv().await {
+            while let Some(Outgoing {
+                subject,
+                payload,
+                trace,
+            }) = queued.recv().await
+            {
                 if !held.holds_any() {
                     tracing::debug!(%subject, "run event of a lapsed tenure dropped");
                     continue;
                 }
-                if let Err(error) = client.publish(subject, payload).await {
+                let published = match trace {
+                    Some(trace) => {
+                        let mut headers = async_nats::HeaderMap::new();
+                        trace_headers::insert(&mut headers, &trace);
+                        client.publish_with_headers(subject, headers, payload).await
+                    }
+                    None => client.publish(subject, payload).await,
+                };
+                if let Err(error) = published {
                     tracing::debug!(%error, "run event not published");
                 }
             }
@@ -136,7 +159,13 @@ impl ClusterEventHub {
 }
 
 impl EventHub for ClusterEventHub {
-    fn publish(&self, thread_id: &ThreadId, run_id: &RunId, event: &Arc<StreamEvent>) {
+    fn publish(
+        &self,
+        thread_id: &ThreadId,
+        run_id: &RunId,
+        event: &Arc<StreamEvent>,
+        trace: Option<&TraceContext>,
+    ) {
         if !self.fence.holds(thread_id) {
             tracing::debug!(%thread_id, %run_id, "event of a thread this node no longer holds dropped");
             return;
@@ -149,11 +178,12 @@ impl EventHub for ClusterEventHub {
                 return;
             }
         };
-        if self
-            .outbox
-            .try_send((event_subject(run_id), payload))
-            .is_err()
-        {
+        let outgoing = Outgoing {
+            subject: event_subject(run_id),
+            payload,
+            trace: trace.copied(),
+        };
+        if self.outbox.try_send(outgoing).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -100,7 +100,7 @@ mod tests {
         let (thread, run) = (ThreadId::generate(), RunId::generate());
         let mut follow = follow_local(&hub, &run, None);
         for seq in 0..3 {
-            hub.publish(&thread, &run, &event(seq, AgentEvent::StepEnd));
+            hub.publish(&thread, &run, &event(seq, AgentEvent::StepEnd), None);
         }
         let first = next_burst(&mut follow).await.unwrap();
         assert_eq!(ids(&first), [0, 1, 2]);
@@ -111,7 +111,7 @@ mod tests {
             result: None,
             termination: TerminationReason::NaturalEnd,
         };
-        hub.publish(&thread, &run, &event(3, finish));
+        hub.publish(&thread, &run, &event(3, finish), None);
         let last = next_burst(&mut follow).await.unwrap();
         assert_eq!(ids(&last), [3]);
         let text = std::str::from_utf8(&last).unwrap();
