@@ -495,6 +495,40 @@ async fn spans_go_over_grpc_when_asked() {
     assert_eq!(run.service, "awaken-under-test");
 }
 
+/// `OTEL_EXPORTER_OTLP_HEADERS` (a backend's API key, percent-encoded) goes
+/// with every export, over both transports.
+#[tokio::test]
+async fn exports_carry_the_configured_headers() {
+    let headers = (
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "authorization=Bearer%20k3y-123",
+    );
+    for grpc in [false, true] {
+        let (endpoint, mut rx) = if grpc {
+            otlp_support::grpc_collector().await
+        } else {
+            otlp_support::collector().await
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let protocol = (
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            if grpc { "grpc" } else { "http/protobuf" },
+        );
+        let (_server, base) = serve_with(&endpoint, &dir, &[headers, protocol]).await;
+        run_to_end(&reqwest::Client::new(), &base, "bench", callers()).await;
+        let spans = spans_until(&mut rx, |spans| {
+            spans.iter().any(|s| s.name == "invoke_agent bench")
+        })
+        .await;
+        let run = one(&spans, "invoke_agent bench");
+        assert_eq!(
+            run.authorization.as_deref(),
+            Some("Bearer k3y-123"),
+            "grpc: {grpc}"
+        );
+    }
+}
+
 /// A collector that takes the connection and never answers holds the export
 /// thread: spans beyond the queue are dropped, counted at `/metrics`, and the
 /// runs go on.

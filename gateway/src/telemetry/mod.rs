@@ -8,14 +8,17 @@
 //! so every span is disabled. Export runs on the SDK's batch thread with a
 //! bounded queue: a slow or absent collector drops spans, never delays a run.
 
+mod headers;
+mod http_export;
 mod json_lines;
+mod otlp;
 mod queue;
 mod settings;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Dispatch;
@@ -23,6 +26,7 @@ use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, fmt};
 
+pub use headers::ExportHeaders;
 pub use json_lines::{LogConfig, LogFormat};
 pub use queue::spans_dropped;
 pub use settings::{
@@ -126,30 +130,29 @@ fn provider(
     grpc: Option<&tokio::runtime::Runtime>,
 ) -> Result<SdkTracerProvider, TelemetryError> {
     // The builders' errors can quote the endpoint, which may hold credentials.
-    let exporter = match grpc {
-        None => SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(export.traces_url.as_str())
-            .build()
-            .map_err(|_| TelemetryError::internal("the OTLP/HTTP exporter"))?,
+    let processor = match grpc {
+        None => queue::bounded(http_export::HttpExporter::new(export)?, export.queue_size),
         // Built inside its runtime: the channel's connection tasks live there,
         // and the batch thread's exports are driven by them.
-        Some(runtime) => runtime
-            .block_on(async {
-                SpanExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(export.traces_url.as_str())
-                    .build()
-            })
-            .map_err(|_| TelemetryError::internal("the OTLP/gRPC exporter"))?,
+        Some(runtime) => queue::bounded(
+            runtime
+                .block_on(async {
+                    SpanExporter::builder()
+                        .with_tonic()
+                        .with_endpoint(export.traces_url.as_str())
+                        .with_timeout(export.timeout)
+                        .build()
+                })
+                .map_err(|_| TelemetryError::internal("the OTLP/gRPC exporter"))?,
+            export.queue_size,
+        ),
     };
     awaken_actors::telemetry::capture_content(export.capture_content);
     let resource = Resource::builder()
         .with_service_name(export.service_name.clone())
         .build();
     Ok(SdkTracerProvider::builder()
-        .with_span_processor(queue::bounded(exporter, export.queue_size))
+        .with_span_processor(processor)
         .with_sampler(sampler(export.sampling))
         .with_resource(resource)
         .build())

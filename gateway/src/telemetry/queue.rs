@@ -33,7 +33,7 @@ struct Queued {
 }
 
 /// `exporter` behind a batch processor whose queue holds `limit` spans at most.
-pub(super) fn bounded<E: SpanExporter + 'static>(exporter: E, limit: usize) -> impl SpanProcessor {
+pub(super) fn bounded<E: SpanExporter + 'static>(exporter: E, limit: usize) -> Bounded {
     let queued = Arc::new(Queued {
         spans: AtomicUsize::new(0),
         limit,
@@ -56,7 +56,7 @@ pub(super) fn bounded<E: SpanExporter + 'static>(exporter: E, limit: usize) -> i
 
 /// The batch processor, admitting spans while fewer than the limit are queued.
 #[derive(Debug)]
-struct Bounded {
+pub(super) struct Bounded {
     inner: BatchSpanProcessor,
     queued: Arc<Queued>,
 }

@@ -3,7 +3,11 @@
 //! is checked here, at start-up: a typo in a sampler or an endpoint is an error
 //! that names the variable, not a silent fallback.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+use super::headers::{self, ExportHeaders};
 
 /// The OTLP path of traces under a base endpoint.
 const TRACES_PATH: &str = "v1/traces";
@@ -111,6 +115,11 @@ pub struct ExportSettings {
     pub queue_size: usize,
     /// Whether `chat` spans carry the prompts and completions.
     pub capture_content: bool,
+    /// Headers sent with every OTLP/HTTP export (`OTEL_EXPORTER_OTLP_HEADERS`);
+    /// the gRPC exporter reads them itself.
+    pub headers: ExportHeaders,
+    /// How long one export may take (`OTEL_EXPORTER_OTLP_TIMEOUT`).
+    pub timeout: Duration,
 }
 
 /// A telemetry setting that cannot be used.
@@ -123,7 +132,14 @@ impl TelemetryError {
         Self(format!("cannot set up {what}"))
     }
 
-    fn invalid(name: &str, value: &str, expected: &str) -> Self {
+    /// A value that may hold a secret: named, never quoted.
+    pub(super) fn secret(name: &str, problem: &str) -> Self {
+        Self(format!(
+            "{name} is not valid: {problem} (the value is not shown)"
+        ))
+    }
+
+    pub(super) fn invalid(name: &str, value: &str, expected: &str) -> Self {
         Self(format!(
             "{name} = {value:?} is not valid: expected {expected}"
         ))
@@ -235,6 +251,26 @@ impl TelemetryConfig {
             Some(value) => parse_bool(CAPTURE_CONTENT, &value)?,
             None => self.capture_content.unwrap_or(false),
         };
+        let headers = match first_of(
+            env,
+            &[
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                "OTEL_EXPORTER_OTLP_HEADERS",
+            ],
+        ) {
+            Some((name, value)) => ExportHeaders::parse(name, &value)?,
+            None => ExportHeaders::default(),
+        };
+        let timeout = match first_of(
+            env,
+            &[
+                "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                "OTEL_EXPORTER_OTLP_TIMEOUT",
+            ],
+        ) {
+            Some((name, value)) => headers::parse_timeout(name, &value)?,
+            None => headers::DEFAULT_TIMEOUT,
+        };
         if let Some(attributes) = env.var("OTEL_RESOURCE_ATTRIBUTES") {
             check_resource_attributes(&attributes)?;
         }
@@ -256,6 +292,8 @@ impl TelemetryConfig {
             sampling,
             queue_size,
             capture_content,
+            headers,
+            timeout,
         }))
     }
 
@@ -292,6 +330,13 @@ impl TelemetryConfig {
             }
         })
     }
+}
+
+/// The first of the variables `names` that is set, with its name.
+fn first_of<'n>(env: &(impl Env + ?Sized), names: &[&'n str]) -> Option<(&'n str, String)> {
+    names
+        .iter()
+        .find_map(|name| env.var(name).map(|value| (*name, value)))
 }
 
 fn parse_bool(name: &str, value: &str) -> Result<bool, TelemetryError> {
@@ -351,6 +396,36 @@ mod tests {
 
     fn on(config: &TelemetryConfig, env: &[(&str, &str)]) -> ExportSettings {
         config.resolve(env).unwrap().expect("export on")
+    }
+
+    #[test]
+    fn headers_and_time_limit_come_from_the_traces_variable_first() {
+        let config = TelemetryConfig::default();
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318");
+        let export = on(&config, &[endpoint]);
+        assert!(export.headers.map().is_empty());
+        assert_eq!(export.timeout, Duration::from_secs(10));
+        let export = on(
+            &config,
+            &[
+                endpoint,
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-general=1"),
+                ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-traces=2"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "500"),
+            ],
+        );
+        assert_eq!(export.headers.map()["x-traces"], "2");
+        assert!(!export.headers.map().contains_key("x-general"));
+        assert_eq!(export.timeout, Duration::from_millis(500));
+        for (name, value) in [
+            ("OTEL_EXPORTER_OTLP_HEADERS", "no-equals-sign"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "0"),
+        ] {
+            let error = config.resolve(&[endpoint, (name, value)][..]).unwrap_err();
+            assert!(error.to_string().contains(name), "{error}");
+            assert!(!error.to_string().contains("no-equals-sign"), "{error}");
+        }
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct Received {
     /// Start and end, unix nanoseconds.
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The `authorization` header (or gRPC metadata) of the export it came in.
+    pub authorization: Option<String>,
 }
 
 fn text(value: Option<&AnyValue>) -> String {
@@ -69,8 +71,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Sends every span of `request` to `tx`.
-fn received(request: ExportTraceServiceRequest, tx: &mpsc::UnboundedSender<Received>) {
+/// Sends every span of `request`, which came with `authorization`, to `tx`.
+fn received(
+    request: ExportTraceServiceRequest,
+    authorization: Option<String>,
+    tx: &mpsc::UnboundedSender<Received>,
+) {
     for resource in request.resource_spans {
         let resource_attributes = resource
             .resource
@@ -100,6 +106,7 @@ fn received(request: ExportTraceServiceRequest, tx: &mpsc::UnboundedSender<Recei
                         .collect(),
                     start_ns: span.start_time_unix_nano,
                     end_ns: span.end_time_unix_nano,
+                    authorization: authorization.clone(),
                 });
             }
         }
@@ -111,11 +118,14 @@ pub async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let app = axum::Router::new().route(
         "/v1/traces",
-        post(move |body: Bytes| {
+        post(move |headers: axum::http::HeaderMap, body: Bytes| {
             let tx = tx.clone();
             async move {
                 let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                received(request, &tx);
+                let authorization = headers
+                    .get("authorization")
+                    .map(|value| value.to_str().unwrap().to_owned());
+                received(request, authorization, &tx);
                 (
                     [("content-type", "application/x-protobuf")],
                     ExportTraceServiceResponse::default().encode_to_vec(),
@@ -138,7 +148,11 @@ impl TraceService for GrpcTraces {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        received(request.into_inner(), &self.0);
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|value| value.to_str().unwrap().to_owned());
+        received(request.into_inner(), authorization, &self.0);
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
