@@ -49,7 +49,8 @@ impl HttpExporter {
 
     fn send(&self, batch: &[SpanData]) -> OTelSdkResult {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut body = Vec::with_capacity(self.last_len.load(Relaxed));
+        // Room for the length prefixes inserted in front of the whole batch.
+        let mut body = Vec::with_capacity(self.last_len.load(Relaxed) + 64);
         otlp::export_request(batch, &self.resource, &mut body);
         self.last_len.store(body.len(), Relaxed);
         // The errors name neither the URL nor the headers: both may hold

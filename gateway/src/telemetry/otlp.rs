@@ -5,10 +5,11 @@
 //! scope and measured nested lengths once per level, and cost a node exporting
 //! every span more than the spans themselves.
 //!
-//! Nested messages are written in place and their length prefix inserted after
-//! (one move of the message's bytes per level); the small ones — attributes —
-//! are sized first. The output decodes to exactly what the SDK's own
-//! conversion gives (tested against it).
+//! Each span is written into a scratch buffer and copied behind its length;
+//! the small messages inside it (attributes, status) are sized first, the rare
+//! ones (events, links) and the per-batch levels get their length prefix
+//! inserted after. The output is byte for byte what prost writes for the
+//! SDK's own conversion (tested).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,7 +17,7 @@ use opentelemetry::trace::{SpanKind, Status};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use prost::encoding::{WireType, encoded_len_varint, key_len};
 
 /// The resource every batch is sent under, written once.
 #[derive(Debug, Default, Clone)]
@@ -41,6 +42,7 @@ impl EncodedResource {
 
 /// Writes `spans` under `resource` as an `ExportTraceServiceRequest` into `out`.
 pub(super) fn export_request(spans: &[SpanData], resource: &EncodedResource, out: &mut Vec<u8>) {
+    let mut scratch = Vec::with_capacity(1024);
     message(out, 1, |resource_spans| {
         length_delimited(resource_spans, 1, &resource.body);
         // Spans of one scope are usually together: a scope's spans are
@@ -56,7 +58,9 @@ pub(super) fn export_request(spans: &[SpanData], resource: &EncodedResource, out
                 for (index, span) in spans.iter().enumerate().skip(first) {
                     if !written[index] && span.instrumentation_scope == *scope {
                         written[index] = true;
-                        message(scope_spans, 2, |body| self::span(body, span));
+                        scratch.clear();
+                        self::span(&mut scratch, span);
+                        length_delimited(scope_spans, 2, &scratch);
                     }
                 }
                 if let Some(url) = scope.schema_url() {
@@ -121,14 +125,16 @@ fn span(out: &mut Vec<u8>, span: &SpanData) {
         });
     }
     varint(out, 14, u64::from(span.links.dropped_count));
-    message(out, 15, |body| match &span.status {
-        Status::Error { description } => {
-            string(body, 2, description);
-            varint(body, 3, 2);
-        }
-        Status::Ok => varint(body, 3, 1),
-        Status::Unset => {}
-    });
+    let (description, code): (&str, u64) = match &span.status {
+        Status::Error { description } => (description, 2),
+        Status::Ok => ("", 1),
+        Status::Unset => ("", 0),
+    };
+    let code_len = if code == 0 { 0 } else { key_len(3) + 1 };
+    key(out, 15, WireType::LengthDelimited);
+    varint_bytes(out, (string_len(2, description) + code_len) as u64);
+    string(out, 2, description);
+    varint(out, 3, code);
     fixed32(
         out,
         16,
@@ -167,14 +173,14 @@ fn attributes(out: &mut Vec<u8>, tag: u32, attributes: &[KeyValue]) {
 }
 
 /// A `KeyValue` message as field `tag`, sized before it is written.
-fn key_value(out: &mut Vec<u8>, tag: u32, key: &str, value: &Value) {
+fn key_value(out: &mut Vec<u8>, tag: u32, name: &str, value: &Value) {
     let value_len = any_value_len(value);
-    let len = string_len(1, key) + key_len(2) + encoded_len_varint(value_len as u64) + value_len;
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(len as u64, out);
-    string(out, 1, key);
-    encode_key(2, WireType::LengthDelimited, out);
-    encode_varint(value_len as u64, out);
+    let len = string_len(1, name) + key_len(2) + encoded_len_varint(value_len as u64) + value_len;
+    key(out, tag, WireType::LengthDelimited);
+    varint_bytes(out, len as u64);
+    string(out, 1, name);
+    key(out, 2, WireType::LengthDelimited);
+    varint_bytes(out, value_len as u64);
     any_value(out, value);
 }
 
@@ -184,25 +190,25 @@ fn any_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::String(text) => oneof_string(out, 1, text.as_str()),
         Value::Bool(flag) => {
-            encode_key(2, WireType::Varint, out);
-            encode_varint(u64::from(*flag), out);
+            key(out, 2, WireType::Varint);
+            varint_bytes(out, u64::from(*flag));
         }
         Value::I64(number) => {
-            encode_key(3, WireType::Varint, out);
-            encode_varint(number.cast_unsigned(), out);
+            key(out, 3, WireType::Varint);
+            varint_bytes(out, number.cast_unsigned());
         }
         Value::F64(number) => {
-            encode_key(4, WireType::SixtyFourBit, out);
+            key(out, 4, WireType::SixtyFourBit);
             out.extend_from_slice(&number.to_le_bytes());
         }
         Value::Array(array) => {
             let len = array_len(array);
-            encode_key(5, WireType::LengthDelimited, out);
-            encode_varint(len as u64, out);
+            key(out, 5, WireType::LengthDelimited);
+            varint_bytes(out, len as u64);
             for element in elements(array) {
                 let element_len = any_value_len(&element);
-                encode_key(1, WireType::LengthDelimited, out);
-                encode_varint(element_len as u64, out);
+                key(out, 1, WireType::LengthDelimited);
+                varint_bytes(out, element_len as u64);
                 any_value(out, &element);
             }
         }
@@ -253,9 +259,23 @@ fn message(out: &mut Vec<u8>, tag: u32, body: impl FnOnce(&mut Vec<u8>)) {
     body(out);
     let len = out.len() - start;
     let mut prefix = Vec::with_capacity(key_len(tag) + encoded_len_varint(len as u64));
-    encode_key(tag, WireType::LengthDelimited, &mut prefix);
-    encode_varint(len as u64, &mut prefix);
+    key(&mut prefix, tag, WireType::LengthDelimited);
+    varint_bytes(&mut prefix, len as u64);
     out.splice(start..start, prefix);
+}
+
+/// A field's key: its number and wire type.
+fn key(out: &mut Vec<u8>, tag: u32, wire_type: WireType) {
+    varint_bytes(out, u64::from(tag << 3 | wire_type as u32));
+}
+
+/// A base-128 varint, pushed straight into the vector.
+fn varint_bytes(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value & 0x7f) as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 /// A `bytes` field; omitted when empty, as proto3 does.
@@ -263,8 +283,8 @@ fn length_delimited(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(bytes.len() as u64, out);
+    key(out, tag, WireType::LengthDelimited);
+    varint_bytes(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 
@@ -283,8 +303,8 @@ fn string_len(tag: u32, text: &str) -> usize {
 
 /// A string member of a oneof: written even when empty.
 fn oneof_string(out: &mut Vec<u8>, tag: u32, text: &str) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(text.len() as u64, out);
+    key(out, tag, WireType::LengthDelimited);
+    varint_bytes(out, text.len() as u64);
     out.extend_from_slice(text.as_bytes());
 }
 
@@ -295,15 +315,15 @@ fn oneof_string_len(tag: u32, text: &str) -> usize {
 /// A `uint32`/`uint64`/enum field; omitted when zero.
 fn varint(out: &mut Vec<u8>, tag: u32, value: u64) {
     if value != 0 {
-        encode_key(tag, WireType::Varint, out);
-        encode_varint(value, out);
+        key(out, tag, WireType::Varint);
+        varint_bytes(out, value);
     }
 }
 
 /// A `fixed64` field; omitted when zero.
 fn fixed64(out: &mut Vec<u8>, tag: u32, value: u64) {
     if value != 0 {
-        encode_key(tag, WireType::SixtyFourBit, out);
+        key(out, tag, WireType::SixtyFourBit);
         out.extend_from_slice(&value.to_le_bytes());
     }
 }
@@ -311,7 +331,7 @@ fn fixed64(out: &mut Vec<u8>, tag: u32, value: u64) {
 /// A `fixed32` field; omitted when zero.
 fn fixed32(out: &mut Vec<u8>, tag: u32, value: u32) {
     if value != 0 {
-        encode_key(tag, WireType::ThirtyTwoBit, out);
+        key(out, tag, WireType::ThirtyTwoBit);
         out.extend_from_slice(&value.to_le_bytes());
     }
 }
