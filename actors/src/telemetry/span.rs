@@ -62,7 +62,8 @@ impl Span {
     }
 
     /// Starts a span named `name` of `kind` under `parent`; `attributes` are
-    /// built only when the sampler keeps the span.
+    /// built for a span the sampler keeps (and, under a ratio sampler, for the
+    /// new traces it drops).
     pub fn start(
         name: impl Into<Cow<'static, str>>,
         kind: SpanKind,
@@ -78,13 +79,22 @@ impl Span {
             Parent::Local(Span(Some(context))) => context.clone(),
             Parent::Local(Span(None)) => return Self::none(),
         };
-        let mut span = tracer
-            .span_builder(name)
-            .with_kind(kind)
-            .start_with_context(tracer, &parent);
-        if opentelemetry::trace::Span::is_recording(&span) {
-            opentelemetry::trace::Span::set_attributes(&mut span, attributes());
-        }
+        let builder = tracer.span_builder(name).with_kind(kind);
+        // Where the sampler will most likely keep the span (a new trace, or a
+        // sampled parent), its attributes go in with it, as one vector; else
+        // they are built only if it did.
+        let parent_sampled = parent.span().span_context().is_sampled();
+        let span = if parent_sampled || !parent.has_active_span() {
+            builder
+                .with_attributes(attributes())
+                .start_with_context(tracer, &parent)
+        } else {
+            let mut span = builder.start_with_context(tracer, &parent);
+            if opentelemetry::trace::Span::is_recording(&span) {
+                opentelemetry::trace::Span::set_attributes(&mut span, attributes());
+            }
+            span
+        };
         Self(Some(parent.with_span(span)))
     }
 
