@@ -44,7 +44,7 @@ pub(crate) fn invoke_agent(agent_id: &str, identity: &RunIdentity) -> Span {
         return Span::none();
     }
     Span::start(
-        format!("invoke_agent {agent_id}"),
+        format_args!("invoke_agent {agent_id}"),
         SpanKind::Internal,
         identity.trace.as_ref().into(),
         || {
@@ -103,7 +103,7 @@ pub(crate) fn decision_arrived(span: &Span, call_id: &ToolCallId, resume: &ToolC
 /// The span of one inference, a child of the activation's span.
 pub(crate) fn chat(parent: &Span, provider: &str, model: &str) -> Span {
     Span::start(
-        format!("chat {model}"),
+        format_args!("chat {model}"),
         SpanKind::Client,
         Parent::Local(parent),
         || {
@@ -155,7 +155,7 @@ pub(crate) fn chat_ended(
 /// The span of one attempt of a tool call, a child of the activation's span.
 pub(crate) fn execute_tool(parent: &Span, tool: &str, call_id: &ToolCallId) -> Span {
     Span::start(
-        format!("execute_tool {tool}"),
+        format_args!("execute_tool {tool}"),
         SpanKind::Internal,
         Parent::Local(parent),
         || {

@@ -26,7 +26,7 @@ pub(crate) fn send(trace: Option<&TraceContext>) -> Span {
         return Span::none();
     };
     Span::start(
-        "send awaken.mailbox",
+        format_args!("send awaken.mailbox"),
         SpanKind::Producer,
         Parent::Remote(trace),
         || {
@@ -62,7 +62,7 @@ pub(crate) fn process(
         return Span::none();
     };
     Span::start(
-        "process awaken.mailbox",
+        format_args!("process awaken.mailbox"),
         SpanKind::Consumer,
         Parent::Remote(trace),
         || {

@@ -10,6 +10,7 @@
 //! what [`Span::current`] and the JSON log lines read.
 
 use std::borrow::Cow;
+use std::fmt;
 use std::future::Future;
 use std::sync::OnceLock;
 
@@ -61,11 +62,12 @@ impl Span {
         Self(None)
     }
 
-    /// Starts a span named `name` of `kind` under `parent`; `attributes` are
+    /// Starts a span named `name` (formatted only when spans are exported) of
+    /// `kind` under `parent`; `attributes` are
     /// built for a span the sampler keeps (and, under a ratio sampler, for the
     /// new traces it drops).
     pub fn start(
-        name: impl Into<Cow<'static, str>>,
+        name: fmt::Arguments<'_>,
         kind: SpanKind,
         parent: Parent<'_>,
         attributes: impl FnOnce() -> Vec<KeyValue>,
@@ -78,6 +80,10 @@ impl Span {
             Parent::Remote(trace) => Context::new().with_remote_span_context(span_context(trace)),
             Parent::Local(Span(Some(context))) => context.clone(),
             Parent::Local(Span(None)) => return Self::none(),
+        };
+        let name: Cow<'static, str> = match name.as_str() {
+            Some(fixed) => Cow::Borrowed(fixed),
+            None => Cow::Owned(name.to_string()),
         };
         let builder = tracer.span_builder(name).with_kind(kind);
         // Where the sampler will most likely keep the span (a new trace, or a

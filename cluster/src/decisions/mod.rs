@@ -133,7 +133,7 @@ fn now_ms() -> u64 {
 /// exported.
 fn process_span(subject: &str, headers: Option<&HeaderMap>) -> telemetry::Span {
     telemetry::Span::start(
-        "process awaken.decisions",
+        format_args!("process awaken.decisions"),
         SpanKind::Consumer,
         traceparent(headers).as_ref().into(),
         || {

@@ -159,7 +159,7 @@ fn call_span(subject: &str, headers: Option<&HeaderMap>, call: &ThreadCall) -> S
         return Span::none();
     };
     Span::start(
-        "process awaken.shard.call",
+        format_args!("process awaken.shard.call"),
         SpanKind::Consumer,
         Parent::Remote(&parent),
         || {

@@ -67,20 +67,23 @@ pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) ->
     if incoming.is_some_and(|trace| !trace.sampled()) && crate::telemetry::parent_decides() {
         return Span::none();
     }
-    let name = match route {
-        Some(route) => format!("{method} {route}"),
-        None => method.to_owned(),
-    };
-    Span::start(name, SpanKind::Server, incoming.into(), || {
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", method.to_owned()),
-            KeyValue::new("url.path", request.uri().path().to_owned()),
-        ];
-        if let Some(route) = route {
-            attributes.push(KeyValue::new("http.route", route.to_owned()));
-        }
-        attributes
-    })
+    // `{method} {route}`, or the method alone for a path no route matched.
+    let (gap, named) = route.map_or(("", ""), |route| (" ", route));
+    Span::start(
+        format_args!("{method}{gap}{named}"),
+        SpanKind::Server,
+        incoming.into(),
+        || {
+            let mut attributes = vec![
+                KeyValue::new("http.request.method", method.to_owned()),
+                KeyValue::new("url.path", request.uri().path().to_owned()),
+            ];
+            if let Some(route) = route {
+                attributes.push(KeyValue::new("http.route", route.to_owned()));
+            }
+            attributes
+        },
+    )
 }
 
 /// Records `response`'s status on its server span.

@@ -242,12 +242,20 @@ mod tests {
 
     #[test]
     fn without_a_tracer_spans_are_disabled_and_carry_no_context() {
-        let span = Span::start("invoke_agent", SpanKind::Internal, Parent::Root, || {
-            panic!("attributes of a span that is not exported are never built")
-        });
+        let span = Span::start(
+            format_args!("invoke_agent"),
+            SpanKind::Internal,
+            Parent::Root,
+            || panic!("attributes of a span that is not exported are never built"),
+        );
         assert!(span.is_disabled());
         assert!(span.context().is_none());
-        let child = Span::start("chat", SpanKind::Client, Parent::Local(&span), Vec::new);
+        let child = Span::start(
+            format_args!("chat"),
+            SpanKind::Client,
+            Parent::Local(&span),
+            Vec::new,
+        );
         assert!(child.is_disabled());
     }
 }

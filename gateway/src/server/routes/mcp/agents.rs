@@ -166,7 +166,7 @@ fn server_span(
     parent: Option<TraceContext>,
 ) -> Span {
     Span::start(
-        format!("tools/call {tool}"),
+        format_args!("tools/call {tool}"),
         SpanKind::Server,
         parent.as_ref().into(),
         || {
