@@ -23,6 +23,8 @@ pub(super) struct HttpExporter {
     client: Client,
     url: String,
     resource: EncodedResource,
+    /// The time limit of one export, for the error that says it passed.
+    timeout: Duration,
     /// The size of the last batch's body: the next one is about as big.
     last_len: std::sync::atomic::AtomicUsize,
 }
@@ -43,6 +45,7 @@ impl HttpExporter {
             client,
             url: export.traces_url.clone(),
             resource: EncodedResource::default(),
+            timeout: export.timeout,
             last_len: std::sync::atomic::AtomicUsize::new(0),
         })
     }
@@ -60,7 +63,7 @@ impl HttpExporter {
             .post(&self.url)
             .body(body)
             .send()
-            .map_err(|error| failure(&error.without_url()))?;
+            .map_err(|error| self.failure(&error.without_url()))?;
         let status = response.status();
         // Read to the end so the connection is kept for the next batch.
         let _ = response.bytes();
@@ -72,13 +75,13 @@ impl HttpExporter {
             )))
         }
     }
-}
 
-fn failure(error: &reqwest::Error) -> OTelSdkError {
-    if error.is_timeout() {
-        OTelSdkError::Timeout(Duration::ZERO)
-    } else {
-        OTelSdkError::InternalFailure(format!("the collector could not be reached: {error}"))
+    fn failure(&self, error: &reqwest::Error) -> OTelSdkError {
+        if error.is_timeout() {
+            OTelSdkError::Timeout(self.timeout)
+        } else {
+            OTelSdkError::InternalFailure(format!("the collector could not be reached: {error}"))
+        }
     }
 }
 
