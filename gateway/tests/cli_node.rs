@@ -2,11 +2,13 @@
 //! file's agents (and no demo agents beside them), and agents written through
 //! any node's config API. Processes: a nats-server, a PostgreSQL schema, an
 //! `awaken node` that owns the cluster's only shard, and an `awaken serve` that
-//! accepts the runs, so every run executes on the `awaken node`.
+//! accepts the runs, so every run executes on the `awaken node` — which pushes
+//! its metrics to an OTLP collector in the test.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod http_support;
+mod otlp_support;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -41,6 +43,7 @@ model = "fast"
 async fn awaken_node(
     config: &std::path::Path,
     args: &[&str],
+    env: &[(&str, &str)],
 ) -> (Child, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_awaken"))
         .arg("node")
@@ -48,6 +51,7 @@ async fn awaken_node(
         .arg(config)
         .args(args)
         .env("RUST_LOG", "warn,awaken_gateway=info")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -114,6 +118,7 @@ async fn a_node_runs_the_agents_of_its_file_and_of_the_config_api() {
 
     // One shard: the node that sorts first (`a-node`) holds it, so it runs
     // every thread; the server only accepts.
+    let mut collector = otlp_support::full_collector().await;
     let (_node, mut node_log) = awaken_node(
         &node_config,
         &[
@@ -125,6 +130,12 @@ async fn a_node_runs_the_agents_of_its_file_and_of_the_config_api() {
             "a-node",
             "--shards",
             "1",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "100"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=a-node"),
         ],
     )
     .await;
@@ -141,6 +152,20 @@ async fn a_node_runs_the_agents_of_its_file_and_of_the_config_api() {
     // The file's agent runs on the node, and the demo is not there beside it.
     let finish = run(&client, &base, "greeter").await;
     assert_eq!(finish["result"]["response"], "hello from the file");
+    // The node ran it, and its metrics say so, with the cluster it sees.
+    let export = otlp_support::export_where(&mut collector.metrics, |export| {
+        let value = |name, labels: &[(&str, &str)]| {
+            export
+                .has(name)
+                .then(|| export.metric(name).value(labels))
+                .flatten()
+        };
+        value("awaken.runs_finished", &[("agent", "greeter")]) == Some(1.0)
+            && value("awaken.cluster_members", &[]) == Some(2.0)
+    })
+    .await;
+    assert_eq!(export.resource["service.instance.id"], "a-node");
+    assert_eq!(export.metric("awaken.shards_owned").value(&[]), Some(1.0));
     let response = client
         .post(format!("{base}/v1/runs"))
         .json(&json!({"agentId": "demo", "messages": user("hi")}))

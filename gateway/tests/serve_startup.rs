@@ -73,6 +73,25 @@ async fn a_malformed_or_missing_file_or_a_bad_variable_is_refused() {
     )
     .await;
     assert!(error.contains("OTEL_TRACES_SAMPLER"), "{error}");
+    let error = refused(
+        &[&good],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1m"),
+        ],
+    )
+    .await;
+    assert!(error.contains("OTEL_METRIC_EXPORT_INTERVAL"), "{error}");
+    let metrics = file(
+        dir.path(),
+        "metrics.toml",
+        "[telemetry]
+metrics = true
+metrics_interval_secs = 0
+",
+    );
+    let error = refused(&[&metrics], &[]).await;
+    assert!(error.contains("telemetry.metrics_interval_secs"), "{error}");
     let telemetry = file(
         dir.path(),
         "telemetry.toml",

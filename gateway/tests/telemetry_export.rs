@@ -287,11 +287,16 @@ async fn a_delegated_run_hangs_off_the_call_that_started_it() {
 }
 
 /// A collector nobody answers at never holds a run up: spans queue and are
-/// dropped, runs go on.
+/// dropped, metric pushes fail and are logged, runs go on.
 #[tokio::test]
 async fn runs_go_on_while_the_collector_is_unreachable() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, base) = serve(&http_support::closed_base(), &dir).await;
+    let (_server, base) = serve_with(
+        &http_support::closed_base(),
+        &dir,
+        &[("OTEL_METRIC_EXPORT_INTERVAL", "20")],
+    )
+    .await;
     let client = reqwest::Client::new();
     for _ in 0..20 {
         let events = run_to_end(&client, &base, "bench", None).await;

@@ -28,7 +28,9 @@ pub use serve::ServeArgs;
 use crate::error::{GatewayError, Result};
 use crate::serve::ServeConfig;
 use crate::serve::config::paths;
-use crate::telemetry::{ExportSettings, LogFormat, ProcessEnv, TelemetryConfig};
+use crate::telemetry::{
+    ExportSettings, LogFormat, MetricsExportSettings, ProcessEnv, TelemetryConfig,
+};
 
 /// `awaken`: run agents on an embedded single-node runtime, and measure it.
 #[derive(Debug, Parser)]
@@ -61,6 +63,8 @@ pub struct Prepared {
     pub log_format: LogFormat,
     /// Where spans go, if anywhere.
     pub export: Option<ExportSettings>,
+    /// Where `awaken serve` and `awaken node` push their metrics, if anywhere.
+    metric_push: Option<MetricsExportSettings>,
 }
 
 /// A command ready to run: `awaken serve` with its configuration read.
@@ -90,24 +94,29 @@ pub fn prepare(cli: Cli) -> Result<Prepared> {
     let export = telemetry
         .resolve(&ProcessEnv)
         .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let metric_push = telemetry
+        .resolve_metrics(&ProcessEnv)
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
     Ok(Prepared {
         command,
         log_format,
         export,
+        metric_push,
     })
 }
 
 /// Runs the prepared command; returns the exit code (0 when everything went well).
 pub async fn dispatch(prepared: Prepared) -> Result<u8> {
+    let push = prepared.metric_push.as_ref();
     match prepared.command {
-        Ready::Serve(args, config) => Box::pin(serve::execute(args, *config)).await,
+        Ready::Serve(args, config) => Box::pin(serve::execute(args, *config, push)).await,
         Ready::Other(Command::Run(args)) => run::execute(args).await,
         Ready::Other(Command::Bench(args)) => bench::execute(args).await,
-        Ready::Other(Command::Node(args)) => Box::pin(node::execute(args)).await,
+        Ready::Other(Command::Node(args)) => Box::pin(node::execute(args, push)).await,
         Ready::Other(Command::Serve(args)) => {
             let config = ServeConfig::load_files(&paths(&args.config), std::env::vars())
                 .map_err(|e| GatewayError::Config(e.to_string()))?;
-            Box::pin(serve::execute(args, config)).await
+            Box::pin(serve::execute(args, config, push)).await
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use awaken_cluster::RunControl;
@@ -19,6 +20,8 @@ use crate::runtime_config::ConfigManager;
 use crate::secret::Secret;
 use crate::serve::config::paths;
 use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
+use crate::server::metrics::{Metrics, PushedMetrics};
+use crate::telemetry::{MetricPush, MetricsExportSettings};
 
 /// Flags of `awaken node`; each overrides its key of the config file (or
 /// environment), which is read as `awaken serve` reads it.
@@ -106,7 +109,7 @@ impl NodeArgs {
 
 /// Joins the cluster, prints `{"event":"ready",...}` on stdout, serves until a
 /// signal, then drains.
-pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
+pub(super) async fn execute(args: NodeArgs, push: Option<&MetricsExportSettings>) -> Result<u8> {
     let config = args.config()?;
     let journal = args.tool_journal.map(Journal::at).unwrap_or_default();
     let Some(cluster) = &config.cluster else {
@@ -129,6 +132,15 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
     .await
     .map_err(|e| GatewayError::Config(e.to_string()))?;
     let node_id = node.node_id().to_string();
+    let node = Arc::new(node);
+    let push = push
+        .map(|settings| {
+            let control = Arc::clone(&node) as Arc<dyn RunControl>;
+            let metrics = Arc::new(Metrics::new(control.as_ref()));
+            MetricPush::start(settings, PushedMetrics::new(metrics, control))
+        })
+        .transpose()
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
 
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -141,6 +153,14 @@ pub(super) async fn execute(args: NodeArgs) -> Result<u8> {
         _ = interrupt.recv() => {}
     }
     eprintln!("draining {node_id} ...");
+    if let Some(push) = push {
+        push.finish().await;
+    }
+    let Some(node) = Arc::into_inner(node) else {
+        return Err(GatewayError::Cluster(
+            "the node is still held after its metrics stopped".into(),
+        ));
+    };
     node.drain(Duration::from_secs(cluster.drain_timeout_secs))
         .await
         .map_err(|e| GatewayError::Cluster(e.to_string()))?;

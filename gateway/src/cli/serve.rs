@@ -17,7 +17,9 @@ use crate::error::{GatewayError, Result};
 use crate::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
 use crate::serve::{ServeConfig, StoreConfig};
+use crate::server::metrics::PushedMetrics;
 use crate::server::{AppState, Server};
+use crate::telemetry::{MetricPush, MetricsExportSettings};
 
 /// The config API's document in a `file` store's directory.
 const CONFIG_FILE_NAME: &str = "config.msgpack";
@@ -43,7 +45,11 @@ pub struct ServeArgs {
 
 /// Serves until a signal, then stops taking requests, lets in-flight ones finish,
 /// and leaves (a cluster node drains its shards).
-pub(super) async fn execute(args: ServeArgs, mut config: ServeConfig) -> Result<u8> {
+pub(super) async fn execute(
+    args: ServeArgs,
+    mut config: ServeConfig,
+    push: Option<&MetricsExportSettings>,
+) -> Result<u8> {
     if let Some(address) = args.address {
         config.server.address = address;
     }
@@ -79,7 +85,17 @@ pub(super) async fn execute(args: ServeArgs, mut config: ServeConfig) -> Result<
                 .await
                 .map_err(|e| GatewayError::Cluster(e.to_string()))?;
             let drain = Duration::from_secs(config.server.shutdown.timeout_secs);
-            let node = serve(Arc::new(node), config.server, file_entries, mcp, "local").await?;
+            let node = serve(
+                Arc::new(node),
+                config.server,
+                Served {
+                    file_entries,
+                    mcp,
+                    node_id: "local",
+                    push,
+                },
+            )
+            .await?;
             // Runs in flight finish before the process exits (a durable store
             // takes up what the deadline cuts off at the next start).
             if let Some(node) = node
@@ -92,9 +108,13 @@ pub(super) async fn execute(args: ServeArgs, mut config: ServeConfig) -> Result<
             let drain = Duration::from_secs(cluster.drain_timeout_secs);
             let node = compose::join_cluster(cluster, events, builder).await?;
             let node_id = node.node_id().to_string();
-            if let Some(node) =
-                serve(Arc::new(node), config.server, file_entries, mcp, &node_id).await?
-            {
+            let served = Served {
+                file_entries,
+                mcp,
+                node_id: &node_id,
+                push,
+            };
+            if let Some(node) = serve(Arc::new(node), config.server, served).await? {
                 node.drain(drain)
                     .await
                     .map_err(|e| GatewayError::Cluster(e.to_string()))?;
@@ -110,15 +130,31 @@ pub(super) async fn execute(args: ServeArgs, mut config: ServeConfig) -> Result<
     Ok(0)
 }
 
+/// What a served node comes with besides its server config.
+struct Served<'a> {
+    /// The config entries that came from `awaken.toml`.
+    file_entries: ConfigDocument,
+    /// The node's MCP connections.
+    mcp: Arc<McpHub>,
+    /// How the node is named in the `listening` line.
+    node_id: &'a str,
+    /// Where its metrics are pushed, if anywhere.
+    push: Option<&'a MetricsExportSettings>,
+}
+
 /// Serves `node` until SIGTERM or Ctrl-C; gives the node back once no request
 /// holds it any more (`None` when one outlived the shutdown deadline).
 async fn serve<N: RunControl>(
     node: Arc<N>,
     config: crate::server::ServerConfig,
-    file_entries: ConfigDocument,
-    mcp: Arc<McpHub>,
-    node_id: &str,
+    served: Served<'_>,
 ) -> Result<Option<N>> {
+    let Served {
+        file_entries,
+        mcp,
+        node_id,
+        push,
+    } = served;
     if config.api_keys.is_empty() && !is_loopback(&config.address) {
         tracing::warn!(address = %config.address, "serving without API keys on a non-loopback address");
     }
@@ -130,6 +166,16 @@ async fn serve<N: RunControl>(
     )
     .await
     .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let push = push
+        .map(|settings| {
+            let source = PushedMetrics::new(
+                Arc::clone(&state.metrics),
+                Arc::clone(&node) as Arc<dyn RunControl>,
+            );
+            MetricPush::start(settings, source)
+        })
+        .transpose()
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
     let stopped = state.clone();
     let server = Server::bind(state)
         .await
@@ -154,6 +200,11 @@ async fn serve<N: RunControl>(
     stopped
         .hand_back_push_deliveries(Duration::from_secs(5))
         .await;
+    // The counts of the last requests reach the collector too; the push held
+    // the node as well.
+    if let Some(push) = push {
+        push.finish().await;
+    }
     // The deliveries held the node too: it is free once they ended.
     drop(stopped);
     Ok(Arc::into_inner(node))

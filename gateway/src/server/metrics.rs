@@ -1,6 +1,8 @@
 //! Prometheus metrics of one server: its HTTP traffic, recorded by a middleware,
-//! and its node's threads, read when scraped (`GET /metrics`).
+//! and its node's threads, read when scraped (`GET /metrics`) or pushed over
+//! OTLP.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -11,12 +13,15 @@ use awaken_cluster::RunControl;
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::prometheus_protobuf::{self, prometheus_data_model::MetricFamily};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+
+use crate::telemetry::MetricSource;
 
 /// The content type of the OpenMetrics text format that Prometheus scrapes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -163,9 +168,10 @@ impl Metrics {
         let latency = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
         );
-        registry.register(
-            "http_request_duration_seconds",
+        registry.register_with_unit(
+            "http_request_duration",
             "Time to the response's headers (an SSE stream counts until it starts)",
+            Unit::Seconds,
             latency.clone(),
         );
         let in_flight = Gauge::default();
@@ -223,12 +229,30 @@ impl Metrics {
         }
     }
 
-    /// The metrics in the OpenMetrics text format, node gauges read from `control`,
-    /// the mailbox gauges from its mailbox (memory on a single node, the ledger's
-    /// replica in a cluster) and the waiting runs from the store (one aggregate
-    /// query on PostgreSQL, over a connection of its own). A gauge whose source
-    /// does not answer keeps its last value, and it is logged.
+    /// The metrics in the OpenMetrics text format, refreshed first.
     pub async fn render(&self, control: &dyn RunControl) -> Result<String, std::fmt::Error> {
+        self.refresh(control).await;
+        let mut text = String::new();
+        encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+
+    /// The metrics in the Prometheus data model, refreshed first: what an OTLP
+    /// push sends.
+    pub async fn families(
+        &self,
+        control: &dyn RunControl,
+    ) -> Result<Vec<MetricFamily>, std::fmt::Error> {
+        self.refresh(control).await;
+        prometheus_protobuf::encode(&self.registry)
+    }
+
+    /// Reads the gauges kept elsewhere: node gauges from `control`, the mailbox
+    /// gauges from its mailbox (memory on a single node, the ledger's replica in
+    /// a cluster) and the waiting runs from the store (one aggregate query on
+    /// PostgreSQL, over a connection of its own). A gauge whose source does not
+    /// answer keeps its last value, and it is logged.
+    async fn refresh(&self, control: &dyn RunControl) {
         let mailbox = control.mailbox();
         for (status, label) in GAUGED_DISPATCHES {
             let query = DispatchQuery {
@@ -266,9 +290,31 @@ impl Metrics {
         if let Some(counts) = control.store().io_counts() {
             self.store.copy(counts);
         }
-        let mut text = String::new();
-        encode(&mut text, &self.registry)?;
-        Ok(text)
+    }
+}
+
+/// A node's metrics as an OTLP push reads them.
+pub struct PushedMetrics {
+    metrics: Arc<Metrics>,
+    control: Arc<dyn RunControl>,
+}
+
+impl PushedMetrics {
+    /// The `metrics` of the node `control`.
+    pub fn new(metrics: Arc<Metrics>, control: Arc<dyn RunControl>) -> Self {
+        Self { metrics, control }
+    }
+}
+
+impl MetricSource for PushedMetrics {
+    async fn collect(&self) -> Option<Vec<MetricFamily>> {
+        match self.metrics.families(self.control.as_ref()).await {
+            Ok(families) => Some(families),
+            Err(error) => {
+                tracing::warn!(%error, "metrics: not encoded for the push");
+                None
+            }
+        }
     }
 }
 

@@ -50,8 +50,8 @@ impl fmt::Debug for ExportHeaders {
     }
 }
 
-/// A time limit in milliseconds, as the `*_TIMEOUT` variables give it.
-pub(super) fn parse_timeout(name: &str, value: &str) -> Result<Duration, TelemetryError> {
+/// A duration in milliseconds, as the `*_TIMEOUT` and `*_INTERVAL` variables give it.
+pub(super) fn parse_millis(name: &str, value: &str) -> Result<Duration, TelemetryError> {
     value
         .trim()
         .parse::<u64>()
@@ -88,12 +88,12 @@ mod tests {
     #[test]
     fn timeouts_are_positive_milliseconds() {
         assert_eq!(
-            parse_timeout("T", " 2500 ").unwrap(),
+            parse_millis("T", " 2500 ").unwrap(),
             Duration::from_millis(2500)
         );
         for bad in ["0", "-1", "1.5", "soon"] {
             assert!(
-                parse_timeout("T", bad)
+                parse_millis("T", bad)
                     .unwrap_err()
                     .to_string()
                     .contains('T')

@@ -11,6 +11,7 @@
 mod headers;
 mod http_export;
 mod json_lines;
+mod metric_push;
 mod otlp;
 mod queue;
 mod settings;
@@ -28,10 +29,11 @@ use tracing_subscriber::{Layer, fmt};
 
 pub use headers::ExportHeaders;
 pub use json_lines::{LogConfig, LogFormat};
+pub use metric_push::{MetricPush, MetricSource};
 pub use queue::spans_dropped;
 pub use settings::{
-    Env, ExportSettings, ProcessEnv, RootSampling, Sampling, TelemetryConfig, TelemetryError,
-    Transport,
+    Env, ExportSettings, MetricsExportSettings, ProcessEnv, RootSampling, Sampling,
+    TelemetryConfig, TelemetryError, Transport,
 };
 
 /// Whether the installed sampler follows a caller's sampled flag (the

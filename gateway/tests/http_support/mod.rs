@@ -322,6 +322,14 @@ pub async fn python_client(script: &str, args: &[&str]) -> Value {
 pub async fn awaken_serve(
     config: &str,
 ) -> Result<(tokio::process::Child, String, tempfile::TempDir), String> {
+    awaken_serve_with(config, &[]).await
+}
+
+/// [`awaken_serve`] with the variables `env` set.
+pub async fn awaken_serve_with(
+    config: &str,
+    env: &[(&str, &str)],
+) -> Result<(tokio::process::Child, String, tempfile::TempDir), String> {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("awaken.toml");
@@ -330,6 +338,7 @@ pub async fn awaken_serve(
         .arg("serve")
         .arg("--config")
         .arg(&path)
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

@@ -1,6 +1,7 @@
-//! A collector for the tests: an HTTP server taking OTLP/HTTP trace exports and
-//! decoding them with the OpenTelemetry project's own protobuf definitions, so a
-//! test sees exactly the spans a process sent.
+//! A collector for the tests: an HTTP (or gRPC) server taking OTLP trace and
+//! metric exports and decoding them with the OpenTelemetry project's own
+//! protobuf definitions, so a test sees exactly the spans and metrics a process
+//! sent.
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,6 +10,10 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -19,6 +24,10 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use prost::Message;
 use tokio::sync::mpsc;
+
+mod metrics;
+
+pub use metrics::Export;
 
 /// Longest the spans a test waits for may take to arrive (exports are batched
 /// every 50 ms in the tests' processes).
@@ -60,7 +69,7 @@ fn text(value: Option<&AnyValue>) -> String {
     }
 }
 
-fn attributes(pairs: &[KeyValue]) -> HashMap<String, String> {
+pub(crate) fn attributes(pairs: &[KeyValue]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
@@ -113,30 +122,67 @@ fn received(
     }
 }
 
+/// What a collector received: spans one by one, metric exports whole.
+pub struct Collector {
+    /// The base URL (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub endpoint: String,
+    pub spans: mpsc::UnboundedReceiver<Received>,
+    pub metrics: mpsc::UnboundedReceiver<Export>,
+}
+
 /// A collector on a free port; every span it receives goes to the receiver.
 pub async fn collector() -> (String, mpsc::UnboundedReceiver<Received>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        post(move |headers: axum::http::HeaderMap, body: Bytes| {
-            let tx = tx.clone();
-            async move {
-                let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                let authorization = headers
-                    .get("authorization")
-                    .map(|value| value.to_str().unwrap().to_owned());
-                received(request, authorization, &tx);
-                (
-                    [("content-type", "application/x-protobuf")],
-                    ExportTraceServiceResponse::default().encode_to_vec(),
-                )
-            }
-        }),
-    );
+    let collector = full_collector().await;
+    (collector.endpoint, collector.spans)
+}
+
+/// An OTLP/HTTP collector of spans and metrics on a free port.
+pub async fn full_collector() -> Collector {
+    let (tx, spans) = mpsc::unbounded_channel();
+    let (metrics_tx, metrics) = mpsc::unbounded_channel();
+    let app = axum::Router::new()
+        .route(
+            "/v1/traces",
+            post(move |headers: axum::http::HeaderMap, body: Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                    received(request, authorization(&headers), &tx);
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        ExportTraceServiceResponse::default().encode_to_vec(),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/v1/metrics",
+            post(move |headers: axum::http::HeaderMap, body: Bytes| {
+                let tx = metrics_tx.clone();
+                async move {
+                    let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
+                    metrics::received(request, authorization(&headers), &tx);
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        ExportMetricsServiceResponse::default().encode_to_vec(),
+                    )
+                }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}"), rx)
+    Collector {
+        endpoint: format!("http://{address}"),
+        spans,
+        metrics,
+    }
+}
+
+fn authorization(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get("authorization")
+        .map(|value| value.to_str().unwrap().to_owned())
 }
 
 /// The OTLP/gRPC trace service of [`grpc_collector`].
@@ -160,16 +206,47 @@ impl TraceService for GrpcTraces {
 /// A collector speaking OTLP/gRPC (the OpenTelemetry project's service
 /// definition, served by tonic) on a free port.
 pub async fn grpc_collector() -> (String, mpsc::UnboundedReceiver<Received>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let collector = full_grpc_collector().await;
+    (collector.endpoint, collector.spans)
+}
+
+/// An OTLP/gRPC collector of spans and metrics on a free port.
+pub async fn full_grpc_collector() -> Collector {
+    let (tx, spans) = mpsc::unbounded_channel();
+    let (metrics_tx, metrics) = mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(TraceServiceServer::new(GrpcTraces(tx)))
+            .add_service(MetricsServiceServer::new(metrics::GrpcMetrics(metrics_tx)))
             .serve_with_incoming(incoming),
     );
-    (format!("http://{address}"), rx)
+    Collector {
+        endpoint: format!("http://{address}"),
+        spans,
+        metrics,
+    }
+}
+
+/// Metric exports from `rx` until one satisfies `done`; that one.
+pub async fn export_where(
+    rx: &mut mpsc::UnboundedReceiver<Export>,
+    done: impl Fn(&Export) -> bool,
+) -> Export {
+    let mut seen = 0;
+    tokio::time::timeout(ARRIVAL, async {
+        loop {
+            let export = rx.recv().await.expect("the collector runs");
+            seen += 1;
+            if done(&export) {
+                return export;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no matching metric export among {seen}"))
 }
 
 /// Spans from `rx` until `done` holds for what arrived.

@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::headers::{self, ExportHeaders};
+use super::headers::ExportHeaders;
+use destination::{Destination, Signal};
 
-/// The OTLP path of traces under a base endpoint.
-const TRACES_PATH: &str = "v1/traces";
-/// Where an OTLP/HTTP collector listens when nothing says otherwise.
-const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
-/// Where an OTLP/gRPC collector listens when nothing says otherwise.
-const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
+mod destination;
+mod metrics;
+
+pub use metrics::MetricsExportSettings;
 /// The variable the GenAI instrumentations read to record message content.
 const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 
@@ -25,14 +24,22 @@ const DEFAULT_QUEUE_SIZE: usize = 2048;
 /// The service name when neither `OTEL_SERVICE_NAME` nor the config sets one.
 const DEFAULT_SERVICE_NAME: &str = "awaken";
 
-/// `[telemetry]` in `awaken.toml`: trace export over OTLP, off by default.
+/// `[telemetry]` in `awaken.toml`: trace and metric export over OTLP, off by
+/// default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
-    /// Export traces. Unset: on exactly when an endpoint is configured (here or
-    /// in `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
+    /// Export traces (and metrics, unless `metrics` says otherwise). Unset: on
+    /// exactly when an endpoint is configured (here or in
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`).
     pub enabled: Option<bool>,
-    /// The collector's base URL (`/v1/traces` is appended), as
+    /// Push the metrics of `/metrics` over OTLP too. Unset: as `enabled`; the
+    /// variable `OTEL_METRICS_EXPORTER` (`otlp` or `none`) wins.
+    pub metrics: Option<bool>,
+    /// Seconds between two metric pushes (60 by default), as
+    /// `OTEL_METRIC_EXPORT_INTERVAL` (which counts milliseconds).
+    pub metrics_interval_secs: Option<u64>,
+    /// The collector's base URL (`/v1/traces` and `/v1/metrics` are appended), as
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub endpoint: Option<String>,
     /// `http/protobuf` (the default) or `grpc`, as `OTEL_EXPORTER_OTLP_PROTOCOL`.
@@ -56,23 +63,6 @@ pub enum Transport {
     HttpProtobuf,
     /// OTLP/gRPC, to the endpoint as given.
     Grpc,
-}
-
-impl Transport {
-    /// The traces URL under the base endpoint `base` (named `name` in errors).
-    fn traces_under(self, name: &str, base: &str) -> Result<String, TelemetryError> {
-        match self {
-            Self::HttpProtobuf => traces_under(name, base),
-            Self::Grpc => checked_url(name, base),
-        }
-    }
-
-    fn default_endpoint(self) -> &'static str {
-        match self {
-            Self::HttpProtobuf => DEFAULT_ENDPOINT,
-            Self::Grpc => DEFAULT_GRPC_ENDPOINT,
-        }
-    }
 }
 
 /// Which traces are recorded (`OTEL_TRACES_SAMPLER`).
@@ -199,42 +189,7 @@ impl TelemetryConfig {
                 }
             }
         }
-        let protocol = env
-            .var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            .map(|value| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", value))
-            .or_else(|| {
-                env.var("OTEL_EXPORTER_OTLP_PROTOCOL")
-                    .map(|value| ("OTEL_EXPORTER_OTLP_PROTOCOL", value))
-            })
-            .or_else(|| {
-                self.protocol
-                    .clone()
-                    .map(|value| ("telemetry.protocol", value))
-            });
-        let transport = match protocol {
-            None => Transport::HttpProtobuf,
-            Some((name, value)) => match value.trim() {
-                "http/protobuf" => Transport::HttpProtobuf,
-                "grpc" => Transport::Grpc,
-                _ => {
-                    return Err(TelemetryError::invalid(
-                        name,
-                        &value,
-                        "`http/protobuf` or `grpc` (`http/json` is not supported)",
-                    ));
-                }
-            },
-        };
-        let traces_url = match env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-            Some(url) => Some(checked_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url)?),
-            None => match env.var("OTEL_EXPORTER_OTLP_ENDPOINT") {
-                Some(base) => Some(transport.traces_under("OTEL_EXPORTER_OTLP_ENDPOINT", &base)?),
-                None => match &self.endpoint {
-                    Some(base) => Some(transport.traces_under("telemetry.endpoint", base)?),
-                    None => None,
-                },
-            },
-        };
+        let destination = Destination::resolve(self, env, Signal::Traces)?;
         let sampling = self.sampling(env)?;
         let queue_size = match env.var("OTEL_BSP_MAX_QUEUE_SIZE") {
             Some(value) => value
@@ -251,50 +206,29 @@ impl TelemetryConfig {
             Some(value) => parse_bool(CAPTURE_CONTENT, &value)?,
             None => self.capture_content.unwrap_or(false),
         };
-        let headers = match first_of(
-            env,
-            &[
-                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-                "OTEL_EXPORTER_OTLP_HEADERS",
-            ],
-        ) {
-            Some((name, value)) => ExportHeaders::parse(name, &value)?,
-            None => ExportHeaders::default(),
-        };
-        let timeout = match first_of(
-            env,
-            &[
-                "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-                "OTEL_EXPORTER_OTLP_TIMEOUT",
-            ],
-        ) {
-            Some((name, value)) => headers::parse_timeout(name, &value)?,
-            None => headers::DEFAULT_TIMEOUT,
-        };
         if let Some(attributes) = env.var("OTEL_RESOURCE_ATTRIBUTES") {
             check_resource_attributes(&attributes)?;
         }
-        if !self.enabled.unwrap_or(traces_url.is_some()) {
+        if !self.enabled.unwrap_or(destination.url.is_some()) {
             return Ok(None);
         }
-        let traces_url = match traces_url {
-            Some(url) => url,
-            None => transport.traces_under("telemetry.endpoint", transport.default_endpoint())?,
-        };
-        let service_name = env
-            .var("OTEL_SERVICE_NAME")
-            .or_else(|| self.service_name.clone())
-            .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
         Ok(Some(ExportSettings {
-            transport,
-            traces_url,
-            service_name,
+            transport: destination.transport,
+            traces_url: destination.url_or_default()?,
+            service_name: self.service_name(env),
             sampling,
             queue_size,
             capture_content,
-            headers,
-            timeout,
+            headers: destination.headers,
+            timeout: destination.timeout,
         }))
+    }
+
+    /// `service.name`: `OTEL_SERVICE_NAME`, the config's, or the default.
+    fn service_name(&self, env: &(impl Env + ?Sized)) -> String {
+        env.var("OTEL_SERVICE_NAME")
+            .or_else(|| self.service_name.clone())
+            .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned())
     }
 
     fn sampling(&self, env: &(impl Env + ?Sized)) -> Result<Sampling, TelemetryError> {
@@ -332,14 +266,7 @@ impl TelemetryConfig {
     }
 }
 
-/// The first of the variables `names` that is set, with its name.
-fn first_of<'n>(env: &(impl Env + ?Sized), names: &[&'n str]) -> Option<(&'n str, String)> {
-    names
-        .iter()
-        .find_map(|name| env.var(name).map(|value| (*name, value)))
-}
-
-fn parse_bool(name: &str, value: &str) -> Result<bool, TelemetryError> {
+pub(super) fn parse_bool(name: &str, value: &str) -> Result<bool, TelemetryError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
@@ -356,26 +283,7 @@ fn checked_ratio(name: &str, value: &str) -> Result<f64, TelemetryError> {
         .ok_or_else(|| TelemetryError::invalid(name, value, "a number from 0 to 1"))
 }
 
-fn checked_url(name: &str, value: &str) -> Result<String, TelemetryError> {
-    let value = value.trim();
-    let parsed = reqwest::Url::parse(value)
-        .ok()
-        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some());
-    match parsed {
-        // The URL as given: it may carry credentials, so errors never echo it.
-        Some(_) => Ok(value.to_owned()),
-        None => Err(TelemetryError(format!(
-            "{name} is not valid: expected an http:// or https:// URL with a host"
-        ))),
-    }
-}
-
-fn traces_under(name: &str, base: &str) -> Result<String, TelemetryError> {
-    let base = checked_url(name, base)?;
-    Ok(format!("{}/{TRACES_PATH}", base.trim_end_matches('/')))
-}
-
-fn check_resource_attributes(value: &str) -> Result<(), TelemetryError> {
+pub(super) fn check_resource_attributes(value: &str) -> Result<(), TelemetryError> {
     let well_formed = value.split(',').all(|pair| {
         pair.split_once('=')
             .is_some_and(|(key, _)| !key.trim().is_empty())
