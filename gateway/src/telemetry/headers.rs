@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 
 use super::TelemetryError;
 
@@ -41,6 +42,21 @@ impl ExportHeaders {
     /// The headers, to send.
     pub(super) fn map(&self) -> &HeaderMap {
         &self.0
+    }
+
+    /// The headers as gRPC metadata; `name` is the variable they came from,
+    /// for the error.
+    pub(super) fn grpc_metadata(&self, name: &str) -> Result<MetadataMap, TelemetryError> {
+        let mut metadata = MetadataMap::new();
+        for (key, value) in &self.0 {
+            let key = MetadataKey::from_bytes(key.as_str().as_bytes());
+            let value = MetadataValue::try_from(value.as_bytes());
+            let (Ok(key), Ok(value)) = (key, value) else {
+                return Err(TelemetryError::secret(name, "a header gRPC cannot carry"));
+            };
+            metadata.append(key, value);
+        }
+        Ok(metadata)
     }
 }
 

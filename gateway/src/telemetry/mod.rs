@@ -5,21 +5,21 @@
 //!
 //! Spans and log lines are separate paths (decision 0067): spans never go
 //! through the `tracing` subscriber, and with export off no tracer is installed,
-//! so every span is disabled. Export runs on the SDK's batch thread with a
-//! bounded queue: a slow or absent collector drops spans, never delays a run.
+//! so every span is disabled. Each span is written to protobuf where it ends and
+//! sent by an export thread behind a bounded queue (decision 0069): a slow or
+//! absent collector drops spans, never delays a run.
 
+mod batcher;
 mod headers;
-mod http_export;
 mod json_lines;
 mod metric_push;
 mod otlp;
-mod queue;
 mod settings;
+mod transport;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Dispatch;
@@ -27,10 +27,13 @@ use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, fmt};
 
+use batcher::SpanBatcher;
+use transport::SpanTransport;
+
+pub use batcher::{BatchSettings, spans_dropped};
 pub use headers::ExportHeaders;
 pub use json_lines::{LogConfig, LogFormat};
 pub use metric_push::{MetricPush, MetricSource};
-pub use queue::spans_dropped;
 pub use settings::{
     Env, ExportSettings, MetricsExportSettings, ProcessEnv, RootSampling, Sampling,
     TelemetryConfig, TelemetryError, Transport,
@@ -131,30 +134,22 @@ fn provider(
     export: &ExportSettings,
     grpc: Option<&tokio::runtime::Runtime>,
 ) -> Result<SdkTracerProvider, TelemetryError> {
-    // The builders' errors can quote the endpoint, which may hold credentials.
-    let processor = match grpc {
-        None => queue::bounded(http_export::HttpExporter::new(export)?, export.queue_size),
-        // Built inside its runtime: the channel's connection tasks live there,
-        // and the batch thread's exports are driven by them.
-        Some(runtime) => queue::bounded(
-            runtime
-                .block_on(async {
-                    SpanExporter::builder()
-                        .with_tonic()
-                        .with_endpoint(export.traces_url.as_str())
-                        .with_timeout(export.timeout)
-                        .build()
-                })
-                .map_err(|_| TelemetryError::internal("the OTLP/gRPC exporter"))?,
-            export.queue_size,
-        ),
+    let transport = match grpc {
+        None => SpanTransport::http(&export.traces_url, &export.headers)?,
+        // The channel's connection tasks live on the gRPC runtime; the export
+        // thread drives each call to completion there.
+        Some(runtime) => SpanTransport::grpc(
+            &export.traces_url,
+            &export.headers,
+            runtime.handle().clone(),
+        )?,
     };
     awaken_actors::telemetry::capture_content(export.capture_content);
     let resource = Resource::builder()
         .with_service_name(export.service_name.clone())
         .build();
     Ok(SdkTracerProvider::builder()
-        .with_span_processor(processor)
+        .with_span_processor(SpanBatcher::new(transport, export.batches, export.timeout))
         .with_sampler(sampler(export.sampling))
         .with_resource(resource)
         .build())

@@ -1,15 +1,17 @@
-//! A batch of finished spans written straight into an OTLP
-//! `ExportTraceServiceRequest` (protobuf), without building the intermediate
-//! message structs the SDK's exporter builds (decision 0067): that conversion
-//! copied every attribute key and value into owned strings, hashed each span's
-//! scope and measured nested lengths once per level, and cost a node exporting
-//! every span more than the spans themselves.
+//! Finished spans written straight into an OTLP `ExportTraceServiceRequest`
+//! (protobuf), without the intermediate message structs the SDK's exporter
+//! builds (decision 0067): that conversion copied every attribute key and value
+//! into owned strings, hashed each span's scope and measured nested lengths
+//! once per level, and cost a node exporting every span more than the spans
+//! themselves.
 //!
-//! Each span is written into a scratch buffer and copied behind its length;
-//! the small messages inside it (attributes, status) are sized first, the rare
-//! ones (events, links) and the per-batch levels get their length prefix
-//! inserted after. The output is byte for byte what prost writes for the
-//! SDK's own conversion (tested).
+//! Each span is written on its own as soon as it ends ([`scope_span`]: a
+//! `ScopeSpans.spans` field, key and length included), into its scope's
+//! [`ScopeBatch`]; a batch of them becomes a request by putting the resource
+//! and scope levels around the bytes ([`export_request`]). The small messages
+//! inside a span (attributes, status) are sized first, the rare ones (events,
+//! links) get their length prefix inserted after. The output is byte for byte
+//! what prost writes for the SDK's own conversion (tested).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -40,30 +42,36 @@ impl EncodedResource {
     }
 }
 
-/// Writes `spans` under `resource` as an `ExportTraceServiceRequest` into `out`.
-pub(super) fn export_request(spans: &[SpanData], resource: &EncodedResource, out: &mut Vec<u8>) {
-    let mut scratch = Vec::with_capacity(1024);
+/// The written spans of one instrumentation scope, waiting for their request.
+#[derive(Debug)]
+pub(super) struct ScopeBatch {
+    pub(super) scope: InstrumentationScope,
+    /// `ScopeSpans.spans` fields, one per span, as [`scope_span`] writes them.
+    pub(super) spans: Vec<u8>,
+}
+
+/// Writes `span` as one `ScopeSpans.spans` field (key, length, body) at the
+/// end of `out`.
+pub(super) fn scope_span(out: &mut Vec<u8>, span: &SpanData) {
+    message(out, 2, |body| self::span(body, span));
+}
+
+/// Writes the spans of `batches` under `resource` as an
+/// `ExportTraceServiceRequest` into `out`; scopes without spans are left out.
+pub(super) fn export_request(
+    batches: &[ScopeBatch],
+    resource: &EncodedResource,
+    out: &mut Vec<u8>,
+) {
     message(out, 1, |resource_spans| {
         length_delimited(resource_spans, 1, &resource.body);
-        // Spans of one scope are usually together: a scope's spans are
-        // written in the order they came, one `ScopeSpans` per scope.
-        let mut written = vec![false; spans.len()];
-        for first in 0..spans.len() {
-            if written[first] {
-                continue;
-            }
-            let scope = &spans[first].instrumentation_scope;
+        for batch in batches.iter().filter(|batch| !batch.spans.is_empty()) {
             message(resource_spans, 2, |scope_spans| {
-                message(scope_spans, 1, |body| instrumentation_scope(body, scope));
-                for (index, span) in spans.iter().enumerate().skip(first) {
-                    if !written[index] && span.instrumentation_scope == *scope {
-                        written[index] = true;
-                        scratch.clear();
-                        self::span(&mut scratch, span);
-                        length_delimited(scope_spans, 2, &scratch);
-                    }
-                }
-                if let Some(url) = scope.schema_url() {
+                message(scope_spans, 1, |body| {
+                    instrumentation_scope(body, &batch.scope);
+                });
+                scope_spans.extend_from_slice(&batch.spans);
+                if let Some(url) = batch.scope.schema_url() {
                     string(scope_spans, 3, url);
                 }
             });
@@ -429,8 +437,25 @@ mod tests {
             .with_service_name("awaken")
             .with_attribute(KeyValue::new("service.instance.id", "node-a"))
             .build();
+        let mut batches: Vec<ScopeBatch> = Vec::new();
+        for span in &batch {
+            let index = match batches
+                .iter()
+                .position(|b| b.scope == span.instrumentation_scope)
+            {
+                Some(index) => index,
+                None => {
+                    batches.push(ScopeBatch {
+                        scope: span.instrumentation_scope.clone(),
+                        spans: Vec::new(),
+                    });
+                    batches.len() - 1
+                }
+            };
+            scope_span(&mut batches[index].spans, span);
+        }
         let mut bytes = Vec::new();
-        export_request(&batch, &EncodedResource::new(&resource), &mut bytes);
+        export_request(&batches, &EncodedResource::new(&resource), &mut bytes);
         let decoded = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
         let expected = ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(
@@ -446,7 +471,11 @@ mod tests {
     #[test]
     fn an_empty_batch_is_one_resource_without_spans() {
         let mut bytes = Vec::new();
-        export_request(&[], &EncodedResource::default(), &mut bytes);
+        let unused = ScopeBatch {
+            scope: InstrumentationScope::builder("awaken").build(),
+            spans: Vec::new(),
+        };
+        export_request(&[unused], &EncodedResource::default(), &mut bytes);
         let decoded = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
         assert_eq!(decoded.resource_spans.len(), 1);
         assert!(decoded.resource_spans[0].scope_spans.is_empty());

@@ -21,7 +21,7 @@ use prost::Message;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::metadata::MetadataMap;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{MetricsExportSettings, TelemetryError, Transport};
@@ -144,18 +144,9 @@ impl Client {
                     .map_err(|_| TelemetryError::internal("the OTLP/gRPC metrics channel"))?
                     .timeout(settings.timeout)
                     .connect_lazy();
-                let mut metadata = MetadataMap::new();
-                for (name, value) in settings.headers.map() {
-                    let key = MetadataKey::from_bytes(name.as_str().as_bytes());
-                    let value = MetadataValue::try_from(value.as_bytes());
-                    let (Ok(key), Ok(value)) = (key, value) else {
-                        return Err(TelemetryError::secret(
-                            "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-                            "a header gRPC cannot carry",
-                        ));
-                    };
-                    metadata.append(key, value);
-                }
+                let metadata = settings
+                    .headers
+                    .grpc_metadata("OTEL_EXPORTER_OTLP_METRICS_HEADERS")?;
                 Ok(Self::Grpc {
                     client: Box::new(MetricsServiceClient::new(channel)),
                     metadata,

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::headers::ExportHeaders;
+use super::batcher::BatchSettings;
+use super::headers::{self, ExportHeaders};
 use destination::{Destination, Signal};
 
 mod destination;
@@ -17,9 +18,15 @@ pub use metrics::MetricsExportSettings;
 /// The variable the GenAI instrumentations read to record message content.
 const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 
-/// Spans queued for export at most when `OTEL_BSP_MAX_QUEUE_SIZE` is not set
-/// (the specification's default).
-const DEFAULT_QUEUE_SIZE: usize = 2048;
+/// The batching when the `OTEL_BSP_*` variables are not set (the
+/// specification's defaults).
+const DEFAULT_BATCHES: BatchSettings = BatchSettings {
+    queue_size: 2048,
+    batch_size: 512,
+    delay: Duration::from_secs(5),
+};
+/// How long one batch export may take when `OTEL_BSP_EXPORT_TIMEOUT` is not set.
+const DEFAULT_BATCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The service name when neither `OTEL_SERVICE_NAME` nor the config sets one.
 const DEFAULT_SERVICE_NAME: &str = "awaken";
@@ -100,15 +107,16 @@ pub struct ExportSettings {
     pub service_name: String,
     /// Which traces are recorded.
     pub sampling: Sampling,
-    /// Spans queued for export at most (`OTEL_BSP_MAX_QUEUE_SIZE`); the ones
-    /// beyond are dropped and counted.
-    pub queue_size: usize,
+    /// When batches leave, and how many spans may wait (`OTEL_BSP_*`); the
+    /// ones beyond are dropped and counted.
+    pub batches: BatchSettings,
     /// Whether `chat` spans carry the prompts and completions.
     pub capture_content: bool,
-    /// Headers sent with every OTLP/HTTP export (`OTEL_EXPORTER_OTLP_HEADERS`);
-    /// the gRPC exporter reads them itself.
+    /// Headers (or gRPC metadata) sent with every export
+    /// (`OTEL_EXPORTER_OTLP_HEADERS`).
     pub headers: ExportHeaders,
-    /// How long one export may take (`OTEL_EXPORTER_OTLP_TIMEOUT`).
+    /// How long one export may take: the shorter of `OTEL_EXPORTER_OTLP_TIMEOUT`
+    /// and `OTEL_BSP_EXPORT_TIMEOUT`.
     pub timeout: Duration,
 }
 
@@ -191,16 +199,10 @@ impl TelemetryConfig {
         }
         let destination = Destination::resolve(self, env, Signal::Traces)?;
         let sampling = self.sampling(env)?;
-        let queue_size = match env.var("OTEL_BSP_MAX_QUEUE_SIZE") {
-            Some(value) => value
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|size| *size > 0)
-                .ok_or_else(|| {
-                    TelemetryError::invalid("OTEL_BSP_MAX_QUEUE_SIZE", &value, "a positive integer")
-                })?,
-            None => DEFAULT_QUEUE_SIZE,
+        let batches = batches(env)?;
+        let batch_timeout = match env.var("OTEL_BSP_EXPORT_TIMEOUT") {
+            Some(value) => headers::parse_millis("OTEL_BSP_EXPORT_TIMEOUT", &value)?,
+            None => DEFAULT_BATCH_TIMEOUT,
         };
         let capture_content = match env.var(CAPTURE_CONTENT) {
             Some(value) => parse_bool(CAPTURE_CONTENT, &value)?,
@@ -217,10 +219,10 @@ impl TelemetryConfig {
             traces_url: destination.url_or_default()?,
             service_name: self.service_name(env),
             sampling,
-            queue_size,
+            batches,
             capture_content,
             headers: destination.headers,
-            timeout: destination.timeout,
+            timeout: destination.timeout.min(batch_timeout),
         }))
     }
 
@@ -264,6 +266,31 @@ impl TelemetryConfig {
             }
         })
     }
+}
+
+/// The batching the `OTEL_BSP_*` variables ask for; a batch is never bigger
+/// than the queue (as the specification has it).
+fn batches(env: &(impl Env + ?Sized)) -> Result<BatchSettings, TelemetryError> {
+    let count = |name: &str, default: usize| match env.var(name) {
+        Some(value) => value
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|size| *size > 0)
+            .ok_or_else(|| TelemetryError::invalid(name, &value, "a positive integer")),
+        None => Ok(default),
+    };
+    let queue_size = count("OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_BATCHES.queue_size)?;
+    let batch_size = count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BATCHES.batch_size)?;
+    let delay = match env.var("OTEL_BSP_SCHEDULE_DELAY") {
+        Some(value) => headers::parse_millis("OTEL_BSP_SCHEDULE_DELAY", &value)?,
+        None => DEFAULT_BATCHES.delay,
+    };
+    Ok(BatchSettings {
+        queue_size,
+        batch_size: batch_size.min(queue_size),
+        delay,
+    })
 }
 
 pub(super) fn parse_bool(name: &str, value: &str) -> Result<bool, TelemetryError> {
@@ -396,8 +423,27 @@ mod tests {
         assert_eq!(from_env.traces_url, "https://env:4318/custom");
         assert_eq!(from_env.service_name, "from-env");
         assert_eq!(from_env.sampling, Sampling::Ratio(0.1));
-        assert_eq!(from_env.queue_size, 100);
-        assert_eq!(on(&config, &[]).queue_size, DEFAULT_QUEUE_SIZE);
+        assert_eq!(
+            from_env.batches,
+            BatchSettings {
+                queue_size: 100,
+                batch_size: 100,
+                delay: Duration::from_secs(5)
+            },
+            "a batch no bigger than the queue"
+        );
+        assert_eq!(on(&config, &[]).batches, DEFAULT_BATCHES);
+        let tuned = on(
+            &config,
+            &[
+                ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "64"),
+                ("OTEL_BSP_SCHEDULE_DELAY", "250"),
+                ("OTEL_BSP_EXPORT_TIMEOUT", "2000"),
+            ],
+        );
+        assert_eq!(tuned.batches.batch_size, 64);
+        assert_eq!(tuned.batches.delay, Duration::from_millis(250));
+        assert_eq!(tuned.timeout, Duration::from_secs(2));
         // Content stays out unless asked for, here or in the variable.
         assert!(!from_env.capture_content);
         let capturing = TelemetryConfig {
@@ -510,6 +556,18 @@ mod tests {
             (
                 vec![endpoint, ("OTEL_BSP_MAX_QUEUE_SIZE", "lots")],
                 "OTEL_BSP_MAX_QUEUE_SIZE",
+            ),
+            (
+                vec![endpoint, ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0")],
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            ),
+            (
+                vec![endpoint, ("OTEL_BSP_SCHEDULE_DELAY", "5s")],
+                "OTEL_BSP_SCHEDULE_DELAY",
+            ),
+            (
+                vec![endpoint, ("OTEL_BSP_EXPORT_TIMEOUT", "-1")],
+                "OTEL_BSP_EXPORT_TIMEOUT",
             ),
         ] {
             let error = TelemetryConfig::default()
