@@ -75,13 +75,24 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn push(&mut self, scope: &InstrumentationScope, bytes: &[u8]) {
-        match self.batches.iter_mut().find(|batch| batch.scope == *scope) {
-            Some(batch) => batch.spans.extend_from_slice(bytes),
-            None => self.batches.push(ScopeBatch {
-                scope: scope.clone(),
-                spans: bytes.to_vec(),
-            }),
+    /// Appends the span whose body is `body` under `scope`.
+    fn push(&mut self, scope: &InstrumentationScope, body: &[u8]) {
+        let index = match self
+            .batches
+            .iter()
+            .position(|batch| same(&batch.scope, scope))
+        {
+            Some(index) => index,
+            None => {
+                self.batches.push(ScopeBatch {
+                    scope: scope.clone(),
+                    spans: Vec::new(),
+                });
+                self.batches.len() - 1
+            }
+        };
+        if let Some(batch) = self.batches.get_mut(index) {
+            otlp::push_scope_span(&mut batch.spans, body);
         }
         self.spans += 1;
     }
@@ -92,6 +103,19 @@ impl Chunk {
         }
         self.spans = 0;
     }
+}
+
+/// Whether `a` and `b` are the same scope; every span of one tracer carries a
+/// clone of its scope, whose name is then the same `'static` text, so that is
+/// checked first.
+fn same(a: &InstrumentationScope, b: &InstrumentationScope) -> bool {
+    let (x, y) = (a.name(), b.name());
+    (std::ptr::eq(x.as_ptr(), y.as_ptr())
+        && x.len() == y.len()
+        && a.version() == b.version()
+        && a.schema_url() == b.schema_url()
+        && a.attributes().eq(b.attributes()))
+        || a == b
 }
 
 /// Emptied chunks kept for reuse, at most: enough for a steady stream.
@@ -226,8 +250,7 @@ impl SpanProcessor for SpanBatcher {
             return;
         }
         SCRATCH.with_borrow_mut(|scratch| {
-            scratch.clear();
-            otlp::scope_span(scratch, &span);
+            otlp::span_body(scratch, &span);
             let mut queue = self.shared.queue();
             if queue.spans >= self.shared.settings.queue_size || queue.stopping {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -286,7 +309,9 @@ struct Exporter {
 
 impl Exporter {
     fn run(mut self) {
-        let mut body: Vec<u8> = Vec::new();
+        // The size of the last request: the next one is about as big, and its
+        // buffer is handed to the transport whole.
+        let mut last_len = 0;
         loop {
             let Taken {
                 chunk,
@@ -295,9 +320,10 @@ impl Exporter {
             } = self.next_chunk();
             if let Some(mut chunk) = chunk {
                 if chunk.spans > 0 {
-                    body.clear();
+                    let mut body = Vec::with_capacity(last_len + last_len / 8);
                     otlp::export_request(&chunk.batches, &self.resource, &mut body);
-                    self.send(&body, chunk.spans);
+                    last_len = body.len();
+                    self.send(body, chunk.spans);
                 }
                 chunk.clear();
                 let mut queue = self.shared.queue();
@@ -350,7 +376,7 @@ impl Exporter {
         }
     }
 
-    fn send(&mut self, body: &[u8], spans: usize) {
+    fn send(&mut self, body: Vec<u8>, spans: usize) {
         match self.transport.send(body, self.timeout) {
             Ok(()) => {
                 if std::mem::take(&mut self.failing) {

@@ -5,10 +5,10 @@
 //! once per level, and cost a node exporting every span more than the spans
 //! themselves.
 //!
-//! Each span is written on its own as soon as it ends ([`scope_span`]: a
-//! `ScopeSpans.spans` field, key and length included), into its scope's
-//! [`ScopeBatch`]; a batch of them becomes a request by putting the resource
-//! and scope levels around the bytes ([`export_request`]). The small messages
+//! Each span is written on its own as soon as it ends ([`span_body`]), and
+//! appended to its scope's [`ScopeBatch`] as a `ScopeSpans.spans` field
+//! ([`push_scope_span`]); a batch of them becomes a request by putting the
+//! resource and scope levels around the bytes ([`export_request`]). The small messages
 //! inside a span (attributes, status) are sized first, the rare ones (events,
 //! links) get their length prefix inserted after. The output is byte for byte
 //! what prost writes for the SDK's own conversion (tested).
@@ -46,40 +46,81 @@ impl EncodedResource {
 #[derive(Debug)]
 pub(super) struct ScopeBatch {
     pub(super) scope: InstrumentationScope,
-    /// `ScopeSpans.spans` fields, one per span, as [`scope_span`] writes them.
+    /// `ScopeSpans.spans` fields, one per span, as [`push_scope_span`] writes them.
     pub(super) spans: Vec<u8>,
 }
 
-/// Writes `span` as one `ScopeSpans.spans` field (key, length, body) at the
-/// end of `out`.
-pub(super) fn scope_span(out: &mut Vec<u8>, span: &SpanData) {
-    message(out, 2, |body| self::span(body, span));
+/// Writes the body of `span`'s `Span` message into `out` (cleared first).
+pub(super) fn span_body(out: &mut Vec<u8>, span: &SpanData) {
+    out.clear();
+    self::span(out, span);
+}
+
+/// Appends the span whose body [`span_body`] wrote as one `ScopeSpans.spans`
+/// field (key, length, body): the length is known, so the body is copied once.
+pub(super) fn push_scope_span(out: &mut Vec<u8>, body: &[u8]) {
+    key(out, 2, WireType::LengthDelimited);
+    varint_bytes(out, body.len() as u64);
+    out.extend_from_slice(body);
 }
 
 /// Writes the spans of `batches` under `resource` as an
 /// `ExportTraceServiceRequest` into `out`; scopes without spans are left out.
+/// Every level's length is worked out first, so each byte is written once.
 pub(super) fn export_request(
     batches: &[ScopeBatch],
     resource: &EncodedResource,
     out: &mut Vec<u8>,
 ) {
-    message(out, 1, |resource_spans| {
-        length_delimited(resource_spans, 1, &resource.body);
-        for batch in batches.iter().filter(|batch| !batch.spans.is_empty()) {
-            message(resource_spans, 2, |scope_spans| {
-                message(scope_spans, 1, |body| {
-                    instrumentation_scope(body, &batch.scope);
-                });
-                scope_spans.extend_from_slice(&batch.spans);
-                if let Some(url) = batch.scope.schema_url() {
-                    string(scope_spans, 3, url);
-                }
-            });
+    let scopes: Vec<(&ScopeBatch, Vec<u8>, usize)> = batches
+        .iter()
+        .filter(|batch| !batch.spans.is_empty())
+        .map(|batch| {
+            let mut scope = Vec::new();
+            instrumentation_scope(&mut scope, &batch.scope);
+            let len = field_len(1, scope.len())
+                + batch.spans.len()
+                + batch.scope.schema_url().map_or(0, |url| string_len(3, url));
+            (batch, scope, len)
+        })
+        .collect();
+    let resource_len = if resource.body.is_empty() {
+        0
+    } else {
+        field_len(1, resource.body.len())
+    };
+    let resource_spans_len = resource_len
+        + scopes
+            .iter()
+            .map(|(_, _, len)| field_len(2, *len))
+            .sum::<usize>()
+        + resource
+            .schema_url
+            .as_deref()
+            .map_or(0, |url| string_len(3, url));
+    out.reserve(field_len(1, resource_spans_len));
+    key(out, 1, WireType::LengthDelimited);
+    varint_bytes(out, resource_spans_len as u64);
+    length_delimited(out, 1, &resource.body);
+    for (batch, scope, len) in &scopes {
+        key(out, 2, WireType::LengthDelimited);
+        varint_bytes(out, *len as u64);
+        key(out, 1, WireType::LengthDelimited);
+        varint_bytes(out, scope.len() as u64);
+        out.extend_from_slice(scope);
+        out.extend_from_slice(&batch.spans);
+        if let Some(url) = batch.scope.schema_url() {
+            string(out, 3, url);
         }
-        if let Some(url) = &resource.schema_url {
-            string(resource_spans, 3, url);
-        }
-    });
+    }
+    if let Some(url) = &resource.schema_url {
+        string(out, 3, url);
+    }
+}
+
+/// The bytes of a length-delimited field `tag` whose body is `len` bytes.
+fn field_len(tag: u32, len: usize) -> usize {
+    key_len(tag) + encoded_len_varint(len as u64) + len
 }
 
 fn instrumentation_scope(out: &mut Vec<u8>, scope: &InstrumentationScope) {
@@ -452,7 +493,9 @@ mod tests {
                     batches.len() - 1
                 }
             };
-            scope_span(&mut batches[index].spans, span);
+            let mut body = Vec::new();
+            span_body(&mut body, span);
+            push_scope_span(&mut batches[index].spans, &body);
         }
         let mut bytes = Vec::new();
         export_request(&batches, &EncodedResource::new(&resource), &mut bytes);

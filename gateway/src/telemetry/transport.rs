@@ -73,13 +73,13 @@ impl SpanTransport {
 
     /// Sends one request's bytes, waiting at most `timeout`. The errors name
     /// neither the URL nor the headers: both may hold credentials.
-    pub(super) fn send(&self, body: &[u8], timeout: Duration) -> Result<(), String> {
+    pub(super) fn send(&self, body: Vec<u8>, timeout: Duration) -> Result<(), String> {
         match self {
             Self::Http { client, url } => {
                 let response = client
                     .post(url)
                     .timeout(timeout)
-                    .body(body.to_vec())
+                    .body(body)
                     .send()
                     .map_err(|error| {
                         if error.is_timeout() {
@@ -108,7 +108,7 @@ impl SpanTransport {
                 let mut request = tonic::Request::from_parts(
                     metadata.clone(),
                     tonic::Extensions::default(),
-                    body.to_vec(),
+                    body,
                 );
                 request.set_timeout(timeout);
                 let mut client = tonic::client::Grpc::new(channel.clone());
