@@ -227,16 +227,10 @@ impl SpanBatcher {
         let asked = queue.flushes_asked;
         self.shared.work.notify_one();
         while queue.flushes_done < asked {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(OTelSdkError::Timeout(timeout));
+            match wait_until(&self.shared.flushed, queue, deadline) {
+                Ok(woken) => queue = woken,
+                Err(_) => return Err(OTelSdkError::Timeout(timeout)),
             }
-            queue = self
-                .shared
-                .flushed
-                .wait_timeout(queue, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
         }
         Ok(())
     }
@@ -286,6 +280,23 @@ impl SpanProcessor for SpanBatcher {
     fn set_resource(&mut self, resource: &Resource) {
         self.start(EncodedResource::new(resource));
     }
+}
+
+/// Waits on `condvar` until woken or `deadline`: `Err` with the lock still
+/// held once the deadline passed.
+fn wait_until<'a>(
+    condvar: &Condvar,
+    queue: MutexGuard<'a, Queue>,
+    deadline: Instant,
+) -> Result<MutexGuard<'a, Queue>, MutexGuard<'a, Queue>> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(queue);
+    }
+    Ok(condvar
+        .wait_timeout(queue, left)
+        .unwrap_or_else(PoisonError::into_inner)
+        .0)
 }
 
 /// What the export thread took from the queue.
@@ -352,16 +363,13 @@ impl Exporter {
             && !queue.stopping
             && queue.flushes_done == queue.flushes_asked
         {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
+            match wait_until(&self.shared.work, queue, deadline) {
+                Ok(woken) => queue = woken,
+                Err(late) => {
+                    queue = late;
+                    break;
+                }
             }
-            queue = self
-                .shared
-                .work
-                .wait_timeout(queue, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
         }
         let chunk = queue.chunks.pop_front();
         if let Some(chunk) = &chunk {
