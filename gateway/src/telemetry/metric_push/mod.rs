@@ -4,8 +4,9 @@
 //! There is one set of meters, the Prometheus registry: a push reads it the way
 //! a scrape does (gauges refreshed from their sources first) and sends its
 //! Prometheus data model converted to OTLP ([`convert`]). A push that fails is
-//! logged and the next one carries the values again (sums are cumulative), so a
-//! collector that is down loses resolution, not counts.
+//! logged (once, until one lands again) and the next one carries the values
+//! again (sums are cumulative), so a collector that is down loses resolution,
+//! not counts.
 
 mod convert;
 
@@ -52,6 +53,7 @@ impl MetricPush {
             resource: resource(&settings.service_name),
             start_ns: unix_nanos(),
             timeout: settings.timeout,
+            failing: false,
         };
         let interval = settings.interval;
         let (stop, mut stopped) = oneshot::channel();
@@ -86,6 +88,9 @@ struct Pusher {
     resource: Resource,
     start_ns: u64,
     timeout: Duration,
+    /// Whether the last push failed: failures are logged when they start and
+    /// when they end, not once per interval.
+    failing: bool,
 }
 
 impl Pusher {
@@ -98,10 +103,20 @@ impl Pusher {
             now_ns: unix_nanos(),
         };
         let request = convert::export_request(families, &self.resource, window);
-        match tokio::time::timeout(self.timeout, self.client.send(request)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "metrics: push failed"),
-            Err(_) => tracing::warn!(limit = ?self.timeout, "metrics: push timed out"),
+        let failure = match tokio::time::timeout(self.timeout, self.client.send(request)).await {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error.to_string()),
+            Err(_) => Some(format!("no answer within {:?}", self.timeout)),
+        };
+        match failure {
+            None if std::mem::take(&mut self.failing) => {
+                tracing::warn!("metrics: the collector takes pushes again");
+            }
+            None => {}
+            Some(error) if !std::mem::replace(&mut self.failing, true) => {
+                tracing::warn!(%error, "metrics: push failed (logged once until a push lands)");
+            }
+            Some(_) => {}
         }
     }
 }
