@@ -352,6 +352,10 @@ impl ServerChild {
             Some(url) => vec![
                 ("AWAKEN_STORE__KIND", "postgres"),
                 ("AWAKEN_STORE__URL", url),
+                // The A2A push sweeper claims webhooks every 5 s: a statement
+                // no run sends, which would land in the counted window now and
+                // then (`statements_per_run` 4.01 for 4). An hour keeps it out.
+                ("AWAKEN_SERVER__A2A_PUSH__SWEEP_INTERVAL_MS", "3600000"),
             ],
             None => Vec::new(),
         };
