@@ -69,15 +69,26 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
-            tracing::warn!(%status, error = %self, "request failed");
-        }
-        (
-            status,
-            Json(serde_json::json!({ "error": self.to_string() })),
-        )
-            .into_response()
+        let message = match &self {
+            Self::Internal(detail) => concealed(detail),
+            other => {
+                if status.is_server_error() {
+                    tracing::warn!(%status, error = %other, "request failed");
+                }
+                other.to_string()
+            }
+        };
+        (status, Json(serde_json::json!({ "error": message }))).into_response()
     }
+}
+
+/// What a client is told of an internal fault: an id to quote. The detail,
+/// which may name hosts, SQL, paths or a dependency's answer, goes to the log
+/// under that id.
+pub(crate) fn concealed(detail: &str) -> String {
+    let id = uuid::Uuid::now_v7();
+    tracing::error!(error_id = %id, error = %detail, "internal error");
+    format!("internal error {id}; the server logged its details under this id")
 }
 
 impl From<StorageError> for ApiError {
@@ -148,5 +159,57 @@ impl From<InterruptError> for ApiError {
             InterruptError::Mailbox(error) => error.into(),
             InterruptError::Route(error) => error.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// Log lines written to memory.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_internal_error_answers_an_id_and_keeps_its_detail_in_the_log() {
+        let detail = "connection to postgres://app:hunter2@db:5432 refused";
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let response = tracing::subscriber::with_default(subscriber, || {
+            ApiError::Internal(detail.to_owned()).into_response()
+        });
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let message = body(response).await["error"].as_str().unwrap().to_owned();
+        assert!(message.starts_with("internal error "), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+        assert!(!message.contains("postgres"), "{message}");
+        let id = message.split(' ').nth(2).unwrap().trim_end_matches(';');
+        let logged = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(logged.contains(id) && logged.contains(detail), "{logged}");
+        // Other refusals keep saying why: the client can act on them.
+        let response = ApiError::NotFound("no run `r-1`".to_owned()).into_response();
+        assert_eq!(body(response).await["error"], "no run `r-1`");
     }
 }

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value as JsonValue, json};
 
-use crate::server::error::ApiError;
+use crate::server::error::{ApiError, concealed};
 
 /// Why an A2A request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,9 +113,18 @@ impl A2aError {
         }
     }
 
+    /// What the client is told: the reason, or for an internal fault an id
+    /// whose details are in the log.
+    fn public_message(&self) -> String {
+        match self {
+            Self::Internal(detail) => concealed(detail),
+            other => other.to_string(),
+        }
+    }
+
     /// The JSON-RPC `error` member.
     pub(crate) fn to_jsonrpc(&self) -> JsonValue {
-        let mut error = json!({"code": self.code(), "message": self.to_string()});
+        let mut error = json!({"code": self.code(), "message": self.public_message()});
         if let Some(reason) = self.reason() {
             error["data"] = json!([error_info(reason)]);
         }
@@ -132,7 +141,7 @@ impl A2aError {
         let mut error = json!({
             "code": status.as_u16(),
             "status": grpc,
-            "message": self.to_string(),
+            "message": self.public_message(),
         });
         if let Some(reason) = self.reason() {
             error["details"] = json!([error_info(reason)]);
@@ -212,5 +221,25 @@ impl From<ApiError> for A2aError {
             }
             ApiError::Internal(message) => Self::Internal(message),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_internal_fault_is_an_id_in_both_bindings() {
+        let error = A2aError::Internal("SELECT * FROM secret_table failed".to_owned());
+        for message in [
+            error.to_jsonrpc()["message"].clone(),
+            error.to_status_body()["error"]["message"].clone(),
+        ] {
+            let message = message.as_str().unwrap();
+            assert!(message.starts_with("internal error "), "{message}");
+            assert!(!message.contains("secret_table"), "{message}");
+        }
+        let refusal = A2aError::InvalidParams("`message` is required".to_owned());
+        assert_eq!(refusal.to_jsonrpc()["message"], "`message` is required");
     }
 }
