@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod cancellation;
+pub mod clock;
 pub mod codec;
 pub mod context;
 pub mod contract;

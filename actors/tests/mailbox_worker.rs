@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::{
     AgentEvent, RunDispatch, RunDispatchStatus, RunStatus, StreamEvent, TerminationReason,
     ToolExecutionMode,
@@ -18,7 +19,7 @@ use awaken_actors::contract::{
 use awaken_actors::ids::DispatchId;
 use awaken_actors::mailbox::{
     InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxStore, MailboxWorker, RunInbox,
-    SubmitOptions, now_ms, submit,
+    SubmitOptions, submit,
 };
 use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::store::FencingToken;

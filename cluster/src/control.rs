@@ -9,8 +9,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::{MailboxInterrupt, RunDispatch};
-use awaken_actors::mailbox::{MailboxError, MailboxStore, SubmitOptions, now_ms};
+use awaken_actors::mailbox::{MailboxError, MailboxStore, SubmitOptions};
 use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::store::{RunQuery, ThreadRunStore};
 use awaken_actors::thread::RunRequest;

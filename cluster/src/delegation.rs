@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use awaken_actors::ToolCallId;
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::{RunDispatchStatus, RunStatus, ToolCallResume};
 use awaken_actors::delegation::{ChildEvents, ChildRef, ChildRuns, DelegationError};
 use awaken_actors::mailbox::{
-    DispatchQuery, MailboxError, MailboxStore, RunInbox, SubmitOptions, now_ms, submit,
+    DispatchQuery, MailboxError, MailboxStore, RunInbox, SubmitOptions, submit,
 };
 use awaken_actors::store::ThreadRunStore;
 use awaken_actors::thread::{ControlError, RunRequest};

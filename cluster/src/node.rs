@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use async_trait::async_trait;
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::mailbox::{
-    MailboxConfig, MailboxError, MailboxStore, MailboxWorker, RunInbox, SubmitOptions, now_ms,
-    submit,
+    MailboxConfig, MailboxError, MailboxStore, MailboxWorker, RunInbox, SubmitOptions, submit,
 };
 use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
 use awaken_actors::store::FencingToken;

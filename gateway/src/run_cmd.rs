@@ -17,6 +17,7 @@ pub mod printer;
 use std::io::{BufRead, IsTerminal};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::{
     Message, ResumeDecisionAction, RunWaitingTicket, TerminationReason, ToolCallResume,
 };
@@ -261,12 +262,6 @@ async fn ask(terminal: &Terminal, approver: &Arc<Mutex<Approver>>) -> Result<Ans
         Source::EndOfInput => terminal.inline(&format!("{} (end of input)\n", answer.echo()))?,
     }
     Ok(answer)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Accepting a run: its input goes to the inbox, a dispatch to the mailbox.
 
-use super::worker::now_ms;
 use super::{MailboxError, MailboxStore, RunInbox};
+use crate::clock::now_ms;
 use crate::contract::RunDispatch;
 use crate::ids::RunId;
 use crate::telemetry::messaging;

@@ -20,7 +20,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_ms;
 
 use dashmap::DashSet;
 use dashmap::mapref::entry::Entry;
@@ -60,13 +62,6 @@ pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Dispatches claimed per claim round of one thread.
 const CLAIM_BATCH: usize = 8;
-
-/// The current time, unix millis.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// Claims and delivers the dispatches of the threads this node runs.
 pub struct MailboxWorker {

@@ -54,17 +54,16 @@
 //! Both register the same keys, so only one stop plugin fits in an agent.
 
 mod builtin;
-mod clock;
 mod max_rounds;
 mod plugin;
 mod policy;
 mod spec;
 
+pub use crate::clock::{Clock, SystemClock};
 pub use builtin::{
     ConsecutiveErrorsPolicy, ContentMatchPolicy, LoopDetectionPolicy, MaxRoundsPolicy,
     StopOnToolPolicy, TimeoutPolicy, TokenBudgetPolicy,
 };
-pub use clock::{Clock, SystemClock};
 pub use max_rounds::MaxRoundsPlugin;
 pub use plugin::{
     MAX_TOOL_CALL_HISTORY, StopConditionPlugin, StopConditionStats, StopConditionStatsKey,

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::StopRequest;
 use super::builtin::MaxRoundsPolicy;
-use super::clock::{Clock, SystemClock};
 use super::policy::{StopDecision, StopPolicy, StopPolicyStats, ToolCallSignature};
 use super::spec::{PolicyError, policies_from_specs};
+use crate::clock::{Clock, SystemClock};
 use crate::contract::{StopConditionSpec, StoppedReason, TokenUsage};
 use crate::error::StateError;
 use crate::phase::{Phase, PhaseContext};

@@ -34,11 +34,12 @@ use crate::tool_call::{ToolCallActor, ToolCallArgs, ToolCallMsg, ToolOutcomeBox}
 use super::control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
 use super::core::{LatestRun, RunCore, ThreadCore, WarmThread};
 use super::deps::ThreadDeps;
-use super::driver::{Driver, Launch, Next, ToolOutcome, now_ms};
+use super::driver::{Driver, Launch, Next, ToolOutcome};
 use super::emitter::RunEmitter;
 use super::keys::{RunLifecycleKey, ToolCallStates};
 use super::region::{Kept, RegionView};
 use super::request::RunRequest;
+use crate::clock::now_ms;
 
 /// Messages a thread actor handles. The public ones come through the runtime's
 /// region; the rest are reports from the actor's own tasks and children.

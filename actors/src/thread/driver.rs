@@ -7,7 +7,9 @@
 //! segment. The actor never awaits any of this itself.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_ms;
 
 use serde_json::json;
 
@@ -140,12 +142,6 @@ impl From<StorageError> for Failure {
 }
 
 type Step<T> = Result<T, Failure>;
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 fn now_secs() -> u64 {
     now_ms() / 1000

@@ -19,7 +19,9 @@ mod runtime;
 mod wire;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use awaken_actors::clock::now_ms;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer, stream};
@@ -120,12 +122,6 @@ pub struct Rejection {
 pub struct DecisionBus {
     js: jetstream::Context,
     config: DecisionBusConfig,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The consumer span of one decision taken off the bus (messaging conventions),

@@ -15,7 +15,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime};
+
+use awaken_actors::clock::now_ms;
 
 use tokio::sync::watch;
 
@@ -57,12 +59,6 @@ pub(super) struct Keeper {
     /// Shards held by nodes that left, as last read, with their leases' expiry.
     pub(super) departed: Departed,
     pub(super) meters: LeaseMeters,
-}
-
-pub(super) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Keeper {
@@ -362,7 +358,7 @@ impl Departed {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use awaken_actors::store::FencingToken;
 

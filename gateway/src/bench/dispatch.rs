@@ -9,9 +9,9 @@
 //! raw figure. Scratch streams and buckets are deleted afterwards.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream as js_api;
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::ids::{RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxStore};
@@ -30,12 +30,6 @@ const LEASE_MS: u64 = 30_000;
 
 fn bench_error(error: impl std::fmt::Display) -> GatewayError {
     GatewayError::Bench(error.to_string())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Measures raw publishes, then dispatch cycles, against the server at `nats_url`.

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::RunDispatchStatus;
-use awaken_actors::mailbox::{DispatchQuery, now_ms};
+use awaken_actors::mailbox::DispatchQuery;
 use awaken_actors::store::{StoreIoCounts, WaitingRuns};
 use awaken_cluster::RunControl;
 use axum::extract::{MatchedPath, Request};

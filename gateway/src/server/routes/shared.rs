@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::{RunDispatch, RunDispatchStatus, Thread};
-use awaken_actors::mailbox::{DispatchQuery, SubmitOptions, now_ms};
+use awaken_actors::mailbox::{DispatchQuery, SubmitOptions};
 use awaken_actors::telemetry::{DecisionOutcome, DecisionSource};
 use awaken_actors::thread::{ControlError, RunRequest};
 use awaken_actors::{AgentId, RunId, ThreadId};

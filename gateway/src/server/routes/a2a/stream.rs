@@ -166,7 +166,7 @@ impl TaskStream {
 }
 
 fn now_secs() -> u64 {
-    awaken_actors::mailbox::now_ms() / 1000
+    awaken_actors::clock::now_ms() / 1000
 }
 
 impl Encoder for TaskStream {

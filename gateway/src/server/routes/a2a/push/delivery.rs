@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use awaken_actors::clock::now_ms;
 use awaken_actors::contract::AgentEvent;
-use awaken_actors::mailbox::now_ms;
 use awaken_actors::store::Webhook;
 use awaken_actors::{JsonValue, RunId, ThreadId};
 use awaken_cluster::events::RunFollow;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use awaken_actors::mailbox::now_ms;
+use awaken_actors::clock::now_ms;
 use awaken_actors::store::{ThreadRunStore, WebhookAdvance};
 use awaken_actors::{JsonValue, RunId, WebhookId};
 use tokio::sync::{Mutex, watch};

@@ -16,7 +16,7 @@ mod target;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use awaken_actors::mailbox::now_ms;
+use awaken_actors::clock::now_ms;
 use awaken_actors::store::{ThreadRunStore, Webhook, WebhookClaim};
 use awaken_actors::{RunId, ThreadId, WebhookId};
 use awaken_cluster::RunControl;

@@ -1,6 +1,16 @@
-//! Wall-clock time for the timeout policy, replaceable in tests.
+//! Wall-clock time in unix milliseconds, the one reading the runtime, the
+//! cluster and the gateway stamp records and leases with ([`now_ms`]), and
+//! [`Clock`], the same as a value the timeout policy takes so tests can hand it
+//! a manual clock instead of sleeping.
 
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the unix epoch; a clock set before 1970 reads as 0.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// A source of wall-clock time in unix milliseconds.
 ///
@@ -17,9 +27,6 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        // A clock set before 1970 reads as 0; the timeout then measures from 0 too.
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        now_ms()
     }
 }
