@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::super::headers::{self, ExportHeaders};
 use super::destination::{Destination, Signal, first_of};
 use super::{
-    Env, TelemetryConfig, TelemetryError, Transport, check_resource_attributes, parse_bool,
+    Env, TelemetryConfig, TelemetryError, Transport, check_resource_attributes, sdk_disabled,
 };
 
 /// Time between two pushes when nothing says (the specification's 60 s).
@@ -44,9 +44,7 @@ impl TelemetryConfig {
         &self,
         env: &(impl Env + ?Sized),
     ) -> Result<Option<MetricsExportSettings>, TelemetryError> {
-        if let Some(disabled) = env.var("OTEL_SDK_DISABLED")
-            && parse_bool("OTEL_SDK_DISABLED", &disabled)?
-        {
+        if sdk_disabled(env)? {
             return Ok(None);
         }
         let chosen = match env.var("OTEL_METRICS_EXPORTER") {

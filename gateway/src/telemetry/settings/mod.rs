@@ -179,9 +179,7 @@ impl TelemetryConfig {
         &self,
         env: &(impl Env + ?Sized),
     ) -> Result<Option<ExportSettings>, TelemetryError> {
-        if let Some(disabled) = env.var("OTEL_SDK_DISABLED")
-            && parse_bool("OTEL_SDK_DISABLED", &disabled)?
-        {
+        if sdk_disabled(env)? {
             return Ok(None);
         }
         if let Some(exporter) = env.var("OTEL_TRACES_EXPORTER") {
@@ -291,6 +289,14 @@ fn batches(env: &(impl Env + ?Sized)) -> Result<BatchSettings, TelemetryError> {
         batch_size: batch_size.min(queue_size),
         delay,
     })
+}
+
+/// Whether `OTEL_SDK_DISABLED` turns every signal off.
+pub(super) fn sdk_disabled(env: &(impl Env + ?Sized)) -> Result<bool, TelemetryError> {
+    match env.var("OTEL_SDK_DISABLED") {
+        Some(value) => parse_bool("OTEL_SDK_DISABLED", &value),
+        None => Ok(false),
+    }
 }
 
 pub(super) fn parse_bool(name: &str, value: &str) -> Result<bool, TelemetryError> {
