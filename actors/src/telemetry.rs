@@ -3,9 +3,9 @@
 //! `invoke_agent {agent}` per activation of a run, `chat {model}` per inference,
 //! `execute_tool {tool}` per tool call attempt.
 //!
-//! They are OpenTelemetry spans built directly with the SDK's tracer ([`Span`],
-//! decision 0067); with export off every span is disabled and costs nothing
-//! but the check that there is no tracer.
+//! They are OTLP spans written straight to protobuf ([`Span`], decision 0070);
+//! with export off every span is disabled and costs nothing but the check that
+//! there is no tracer.
 //!
 //! A run's spans hang off the run's [`TraceContext`] (decision 0060), which is in
 //! its record: an activation on another node, after a failover or a decision
@@ -25,10 +25,10 @@ pub(crate) use metrics::{AgentMeters, TOOL_OK};
 pub use metrics::{DecisionOutcome, DecisionSource, RunMetrics};
 pub(crate) use store::{StoreMetrics, StoreOperation};
 
-pub use span::{Parent, Span, Traced, install_tracer, trace_context_of};
-
-use opentelemetry::KeyValue;
-use opentelemetry::trace::SpanKind;
+pub use span::{
+    AttributeValue, Attributes, InSpan, Parent, RootSampling, Sampling, Shown, Span, SpanKind,
+    SpanSink, Strings, Traced, Tracer, install_tracer, wire,
+};
 
 use crate::contract::{RunIdentity, TerminationReason, ToolCallResume};
 use crate::error::{InferenceExecutionError, ToolError};
@@ -47,18 +47,16 @@ pub(crate) fn invoke_agent(agent_id: &str, identity: &RunIdentity) -> Span {
         format_args!("invoke_agent {agent_id}"),
         SpanKind::Internal,
         identity.trace.as_ref().into(),
-        || {
-            let mut attributes = vec![
-                KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-                KeyValue::new("gen_ai.agent.id", agent_id.to_owned()),
-                KeyValue::new("gen_ai.agent.name", agent_id.to_owned()),
-                KeyValue::new("gen_ai.conversation.id", identity.thread_id.to_string()),
-                KeyValue::new("awaken.run.id", identity.run_id.to_string()),
-            ];
-            if let Some(parent) = &identity.parent_run_id {
-                attributes.push(KeyValue::new("awaken.run.parent_id", parent.to_string()));
-            }
+        |attributes| {
             attributes
+                .set("gen_ai.operation.name", "invoke_agent")
+                .set("gen_ai.agent.id", agent_id)
+                .set("gen_ai.agent.name", agent_id)
+                .set("gen_ai.conversation.id", Shown(&identity.thread_id))
+                .set("awaken.run.id", Shown(&identity.run_id));
+            if let Some(parent) = &identity.parent_run_id {
+                attributes.set("awaken.run.parent_id", Shown(parent));
+            }
         },
     )
 }
@@ -72,12 +70,11 @@ pub(crate) fn activation_ended(span: &Span, reason: Option<&TerminationReason>) 
         Some(TerminationReason::Error(message)) => {
             span.set("awaken.run.outcome", "error");
             span.failed("run_failed");
-            span.event(
-                "exception",
-                vec![KeyValue::new("exception.message", message.clone())],
-            );
+            span.event("exception", |attributes| {
+                attributes.set("exception.message", message);
+            });
         }
-        Some(reason) => span.set("awaken.run.outcome", reason.code().to_owned()),
+        Some(reason) => span.set("awaken.run.outcome", reason.code()),
         None => span.set("awaken.run.outcome", "waiting"),
     }
 }
@@ -88,13 +85,11 @@ pub(crate) fn decision_arrived(span: &Span, call_id: &ToolCallId, resume: &ToolC
     if !span.is_recording() {
         return;
     }
-    span.event(
-        "awaken.decision",
-        vec![
-            KeyValue::new("gen_ai.tool.call.id", call_id.to_string()),
-            KeyValue::new("awaken.decision.id", resume.decision_id.to_string()),
-        ],
-    );
+    span.event("awaken.decision", |attributes| {
+        attributes
+            .set("gen_ai.tool.call.id", Shown(call_id))
+            .set("awaken.decision.id", Shown(&resume.decision_id));
+    });
     if let Some(sender) = &resume.trace {
         span.link(sender);
     }
@@ -106,12 +101,11 @@ pub(crate) fn chat(parent: &Span, provider: &str, model: &str) -> Span {
         format_args!("chat {model}"),
         SpanKind::Client,
         Parent::Local(parent),
-        || {
-            vec![
-                KeyValue::new("gen_ai.operation.name", "chat"),
-                KeyValue::new("gen_ai.provider.name", provider.to_owned()),
-                KeyValue::new("gen_ai.request.model", model.to_owned()),
-            ]
+        |attributes| {
+            attributes
+                .set("gen_ai.operation.name", "chat")
+                .set("gen_ai.provider.name", provider)
+                .set("gen_ai.request.model", model);
         },
     )
 }
@@ -129,7 +123,7 @@ pub(crate) fn chat_ended(
         Ok(result) => {
             content::record_output(span, result);
             if let Some(model) = answering_model {
-                span.set("gen_ai.response.model", model.to_owned());
+                span.set("gen_ai.response.model", model);
             }
             if let Some(usage) = &result.usage {
                 if let Some(tokens) = usage.prompt_tokens {
@@ -142,9 +136,7 @@ pub(crate) fn chat_ended(
             if let Some(reason) = &result.stop_reason {
                 span.set(
                     "gen_ai.response.finish_reasons",
-                    opentelemetry::Value::Array(opentelemetry::Array::String(vec![
-                        opentelemetry::StringValue::from(finish_reason(reason)),
-                    ])),
+                    Strings(&[finish_reason(reason)]),
                 );
             }
         }
@@ -158,13 +150,12 @@ pub(crate) fn execute_tool(parent: &Span, tool: &str, call_id: &ToolCallId) -> S
         format_args!("execute_tool {tool}"),
         SpanKind::Internal,
         Parent::Local(parent),
-        || {
-            vec![
-                KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                KeyValue::new("gen_ai.tool.name", tool.to_owned()),
-                KeyValue::new("gen_ai.tool.type", "function"),
-                KeyValue::new("gen_ai.tool.call.id", call_id.to_string()),
-            ]
+        |attributes| {
+            attributes
+                .set("gen_ai.operation.name", "execute_tool")
+                .set("gen_ai.tool.name", tool)
+                .set("gen_ai.tool.type", "function")
+                .set("gen_ai.tool.call.id", Shown(call_id));
         },
     )
 }

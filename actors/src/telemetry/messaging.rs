@@ -5,10 +5,7 @@
 //! so a run accepted on one node and executed on another shows both hops in its
 //! trace. A run without a trace context (no request started it) gets neither.
 
-use opentelemetry::KeyValue;
-use opentelemetry::trace::SpanKind;
-
-use super::{Parent, Span};
+use super::{Parent, Shown, Span, SpanKind};
 use crate::contract::{RunDispatch, TraceContext};
 use crate::ids::DispatchId;
 
@@ -29,13 +26,12 @@ pub(crate) fn send(trace: Option<&TraceContext>) -> Span {
         format_args!("send awaken.mailbox"),
         SpanKind::Producer,
         Parent::Remote(trace),
-        || {
-            vec![
-                KeyValue::new("messaging.system", "awaken"),
-                KeyValue::new("messaging.operation.type", "send"),
-                KeyValue::new("messaging.operation.name", "enqueue"),
-                KeyValue::new("messaging.destination.name", DESTINATION),
-            ]
+        |attributes| {
+            attributes
+                .set("messaging.system", "awaken")
+                .set("messaging.operation.type", "send")
+                .set("messaging.operation.name", "enqueue")
+                .set("messaging.destination.name", DESTINATION);
         },
     )
 }
@@ -46,7 +42,7 @@ pub(crate) fn sent(span: &Span, outcome: Result<&DispatchId, &'static str>) {
         return;
     }
     match outcome {
-        Ok(id) => span.set("messaging.message.id", id.to_string()),
+        Ok(id) => span.set("messaging.message.id", Shown(id)),
         Err(error_type) => span.failed(error_type),
     }
 }
@@ -65,17 +61,16 @@ pub(crate) fn process(
         format_args!("process awaken.mailbox"),
         SpanKind::Consumer,
         Parent::Remote(trace),
-        || {
-            vec![
-                KeyValue::new("messaging.system", "awaken"),
-                KeyValue::new("messaging.operation.type", "process"),
-                KeyValue::new("messaging.destination.name", DESTINATION),
-                KeyValue::new("messaging.consumer.group.name", "awaken"),
-                KeyValue::new("messaging.client.id", consumer.to_owned()),
-                KeyValue::new("messaging.message.id", dispatch.dispatch_id.to_string()),
-                KeyValue::new("awaken.run.id", dispatch.run_id.to_string()),
-                KeyValue::new("awaken.dispatch.attempt", i64::from(dispatch.attempt_count)),
-            ]
+        |attributes| {
+            attributes
+                .set("messaging.system", "awaken")
+                .set("messaging.operation.type", "process")
+                .set("messaging.destination.name", DESTINATION)
+                .set("messaging.consumer.group.name", "awaken")
+                .set("messaging.client.id", consumer)
+                .set("messaging.message.id", Shown(&dispatch.dispatch_id))
+                .set("awaken.run.id", Shown(&dispatch.run_id))
+                .set("awaken.dispatch.attempt", i64::from(dispatch.attempt_count));
         },
     )
 }

@@ -28,8 +28,6 @@ use async_nats::jetstream::{self, AckKind, consumer, stream};
 use async_trait::async_trait;
 use awaken_actors::telemetry::{self, DecisionOutcome, DecisionSource, RunMetrics};
 use futures::StreamExt;
-use opentelemetry::KeyValue;
-use opentelemetry::trace::SpanKind;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -130,20 +128,19 @@ pub struct DecisionBus {
 fn process_span(subject: &str, headers: Option<&HeaderMap>) -> telemetry::Span {
     telemetry::Span::start(
         format_args!("process awaken.decisions"),
-        SpanKind::Consumer,
+        telemetry::SpanKind::Consumer,
         traceparent(headers).as_ref().into(),
-        || {
-            vec![
-                KeyValue::new("messaging.system", "nats"),
-                KeyValue::new("messaging.operation.type", "process"),
-                KeyValue::new("messaging.operation.name", "process"),
-                KeyValue::new("messaging.destination.name", subject.to_owned()),
-                KeyValue::new(
+        |attributes| {
+            attributes
+                .set("messaging.system", "nats")
+                .set("messaging.operation.type", "process")
+                .set("messaging.operation.name", "process")
+                .set("messaging.destination.name", subject)
+                .set(
                     "messaging.destination.template",
                     "awaken.decisions.{thread_id}",
-                ),
-                KeyValue::new("messaging.consumer.group.name", DECISIONS_CONSUMER),
-            ]
+                )
+                .set("messaging.consumer.group.name", DECISIONS_CONSUMER);
         },
     )
 }
@@ -278,7 +275,7 @@ async fn handle(
         Err(error) => Err((None, error)),
         Ok(mut decision) => {
             let decision_id = decision.resume.decision_id.to_string();
-            span.set("messaging.message.id", decision_id.clone());
+            span.set("messaging.message.id", &decision_id);
             decision.resume.trace = span
                 .context()
                 .or_else(|| traceparent(message.headers.as_ref()));

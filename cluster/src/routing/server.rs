@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use async_nats::{Client, HeaderMap, Message};
 use awaken_actors::contract::StreamEvent;
-use awaken_actors::telemetry::{Parent, Span};
+use awaken_actors::telemetry::{Parent, Shown, Span, SpanKind};
 use futures::StreamExt;
-use opentelemetry::KeyValue;
-use opentelemetry::trace::SpanKind;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
@@ -162,18 +160,17 @@ fn call_span(subject: &str, headers: Option<&HeaderMap>, call: &ThreadCall) -> S
         format_args!("process awaken.shard.call"),
         SpanKind::Consumer,
         Parent::Remote(&parent),
-        || {
-            vec![
-                KeyValue::new("messaging.system", "nats"),
-                KeyValue::new("messaging.operation.type", "process"),
-                KeyValue::new("messaging.destination.name", subject.to_owned()),
-                KeyValue::new(
+        |attributes| {
+            attributes
+                .set("messaging.system", "nats")
+                .set("messaging.operation.type", "process")
+                .set("messaging.destination.name", subject)
+                .set(
                     "messaging.destination.template",
                     "awaken.shard.{shard}.call",
-                ),
-                KeyValue::new("awaken.call.operation", call.operation()),
-                KeyValue::new("gen_ai.conversation.id", call.thread_id().to_string()),
-            ]
+                )
+                .set("awaken.call.operation", call.operation())
+                .set("gen_ai.conversation.id", Shown(call.thread_id()));
         },
     )
 }

@@ -9,12 +9,10 @@
 use std::future::Future;
 
 use awaken_actors::contract::TraceContext;
-use awaken_actors::telemetry::Span;
+use awaken_actors::telemetry::{Span, SpanKind};
 use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use opentelemetry::KeyValue;
-use opentelemetry::trace::SpanKind;
 
 tokio::task_local! {
     static INCOMING: Option<TraceContext>;
@@ -73,15 +71,13 @@ pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) ->
         format_args!("{method}{gap}{named}"),
         SpanKind::Server,
         incoming.into(),
-        || {
-            let mut attributes = vec![
-                KeyValue::new("http.request.method", method.to_owned()),
-                KeyValue::new("url.path", request.uri().path().to_owned()),
-            ];
-            if let Some(route) = route {
-                attributes.push(KeyValue::new("http.route", route.to_owned()));
-            }
+        |attributes| {
             attributes
+                .set("http.request.method", method)
+                .set("url.path", request.uri().path());
+            if let Some(route) = route {
+                attributes.set("http.route", route);
+            }
         },
     )
 }
@@ -95,6 +91,6 @@ pub(crate) fn answered(span: &Span, response: &Response) {
     span.set("http.response.status_code", i64::from(status.as_u16()));
     // The HTTP conventions' `error.type` of a server error: its status code.
     if status.is_server_error() {
-        span.failed(status.as_str().to_owned());
+        span.failed(status.as_str());
     }
 }

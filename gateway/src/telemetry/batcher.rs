@@ -1,44 +1,32 @@
-//! The span processor: each span written to protobuf when it ends, on the
-//! thread that ends it, and sent in batches by a thread of its own
+//! The span queue: each span arrives as protobuf bytes from the thread that
+//! ended it (decision 0070) and is sent in batches by a thread of its own
 //! (decision 0069).
 //!
-//! Writing a span where it ends frees its strings on the thread that
-//! allocated them and leaves the export thread nothing per span but bytes to
-//! send; the SDK's batch processor moved every `SpanData` through a channel
-//! and had its thread free every string of every span, across threads (over
-//! HTTP, exporting every span cost 18 % of throughput that way, 10 % this way;
-//! `docs/benchmarks.md`). The queue is bounded: spans beyond `OTEL_BSP_MAX_QUEUE_SIZE`
-//! written and not yet handed to the transport are dropped and counted in
+//! Writing a span where it ends frees its buffer on the thread that
+//! allocated it and leaves the export thread nothing per span but bytes to
+//! send. The queue is bounded: spans beyond `OTEL_BSP_MAX_QUEUE_SIZE` waiting
+//! to be handed to the transport are dropped and counted in
 //! `awaken_telemetry_spans_dropped_total`, so a slow or absent collector never
 //! holds a run up.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use opentelemetry::{Context, InstrumentationScope};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
+use awaken_actors::telemetry::SpanSink;
 
-use super::otlp::{self, EncodedResource, ScopeBatch};
+use super::TelemetryError;
+use super::otlp::{self, EncodedResource};
 use super::transport::SpanTransport;
 
-/// Spans dropped since the process started, over every processor it built.
+/// Spans dropped since the process started, over every batcher it built.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Spans this process dropped because the export queue was full.
 pub fn spans_dropped() -> u64 {
     DROPPED.load(Ordering::Relaxed)
-}
-
-thread_local! {
-    /// Where a span is written before it joins the queue, so the queue's lock
-    /// is held for a copy only.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// When batches leave (the `OTEL_BSP_*` settings).
@@ -68,64 +56,21 @@ struct Queue {
     stopping: bool,
 }
 
-/// The spans of one export request, by scope.
+/// The spans of one export request.
 #[derive(Debug, Default)]
 struct Chunk {
-    batches: Vec<ScopeBatch>,
+    /// `ScopeSpans.spans` fields, one per span.
+    bytes: Vec<u8>,
     spans: usize,
-}
-
-impl Chunk {
-    /// Appends the span whose body is `body` under `scope`.
-    fn push(&mut self, scope: &InstrumentationScope, body: &[u8]) {
-        let index = match self
-            .batches
-            .iter()
-            .position(|batch| same(&batch.scope, scope))
-        {
-            Some(index) => index,
-            None => {
-                self.batches.push(ScopeBatch {
-                    scope: scope.clone(),
-                    spans: Vec::new(),
-                });
-                self.batches.len() - 1
-            }
-        };
-        if let Some(batch) = self.batches.get_mut(index) {
-            otlp::push_scope_span(&mut batch.spans, body);
-        }
-        self.spans += 1;
-    }
-
-    fn clear(&mut self) {
-        for batch in &mut self.batches {
-            batch.spans.clear();
-        }
-        self.spans = 0;
-    }
-}
-
-/// Whether `a` and `b` are the same scope; every span of one tracer carries a
-/// clone of its scope, whose name is then the same `'static` text, so that is
-/// checked first.
-fn same(a: &InstrumentationScope, b: &InstrumentationScope) -> bool {
-    let (x, y) = (a.name(), b.name());
-    (std::ptr::eq(x.as_ptr(), y.as_ptr())
-        && x.len() == y.len()
-        && a.version() == b.version()
-        && a.schema_url() == b.schema_url()
-        && a.attributes().eq(b.attributes()))
-        || a == b
 }
 
 /// Emptied chunks kept for reuse, at most: enough for a steady stream.
 const SPARE_CHUNKS: usize = 2;
 
 impl Queue {
-    /// Appends the span written in `bytes` under `scope`; whether that filled
-    /// a batch of `batch_size`.
-    fn push(&mut self, scope: &InstrumentationScope, bytes: &[u8], batch_size: usize) -> bool {
+    /// Appends the span written in `body`; whether that filled a batch of
+    /// `batch_size`.
+    fn push(&mut self, body: &[u8], batch_size: usize) -> bool {
         let chunk = match self.chunks.back_mut() {
             Some(chunk) if chunk.spans < batch_size => chunk,
             _ => {
@@ -137,7 +82,8 @@ impl Queue {
                 chunk
             }
         };
-        chunk.push(scope, bytes);
+        otlp::push_scope_span(&mut chunk.bytes, body);
+        chunk.spans += 1;
         self.spans += 1;
         chunk.spans == batch_size
     }
@@ -167,60 +113,83 @@ impl Shared {
     }
 }
 
-/// The SDK span processor of an exporting process.
+/// The export thread of an exporting process, and the queue it sends from.
 #[derive(Debug)]
 pub(super) struct SpanBatcher {
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    /// Until the provider hands over its resource.
-    pending: Option<(SpanTransport, Duration)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the tracer ends spans into: the batcher's queue.
+#[derive(Debug, Clone)]
+pub(super) struct BatchQueue(Arc<Shared>);
+
+impl SpanSink for BatchQueue {
+    fn export(&self, span: &[u8]) {
+        let shared = &self.0;
+        let mut queue = shared.queue();
+        if queue.spans >= shared.settings.queue_size || queue.stopping {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if queue.push(span, shared.settings.batch_size) {
+            shared.work.notify_one();
+        }
+    }
 }
 
 impl SpanBatcher {
-    /// A processor sending through `transport`, each send bounded by `timeout`.
-    pub(super) fn new(
+    /// Starts the export thread, sending batches under `resource` through
+    /// `transport`, each send bounded by `timeout`.
+    pub(super) fn start(
         transport: SpanTransport,
+        resource: EncodedResource,
         settings: BatchSettings,
         timeout: Duration,
-    ) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                queue: Mutex::new(Queue::default()),
-                work: Condvar::new(),
-                flushed: Condvar::new(),
-                settings,
-            }),
-            thread: Mutex::new(None),
-            pending: Some((transport, timeout)),
-        }
-    }
-
-    /// Starts the export thread, whose requests carry `resource`.
-    fn start(&mut self, resource: EncodedResource) {
-        let Some((transport, timeout)) = self.pending.take() else {
-            return;
-        };
-        let shared = Arc::clone(&self.shared);
+    ) -> Result<Self, TelemetryError> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+            flushed: Condvar::new(),
+            settings,
+        });
         let exporter = Exporter {
-            shared,
+            shared: Arc::clone(&shared),
             transport,
             resource,
             timeout,
             failing: false,
         };
-        match std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("otlp-export".to_owned())
             .spawn(move || exporter.run())
-        {
-            Ok(handle) => {
-                *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-            }
-            Err(error) => tracing::error!(%error, "telemetry: no export thread, spans are dropped"),
-        }
+            .map_err(|_| TelemetryError::internal("the span export thread"))?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
     }
 
-    /// Asks the export thread for a flush (or its stop) and waits up to `timeout`.
-    fn flush(&self, stop: bool, timeout: Duration) -> OTelSdkResult {
+    /// The queue spans are ended into.
+    pub(super) fn queue(&self) -> BatchQueue {
+        BatchQueue(Arc::clone(&self.shared))
+    }
+
+    /// Sends what is queued and stops the export thread, waiting up to
+    /// `timeout`; false when the time ran out first. Spans ended later are
+    /// dropped.
+    pub(super) fn shutdown(&mut self, timeout: Duration) -> bool {
+        let flushed = self.flush(true, timeout);
+        if flushed && let Some(thread) = self.thread.take() {
+            // It said it is done: this returns at once.
+            let _ = thread.join();
+        }
+        flushed
+    }
+
+    /// Asks the export thread for a flush (or its stop) and waits up to
+    /// `timeout`; false when the time ran out first.
+    fn flush(&self, stop: bool, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut queue = self.shared.queue();
         queue.flushes_asked += 1;
@@ -230,56 +199,10 @@ impl SpanBatcher {
         while queue.flushes_done < asked {
             match wait_until(&self.shared.flushed, queue, deadline) {
                 Ok(woken) => queue = woken,
-                Err(_) => return Err(OTelSdkError::Timeout(timeout)),
+                Err(_) => return false,
             }
         }
-        Ok(())
-    }
-}
-
-impl SpanProcessor for SpanBatcher {
-    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
-
-    fn on_end(&self, span: SpanData) {
-        if !span.span_context.is_sampled() {
-            return;
-        }
-        SCRATCH.with_borrow_mut(|scratch| {
-            otlp::span_body(scratch, &span);
-            let mut queue = self.shared.queue();
-            if queue.spans >= self.shared.settings.queue_size || queue.stopping {
-                DROPPED.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            let batch_size = self.shared.settings.batch_size;
-            if queue.push(&span.instrumentation_scope, scratch, batch_size) {
-                self.shared.work.notify_one();
-            }
-        });
-        // `span` is dropped here, on the thread that built it.
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.flush(false, Duration::from_secs(30))
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let flushed = self.flush(true, timeout);
-        if flushed.is_ok()
-            && let Some(thread) = self
-                .thread
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-        {
-            // It said it is done: this returns at once.
-            let _ = thread.join();
-        }
-        flushed
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.start(EncodedResource::new(resource));
+        true
     }
 }
 
@@ -333,11 +256,12 @@ impl Exporter {
             if let Some(mut chunk) = chunk {
                 if chunk.spans > 0 {
                     let mut body = Vec::with_capacity(last_len + last_len / 8);
-                    otlp::export_request(&chunk.batches, &self.resource, &mut body);
+                    otlp::export_request(&chunk.bytes, &self.resource, &mut body);
                     last_len = body.len();
                     self.send(body, chunk.spans);
                 }
-                chunk.clear();
+                chunk.bytes.clear();
+                chunk.spans = 0;
                 let mut queue = self.shared.queue();
                 if queue.spare.len() < SPARE_CHUNKS {
                     queue.spare.push(chunk);
@@ -403,9 +327,8 @@ impl Exporter {
 
 #[cfg(test)]
 mod tests {
-    use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
+    use awaken_actors::telemetry::{Parent, Sampling, SpanKind, Tracer};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_sdk::trace::SdkTracerProvider;
     use prost::Message;
     use tokio::sync::mpsc;
 
@@ -439,6 +362,20 @@ mod tests {
         (format!("http://{address}/v1/traces"), rx)
     }
 
+    /// A tracer ending its spans into `batcher`'s queue.
+    fn tracer(batcher: &SpanBatcher) -> &'static Tracer {
+        Box::leak(Box::new(Tracer::new(Sampling::AlwaysOn, batcher.queue())))
+    }
+
+    fn end_span(tracer: &'static Tracer, name: &str) {
+        drop(tracer.start(
+            format_args!("{name}"),
+            SpanKind::Internal,
+            Parent::Root,
+            |_| {},
+        ));
+    }
+
     async fn next(rx: &mut mpsc::UnboundedReceiver<Vec<String>>) -> Vec<String> {
         tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
@@ -456,25 +393,28 @@ mod tests {
             delay: Duration::from_secs(3600),
         };
         // The blocking HTTP client lives outside the test's runtime.
-        let provider = tokio::task::spawn_blocking(move || {
+        let mut batcher = tokio::task::spawn_blocking(move || {
             let transport = SpanTransport::http(&url, &ExportHeaders::default()).unwrap();
-            let batcher = SpanBatcher::new(transport, settings, Duration::from_secs(5));
-            let provider = SdkTracerProvider::builder()
-                .with_span_processor(batcher)
-                .build();
-            let tracer = provider.tracer("awaken");
+            let batcher = SpanBatcher::start(
+                transport,
+                EncodedResource::default(),
+                settings,
+                Duration::from_secs(5),
+            )
+            .unwrap();
+            let tracer = tracer(&batcher);
             for name in ["one", "two", "three", "four"] {
-                tracer.start(name).end();
+                end_span(tracer, name);
             }
-            provider
+            batcher
         })
         .await
         .unwrap();
         assert_eq!(next(&mut exports).await, ["one", "two", "three"]);
-        tokio::task::spawn_blocking(move || provider.shutdown())
+        let stopped = tokio::task::spawn_blocking(move || batcher.shutdown(Duration::from_secs(5)))
             .await
-            .unwrap()
             .unwrap();
+        assert!(stopped);
         assert_eq!(next(&mut exports).await, ["four"]);
     }
 
@@ -489,16 +429,19 @@ mod tests {
             batch_size: 4,
             delay: Duration::from_secs(3600),
         };
-        let batcher = SpanBatcher::new(transport, settings, Duration::from_secs(1));
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(batcher)
-            .build();
-        let tracer = provider.tracer("awaken");
+        let batcher = SpanBatcher::start(
+            transport,
+            EncodedResource::default(),
+            settings,
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let tracer = tracer(&batcher);
         let before = spans_dropped();
         // Four fill the queue (and may be taken by the export thread, which is
         // then stuck); of the next ten, at least six find it full.
         for _ in 0..14 {
-            tracer.start("span").end();
+            end_span(tracer, "span");
         }
         assert!(
             spans_dropped() - before >= 6,

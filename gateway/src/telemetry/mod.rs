@@ -1,13 +1,14 @@
 //! The process's logs and traces: a `tracing` subscriber writing log lines on
 //! stderr (`RUST_LOG`, warnings by default; text or JSON) and, when export is
-//! on, the OpenTelemetry tracer the runtime's spans are built with
+//! on, the tracer the runtime's spans are built with
 //! ([`awaken_actors::telemetry::Span`]), sent over OTLP/HTTP or OTLP/gRPC.
 //!
 //! Spans and log lines are separate paths (decision 0067): spans never go
 //! through the `tracing` subscriber, and with export off no tracer is installed,
-//! so every span is disabled. Each span is written to protobuf where it ends and
-//! sent by an export thread behind a bounded queue (decision 0069): a slow or
-//! absent collector drops spans, never delays a run.
+//! so every span is disabled. Each span is written to protobuf as it is
+//! recorded (decision 0070) and sent by an export thread behind a bounded
+//! queue (decision 0069): a slow or absent collector drops spans, never delays
+//! a run.
 
 mod batcher;
 mod headers;
@@ -19,15 +20,15 @@ mod transport;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use opentelemetry::trace::TracerProvider as _;
+use awaken_actors::telemetry::Tracer;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Dispatch;
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, fmt};
 
 use batcher::SpanBatcher;
+use otlp::EncodedResource;
 use transport::SpanTransport;
 
 pub use batcher::{BatchSettings, spans_dropped};
@@ -53,7 +54,8 @@ pub(crate) fn parent_decides() -> bool {
 /// queued (at most the export timeout).
 #[derive(Debug, Default)]
 pub struct Telemetry {
-    provider: Option<SdkTracerProvider>,
+    /// The export thread and its queue, and how long the last flush may take.
+    batcher: Option<(SpanBatcher, std::time::Duration)>,
     /// The runtime under the gRPC exporter's connections (none for OTLP/HTTP):
     /// the subscriber is installed before the process's own runtime exists, and
     /// outlives it.
@@ -78,8 +80,8 @@ impl Telemetry {
             ),
             _ => None,
         };
-        let provider = export
-            .map(|export| provider(export, grpc.as_ref()))
+        let batcher = export
+            .map(|export| batcher(export, grpc.as_ref()))
             .transpose()?;
         PARENT_DECIDES.store(
             export.is_some_and(|export| matches!(export.sampling, Sampling::ParentBased(_))),
@@ -89,21 +91,26 @@ impl Telemetry {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
         tracing::dispatcher::set_global_default(subscriber(format, log_filter, std::io::stderr))
             .map_err(|_| TelemetryError::internal("a second subscriber"))?;
-        if let Some(provider) = &provider
-            && !awaken_actors::telemetry::install_tracer(provider.tracer("awaken"))
-        {
-            return Err(TelemetryError::internal("a second tracer"));
+        if let (Some(batcher), Some(export)) = (&batcher, export) {
+            awaken_actors::telemetry::capture_content(export.capture_content);
+            let tracer = Tracer::new(export.sampling, batcher.queue());
+            if !awaken_actors::telemetry::install_tracer(tracer) {
+                return Err(TelemetryError::internal("a second tracer"));
+            }
         }
-        Ok(Self { provider, grpc })
+        Ok(Self {
+            batcher: batcher.zip(export.map(|export| export.timeout)),
+            grpc,
+        })
     }
 }
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
-        if let Some(provider) = self.provider.take()
-            && let Err(error) = provider.shutdown()
+        if let Some((mut batcher, timeout)) = self.batcher.take()
+            && !batcher.shutdown(timeout)
         {
-            eprintln!("telemetry: spans not flushed at exit: {error}");
+            eprintln!("telemetry: spans not flushed at exit within {timeout:?}");
         }
         // After the flush, which may still need its connections.
         if let Some(runtime) = self.grpc.take() {
@@ -130,10 +137,11 @@ where
     Dispatch::new(tracing_subscriber::registry().with(logs))
 }
 
-fn provider(
+/// The export thread for `export`, started.
+fn batcher(
     export: &ExportSettings,
     grpc: Option<&tokio::runtime::Runtime>,
-) -> Result<SdkTracerProvider, TelemetryError> {
+) -> Result<SpanBatcher, TelemetryError> {
     let transport = match grpc {
         None => SpanTransport::http(&export.traces_url, &export.headers)?,
         // The channel's connection tasks live on the gRPC runtime; the export
@@ -144,28 +152,17 @@ fn provider(
             runtime.handle().clone(),
         )?,
     };
-    awaken_actors::telemetry::capture_content(export.capture_content);
+    // `service.name`, `OTEL_RESOURCE_ATTRIBUTES` and the SDK's attributes, as
+    // the metric push sends them.
     let resource = Resource::builder()
         .with_service_name(export.service_name.clone())
         .build();
-    Ok(SdkTracerProvider::builder()
-        .with_span_processor(SpanBatcher::new(transport, export.batches, export.timeout))
-        .with_sampler(sampler(export.sampling))
-        .with_resource(resource)
-        .build())
-}
-
-fn sampler(sampling: Sampling) -> Sampler {
-    match sampling {
-        Sampling::AlwaysOn => Sampler::AlwaysOn,
-        Sampling::AlwaysOff => Sampler::AlwaysOff,
-        Sampling::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
-        Sampling::ParentBased(root) => Sampler::ParentBased(Box::new(match root {
-            RootSampling::AlwaysOn => Sampler::AlwaysOn,
-            RootSampling::AlwaysOff => Sampler::AlwaysOff,
-            RootSampling::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
-        })),
-    }
+    SpanBatcher::start(
+        transport,
+        EncodedResource::new(&resource),
+        export.batches,
+        export.timeout,
+    )
 }
 
 #[cfg(test)]
@@ -173,11 +170,17 @@ mod tests {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 
-    use awaken_actors::telemetry::{Parent, Span, trace_context_of};
-    use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
+    use awaken_actors::telemetry::{Parent, Sampling, SpanKind, SpanSink, Tracer};
     use serde_json::Value;
 
     use super::*;
+
+    /// A sink for spans nobody reads.
+    struct Discard;
+
+    impl SpanSink for Discard {
+        fn export(&self, _span: &[u8]) {}
+    }
 
     /// Log lines written to memory.
     #[derive(Clone, Default)]
@@ -215,15 +218,18 @@ mod tests {
     fn json_lines_name_the_exported_span_they_are_written_in() {
         let lines = Lines::default();
         let subscriber = subscriber(LogFormat::Json, EnvFilter::new("warn"), lines.clone());
-        let provider = SdkTracerProvider::builder().build();
-        let span = provider.tracer("test").start("invoke_agent");
-        let context = opentelemetry::Context::new().with_span(span);
-        let trace = trace_context_of(context.span().span_context()).expect("a sampled span");
+        let tracer: &'static Tracer = Box::leak(Box::new(Tracer::new(Sampling::AlwaysOn, Discard)));
+        let span = tracer.start(
+            format_args!("invoke_agent"),
+            SpanKind::Internal,
+            Parent::Root,
+            |_| {},
+        );
+        let trace = span.context().expect("a sampled span");
         tracing::dispatcher::with_default(&subscriber, || {
-            {
-                let _current = context.clone().attach();
+            futures::executor::block_on(span.traced(async {
                 tracing::warn!(answer = 42, "inside");
-            }
+            }));
             tracing::warn!("outside");
         });
         let lines = lines.json();
@@ -235,24 +241,5 @@ mod tests {
         assert_eq!(lines[0]["span_id"], trace.span_id());
         assert_eq!(lines[1]["message"], "outside");
         assert!(lines[1].get("trace_id").is_none(), "{}", lines[1]);
-    }
-
-    #[test]
-    fn without_a_tracer_spans_are_disabled_and_carry_no_context() {
-        let span = Span::start(
-            format_args!("invoke_agent"),
-            SpanKind::Internal,
-            Parent::Root,
-            || panic!("attributes of a span that is not exported are never built"),
-        );
-        assert!(span.is_disabled());
-        assert!(span.context().is_none());
-        let child = Span::start(
-            format_args!("chat"),
-            SpanKind::Client,
-            Parent::Local(&span),
-            Vec::new,
-        );
-        assert!(child.is_disabled());
     }
 }

@@ -14,6 +14,7 @@ use destination::{Destination, Signal};
 mod destination;
 mod metrics;
 
+pub use awaken_actors::telemetry::{RootSampling, Sampling};
 pub use metrics::MetricsExportSettings;
 /// The variable the GenAI instrumentations read to record message content.
 const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
@@ -70,30 +71,6 @@ pub enum Transport {
     HttpProtobuf,
     /// OTLP/gRPC, to the endpoint as given.
     Grpc,
-}
-
-/// Which traces are recorded (`OTEL_TRACES_SAMPLER`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Sampling {
-    /// Every trace.
-    AlwaysOn,
-    /// None.
-    AlwaysOff,
-    /// This share of traces, by trace id.
-    Ratio(f64),
-    /// As the caller decided, else the inner rule for new traces.
-    ParentBased(RootSampling),
-}
-
-/// The rule for new traces under [`Sampling::ParentBased`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RootSampling {
-    /// Every new trace.
-    AlwaysOn,
-    /// No new trace.
-    AlwaysOff,
-    /// This share of new traces.
-    Ratio(f64),
 }
 
 /// Export that is on: where to, as whom, what share.

@@ -6,11 +6,9 @@
 use std::sync::Arc;
 
 use awaken_actors::contract::{AgentEvent, Message, TerminationReason, TraceContext};
-use awaken_actors::telemetry::Span;
+use awaken_actors::telemetry::{Shown, Span, SpanKind};
 use awaken_actors::{AgentId, JsonValue, RunId, ThreadId};
 use awaken_cluster::decisions::DecisionPayload;
-use opentelemetry::KeyValue;
-use opentelemetry::trace::SpanKind;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -169,14 +167,13 @@ fn server_span(
         format_args!("tools/call {tool}"),
         SpanKind::Server,
         parent.as_ref().into(),
-        || {
-            vec![
-                KeyValue::new("mcp.method.name", "tools/call"),
-                KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                KeyValue::new("gen_ai.tool.name", tool.to_owned()),
-                KeyValue::new("jsonrpc.request.id", context.id.to_string()),
-                KeyValue::new("network.transport", "tcp"),
-            ]
+        |attributes| {
+            attributes
+                .set("mcp.method.name", "tools/call")
+                .set("gen_ai.operation.name", "execute_tool")
+                .set("gen_ai.tool.name", tool)
+                .set("jsonrpc.request.id", Shown(&context.id))
+                .set("network.transport", "tcp");
         },
     )
 }
