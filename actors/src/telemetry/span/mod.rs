@@ -191,7 +191,10 @@ impl Tracer {
             if let Some(parent) = parent_span {
                 wire::bytes(&mut body, field::PARENT_SPAN_ID, &parent);
             }
-            wire::display(&mut body, field::NAME, name);
+            match name.as_str() {
+                Some(fixed) => wire::oneof_bytes(&mut body, field::NAME, fixed.as_bytes()),
+                None => wire::display(&mut body, field::NAME, name),
+            }
             wire::varint(&mut body, field::KIND, kind as u64);
             wire::fixed64(&mut body, field::START, now_nanos());
             wire::fixed32(&mut body, field::FLAGS, span_flags(parent_is_remote, flags));
@@ -311,7 +314,7 @@ impl Span {
         match &self.0 {
             Some(live) => Either::Right(InSpan {
                 future,
-                span: Arc::clone(live),
+                span: Some(Arc::clone(live)),
             }),
             None => Either::Left(future),
         }
@@ -331,7 +334,9 @@ pin_project_lite::pin_project! {
     pub struct InSpan<F> {
         #[pin]
         future: F,
-        span: Arc<Live>,
+        // Moved into `CURRENT` for each poll and back: no reference count
+        // changes per poll.
+        span: Option<Arc<Live>>,
     }
 }
 
@@ -340,7 +345,7 @@ impl<F: Future> Future for InSpan<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _current = Entered::new(Arc::clone(this.span));
+        let _current = Entered::new(this.span);
         this.future.poll(cx)
     }
 }
@@ -351,26 +356,27 @@ impl<F> fmt::Debug for InSpan<F> {
     }
 }
 
-/// The current span while a poll lasts; the one before it comes back when
-/// the poll returns or unwinds.
-struct Entered {
+/// A span made current for one poll; when the poll returns or unwinds, the
+/// span goes back to its future and the one before it is current again.
+struct Entered<'a> {
+    home: &'a mut Option<Arc<Live>>,
     previous: Option<Arc<Live>>,
 }
 
-impl Entered {
-    fn new(span: Arc<Live>) -> Self {
+impl<'a> Entered<'a> {
+    fn new(home: &'a mut Option<Arc<Live>>) -> Self {
+        let span = home.take();
         Self {
-            previous: CURRENT.with(|current| current.replace(Some(span))),
+            previous: CURRENT.with(|current| current.replace(span)),
+            home,
         }
     }
 }
 
-impl Drop for Entered {
+impl Drop for Entered<'_> {
     fn drop(&mut self) {
         let previous = self.previous.take();
-        // The span put there by `new` is dropped outside the thread-local's
-        // access: ending a span must not run inside it.
-        let _ours = CURRENT.with(|current| current.replace(previous));
+        *self.home = CURRENT.with(|current| current.replace(previous));
     }
 }
 

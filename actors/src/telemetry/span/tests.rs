@@ -168,6 +168,16 @@ fn the_current_span_is_the_one_being_polled() {
 }
 
 #[test]
+fn a_traced_future_keeps_its_span_open_until_it_is_dropped() {
+    let (tracer, ended) = tracer(Sampling::AlwaysOn);
+    let future = root(tracer, "segment").traced(async { Span::current().context() });
+    assert_eq!(ended.count(), 0, "the span lives in the future");
+    let seen = futures::executor::block_on(future);
+    assert!(seen.is_some());
+    assert_eq!(ended.count(), 1);
+}
+
+#[test]
 fn a_failed_span_and_its_events_and_links_are_written() {
     let (tracer, ended) = tracer(Sampling::AlwaysOn);
     let span = root(tracer, "execute_tool");
