@@ -44,7 +44,7 @@ pub(crate) fn invoke_agent(agent_id: &str, identity: &RunIdentity) -> Span {
         return Span::none();
     }
     Span::start(
-        format_args!("invoke_agent {agent_id}"),
+        &["invoke_agent ", agent_id],
         SpanKind::Internal,
         identity.trace.as_ref().into(),
         |attributes| {
@@ -52,10 +52,10 @@ pub(crate) fn invoke_agent(agent_id: &str, identity: &RunIdentity) -> Span {
                 .set("gen_ai.operation.name", "invoke_agent")
                 .set("gen_ai.agent.id", agent_id)
                 .set("gen_ai.agent.name", agent_id)
-                .set("gen_ai.conversation.id", Shown(&identity.thread_id))
-                .set("awaken.run.id", Shown(&identity.run_id));
+                .set("gen_ai.conversation.id", identity.thread_id.as_str())
+                .set("awaken.run.id", identity.run_id.as_str());
             if let Some(parent) = &identity.parent_run_id {
-                attributes.set("awaken.run.parent_id", Shown(parent));
+                attributes.set("awaken.run.parent_id", parent.as_str());
             }
         },
     )
@@ -87,8 +87,8 @@ pub(crate) fn decision_arrived(span: &Span, call_id: &ToolCallId, resume: &ToolC
     }
     span.event("awaken.decision", |attributes| {
         attributes
-            .set("gen_ai.tool.call.id", Shown(call_id))
-            .set("awaken.decision.id", Shown(&resume.decision_id));
+            .set("gen_ai.tool.call.id", call_id.as_str())
+            .set("awaken.decision.id", resume.decision_id.as_str());
     });
     if let Some(sender) = &resume.trace {
         span.link(sender);
@@ -98,7 +98,7 @@ pub(crate) fn decision_arrived(span: &Span, call_id: &ToolCallId, resume: &ToolC
 /// The span of one inference, a child of the activation's span.
 pub(crate) fn chat(parent: &Span, provider: &str, model: &str) -> Span {
     Span::start(
-        format_args!("chat {model}"),
+        &["chat ", model],
         SpanKind::Client,
         Parent::Local(parent),
         |attributes| {
@@ -147,7 +147,7 @@ pub(crate) fn chat_ended(
 /// The span of one attempt of a tool call, a child of the activation's span.
 pub(crate) fn execute_tool(parent: &Span, tool: &str, call_id: &ToolCallId) -> Span {
     Span::start(
-        format_args!("execute_tool {tool}"),
+        &["execute_tool ", tool],
         SpanKind::Internal,
         Parent::Local(parent),
         |attributes| {
@@ -155,7 +155,7 @@ pub(crate) fn execute_tool(parent: &Span, tool: &str, call_id: &ToolCallId) -> S
                 .set("gen_ai.operation.name", "execute_tool")
                 .set("gen_ai.tool.name", tool)
                 .set("gen_ai.tool.type", "function")
-                .set("gen_ai.tool.call.id", Shown(call_id));
+                .set("gen_ai.tool.call.id", call_id.as_str());
         },
     )
 }

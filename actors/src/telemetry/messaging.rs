@@ -5,7 +5,7 @@
 //! so a run accepted on one node and executed on another shows both hops in its
 //! trace. A run without a trace context (no request started it) gets neither.
 
-use super::{Parent, Shown, Span, SpanKind};
+use super::{Parent, Span, SpanKind};
 use crate::contract::{RunDispatch, TraceContext};
 use crate::ids::DispatchId;
 
@@ -23,7 +23,7 @@ pub(crate) fn send(trace: Option<&TraceContext>) -> Span {
         return Span::none();
     };
     Span::start(
-        format_args!("send awaken.mailbox"),
+        &["send awaken.mailbox"],
         SpanKind::Producer,
         Parent::Remote(trace),
         |attributes| {
@@ -42,7 +42,7 @@ pub(crate) fn sent(span: &Span, outcome: Result<&DispatchId, &'static str>) {
         return;
     }
     match outcome {
-        Ok(id) => span.set("messaging.message.id", Shown(id)),
+        Ok(id) => span.set("messaging.message.id", id.as_str()),
         Err(error_type) => span.failed(error_type),
     }
 }
@@ -58,7 +58,7 @@ pub(crate) fn process(
         return Span::none();
     };
     Span::start(
-        format_args!("process awaken.mailbox"),
+        &["process awaken.mailbox"],
         SpanKind::Consumer,
         Parent::Remote(trace),
         |attributes| {
@@ -68,8 +68,8 @@ pub(crate) fn process(
                 .set("messaging.destination.name", DESTINATION)
                 .set("messaging.consumer.group.name", "awaken")
                 .set("messaging.client.id", consumer)
-                .set("messaging.message.id", Shown(&dispatch.dispatch_id))
-                .set("awaken.run.id", Shown(&dispatch.run_id))
+                .set("messaging.message.id", dispatch.dispatch_id.as_str())
+                .set("awaken.run.id", dispatch.run_id.as_str())
                 .set("awaken.dispatch.attempt", i64::from(dispatch.attempt_count));
         },
     )

@@ -127,7 +127,7 @@ pub struct DecisionBus {
 /// exported.
 fn process_span(subject: &str, headers: Option<&HeaderMap>) -> telemetry::Span {
     telemetry::Span::start(
-        format_args!("process awaken.decisions"),
+        &["process awaken.decisions"],
         telemetry::SpanKind::Consumer,
         traceparent(headers).as_ref().into(),
         |attributes| {

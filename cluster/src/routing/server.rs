@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_nats::{Client, HeaderMap, Message};
 use awaken_actors::contract::StreamEvent;
-use awaken_actors::telemetry::{Parent, Shown, Span, SpanKind};
+use awaken_actors::telemetry::{Parent, Span, SpanKind};
 use futures::StreamExt;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
@@ -157,7 +157,7 @@ fn call_span(subject: &str, headers: Option<&HeaderMap>, call: &ThreadCall) -> S
         return Span::none();
     };
     Span::start(
-        format_args!("process awaken.shard.call"),
+        &["process awaken.shard.call"],
         SpanKind::Consumer,
         Parent::Remote(&parent),
         |attributes| {
@@ -170,7 +170,7 @@ fn call_span(subject: &str, headers: Option<&HeaderMap>, call: &ThreadCall) -> S
                     "awaken.shard.{shard}.call",
                 )
                 .set("awaken.call.operation", call.operation())
-                .set("gen_ai.conversation.id", Shown(call.thread_id()));
+                .set("gen_ai.conversation.id", call.thread_id().as_str());
         },
     )
 }

@@ -68,7 +68,7 @@ pub(crate) fn server_span(request: &Request, incoming: Option<&TraceContext>) ->
     // `{method} {route}`, or the method alone for a path no route matched.
     let (gap, named) = route.map_or(("", ""), |route| (" ", route));
     Span::start(
-        format_args!("{method}{gap}{named}"),
+        &[method, gap, named],
         SpanKind::Server,
         incoming.into(),
         |attributes| {

@@ -368,12 +368,7 @@ mod tests {
     }
 
     fn end_span(tracer: &'static Tracer, name: &str) {
-        drop(tracer.start(
-            format_args!("{name}"),
-            SpanKind::Internal,
-            Parent::Root,
-            |_| {},
-        ));
+        drop(tracer.start(&[name], SpanKind::Internal, Parent::Root, |_| {}));
     }
 
     async fn next(rx: &mut mpsc::UnboundedReceiver<Vec<String>>) -> Vec<String> {

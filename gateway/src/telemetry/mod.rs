@@ -219,12 +219,7 @@ mod tests {
         let lines = Lines::default();
         let subscriber = subscriber(LogFormat::Json, EnvFilter::new("warn"), lines.clone());
         let tracer: &'static Tracer = Box::leak(Box::new(Tracer::new(Sampling::AlwaysOn, Discard)));
-        let span = tracer.start(
-            format_args!("invoke_agent"),
-            SpanKind::Internal,
-            Parent::Root,
-            |_| {},
-        );
+        let span = tracer.start(&["invoke_agent"], SpanKind::Internal, Parent::Root, |_| {});
         let trace = span.context().expect("a sampled span");
         tracing::dispatcher::with_default(&subscriber, || {
             futures::executor::block_on(span.traced(async {

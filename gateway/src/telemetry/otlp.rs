@@ -157,7 +157,7 @@ mod tests {
         let sender = TraceContext::root();
         let before = now();
         let run = tracer.start(
-            format_args!("invoke_agent {}", "writer"),
+            &["invoke_agent ", "writer"],
             SpanKind::Internal,
             Parent::Remote(&caller),
             |attributes| {
@@ -166,12 +166,7 @@ mod tests {
                     .set("awaken.run.id", Shown(42));
             },
         );
-        let chat = tracer.start(
-            format_args!("chat m"),
-            SpanKind::Client,
-            Parent::Local(&run),
-            |_| {},
-        );
+        let chat = tracer.start(&["chat m"], SpanKind::Client, Parent::Local(&run), |_| {});
         chat.set("gen_ai.usage.input_tokens", 1_i64 << 40);
         chat.set("ok", false);
         chat.set("ratio", 0.25);

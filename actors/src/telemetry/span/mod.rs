@@ -158,11 +158,12 @@ impl Tracer {
         }
     }
 
-    /// Starts a span named `name` of `kind` under `parent`; `attributes` are
+    /// Starts a span of `kind` under `parent`, named by the parts of `name`
+    /// one after another (`["chat ", model]`: no formatting); `attributes` are
     /// written only when the span is recorded.
     pub fn start(
         &'static self,
-        name: fmt::Arguments<'_>,
+        name: &[&str],
         kind: SpanKind,
         parent: Parent<'_>,
         attributes: impl FnOnce(&mut Attributes<'_>),
@@ -191,10 +192,7 @@ impl Tracer {
             if let Some(parent) = parent_span {
                 wire::bytes(&mut body, field::PARENT_SPAN_ID, &parent);
             }
-            match name.as_str() {
-                Some(fixed) => wire::oneof_bytes(&mut body, field::NAME, fixed.as_bytes()),
-                None => wire::display(&mut body, field::NAME, name),
-            }
+            wire::joined(&mut body, field::NAME, name);
             wire::varint(&mut body, field::KIND, kind as u64);
             wire::fixed64(&mut body, field::START, now_nanos());
             wire::fixed32(&mut body, field::FLAGS, span_flags(parent_is_remote, flags));
@@ -220,7 +218,7 @@ impl Span {
     /// Starts a span of the process's tracer (see [`Tracer::start`]); disabled
     /// when none is installed.
     pub fn start(
-        name: fmt::Arguments<'_>,
+        name: &[&str],
         kind: SpanKind,
         parent: Parent<'_>,
         attributes: impl FnOnce(&mut Attributes<'_>),

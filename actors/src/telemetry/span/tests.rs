@@ -36,30 +36,17 @@ fn tracer(sampling: Sampling) -> (&'static Tracer, Ended) {
 }
 
 fn root(tracer: &'static Tracer, name: &str) -> Span {
-    tracer.start(
-        format_args!("{name}"),
-        SpanKind::Internal,
-        Parent::Root,
-        |_| {},
-    )
+    tracer.start(&[name], SpanKind::Internal, Parent::Root, |_| {})
 }
 
 #[test]
 fn without_a_tracer_spans_are_disabled_and_carry_no_context() {
-    let span = Span::start(
-        format_args!("invoke_agent"),
-        SpanKind::Internal,
-        Parent::Root,
-        |_| panic!("attributes of a span that is not exported are never written"),
-    );
+    let span = Span::start(&["invoke_agent"], SpanKind::Internal, Parent::Root, |_| {
+        panic!("attributes of a span that is not exported are never written")
+    });
     assert!(span.is_disabled());
     assert!(span.context().is_none());
-    let child = Span::start(
-        format_args!("chat"),
-        SpanKind::Client,
-        Parent::Local(&span),
-        |_| {},
-    );
+    let child = Span::start(&["chat"], SpanKind::Client, Parent::Local(&span), |_| {});
     assert!(child.is_disabled());
 }
 
@@ -82,7 +69,7 @@ fn children_share_the_trace_and_name_their_parent() {
     let (tracer, ended) = tracer(Sampling::AlwaysOn);
     let parent = root(tracer, "invoke_agent");
     let child = tracer.start(
-        format_args!("chat {}", "m"),
+        &["chat ", "m"],
         SpanKind::Client,
         Parent::Local(&parent),
         |attributes| {
@@ -105,7 +92,7 @@ fn a_remote_parent_keeps_its_trace() {
     let caller =
         TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
     let span = tracer.start(
-        format_args!("POST /runs"),
+        &["POST /runs"],
         SpanKind::Server,
         Parent::Remote(&caller),
         |_| {},
@@ -122,7 +109,7 @@ fn a_dropped_span_carries_its_trace_unsampled_and_writes_nothing() {
     let caller =
         TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00").unwrap();
     let span = tracer.start(
-        format_args!("POST /runs"),
+        &["POST /runs"],
         SpanKind::Server,
         Parent::Remote(&caller),
         |_| panic!("a dropped span writes no attributes"),
@@ -133,12 +120,7 @@ fn a_dropped_span_carries_its_trace_unsampled_and_writes_nothing() {
     let context = span.context().unwrap();
     assert_eq!(context.trace_id(), caller.trace_id());
     assert!(!context.sampled());
-    let child = tracer.start(
-        format_args!("chat"),
-        SpanKind::Client,
-        Parent::Local(&span),
-        |_| {},
-    );
+    let child = tracer.start(&["chat"], SpanKind::Client, Parent::Local(&span), |_| {});
     assert!(
         !child.is_recording(),
         "a parent-based child follows its parent"

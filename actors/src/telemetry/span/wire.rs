@@ -62,6 +62,16 @@ pub fn oneof_bytes(out: &mut Vec<u8>, tag: u32, value: &[u8]) {
     out.extend_from_slice(value);
 }
 
+/// A `string` field holding `parts` one after another; written even when
+/// empty.
+pub fn joined(out: &mut Vec<u8>, tag: u32, parts: &[&str]) {
+    key(out, tag, WireType::LengthDelimited);
+    varint_bytes(out, parts.iter().map(|part| part.len() as u64).sum());
+    for part in parts {
+        out.extend_from_slice(part.as_bytes());
+    }
+}
+
 /// A `uint32`/`uint64`/enum field; left out when zero.
 pub fn varint(out: &mut Vec<u8>, tag: u32, value: u64) {
     if value != 0 {
@@ -165,6 +175,27 @@ mod tests {
             assert_eq!(out, expected, "{len}");
             assert_eq!(out.len() - 1, field_len(3, len));
         }
+    }
+
+    #[test]
+    fn joined_parts_are_one_string() {
+        let mut out = Vec::new();
+        joined(&mut out, 5, &["chat ", "gpt", ""]);
+        assert_eq!(
+            out,
+            [
+                5 << 3 | 2,
+                8,
+                b'c',
+                b'h',
+                b'a',
+                b't',
+                b' ',
+                b'g',
+                b'p',
+                b't'
+            ]
+        );
     }
 
     #[test]

@@ -164,7 +164,7 @@ fn server_span(
     parent: Option<TraceContext>,
 ) -> Span {
     Span::start(
-        format_args!("tools/call {tool}"),
+        &["tools/call ", tool],
         SpanKind::Server,
         parent.as_ref().into(),
         |attributes| {
