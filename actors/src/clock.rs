@@ -1,5 +1,6 @@
 //! Wall-clock time in unix milliseconds, the one reading the runtime, the
-//! cluster and the gateway stamp records and leases with ([`now_ms`]), and
+//! cluster and the gateway stamp records and leases with ([`now_ms`]); in
+//! nanoseconds for telemetry's timestamps ([`now_nanos`]); and
 //! [`Clock`], the same as a value the timeout policy takes so tests can hand it
 //! a manual clock instead of sleeping.
 
@@ -10,6 +11,14 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Nanoseconds since the unix epoch (OTLP's timestamps); a clock set before
+/// 1970 reads as 0.
+pub fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// A source of wall-clock time in unix milliseconds.

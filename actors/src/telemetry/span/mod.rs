@@ -21,13 +21,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::future::Either;
 
 pub use attributes::{AttributeValue, Attributes, Shown, Strings};
 pub use sampling::{RootSampling, Sampling};
 
+use crate::clock::now_nanos;
 use crate::contract::TraceContext;
 
 /// The W3C `sampled` flag.
@@ -392,14 +392,6 @@ fn new_trace_id() -> [u8; 16] {
 
 fn new_span_id() -> [u8; 8] {
     fastrand::u64(1..).to_be_bytes()
-}
-
-fn now_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-        })
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 mod convert;
 
 use std::future::Future;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use awaken_actors::clock::now_nanos;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -51,7 +52,7 @@ impl MetricPush {
         let mut pusher = Pusher {
             client: Client::new(settings)?,
             resource: resource(&settings.service_name),
-            start_ns: unix_nanos(),
+            start_ns: now_nanos(),
             timeout: settings.timeout,
             failing: false,
         };
@@ -100,7 +101,7 @@ impl Pusher {
         };
         let window = Window {
             start_ns: self.start_ns,
-            now_ns: unix_nanos(),
+            now_ns: now_nanos(),
         };
         let request = convert::export_request(families, &self.resource, window);
         let failure = match tokio::time::timeout(self.timeout, self.client.send(request)).await {
@@ -234,14 +235,6 @@ fn resource(service_name: &str) -> Resource {
         attributes: ResourceAttributesWithSchema::from(&resource).attributes.0,
         ..Resource::default()
     }
-}
-
-fn unix_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-        })
 }
 
 #[cfg(test)]
