@@ -27,7 +27,7 @@ pub(crate) use store::{StoreMetrics, StoreOperation};
 
 pub use span::{
     AttributeValue, Attributes, InSpan, Parent, RootSampling, Sampling, Shown, Span, SpanKind,
-    SpanSink, Strings, Traced, Tracer, install_tracer, wire,
+    SpanSink, Strings, Traced, Tracer, install_tracer, new_trace, wire,
 };
 
 use crate::contract::{RunIdentity, TerminationReason, ToolCallResume};

@@ -21,11 +21,12 @@ pub struct TraceContext {
 pub struct InvalidTraceParent;
 
 impl TraceContext {
-    /// The start of a new trace (sampled).
+    /// The start of a new trace (sampled). Every bit of the trace id is
+    /// random: ratio samplers read its low 63 bits, which in a UUID v4 would
+    /// start with fixed variant bits and never fall in the lower half.
     pub fn root() -> Self {
-        let trace = uuid::Uuid::new_v4().into_bytes();
         Self {
-            trace_id: trace,
+            trace_id: fastrand::u128(1..).to_be_bytes(),
             span_id: new_span_id(),
             flags: 0x01,
         }
@@ -116,13 +117,7 @@ fn to_hex(bytes: &[u8]) -> String {
 }
 
 fn new_span_id() -> [u8; 8] {
-    let random = uuid::Uuid::new_v4().into_bytes();
-    let mut span = [0u8; 8];
-    span.copy_from_slice(&random[8..]);
-    if span == [0; 8] {
-        span[7] = 1;
-    }
-    span
+    fastrand::u64(1..).to_be_bytes()
 }
 
 impl fmt::Display for TraceContext {

@@ -20,7 +20,6 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use crate::context::Compaction;
 use crate::contract::{
     AgentEvent, Message, RunIdentity, RunRecord, RunStatus, ToolCallResume, ToolCallStatus,
-    TraceContext,
 };
 use crate::error::InferenceExecutionError;
 use crate::event_sink::EventSink;
@@ -701,7 +700,9 @@ impl ThreadActorState {
             .or_else(|| self.last_run.clone());
         identity.parent_thread_id = request.parent_thread_id.clone();
         identity.parent_tool_call_id = request.parent_tool_call_id.clone();
-        identity.trace = Some(request.trace.unwrap_or_else(TraceContext::root));
+        // A run that came without a trace starts one, sampled as the node's
+        // sampler decides for a new trace.
+        identity.trace = Some(request.trace.unwrap_or_else(crate::telemetry::new_trace));
         let record = RunRecord::new(&identity, now_ms() / 1000);
         let events = Arc::new(RunEmitter::new(
             self.thread_id.clone(),

@@ -209,6 +209,28 @@ impl Tracer {
     }
 }
 
+/// A new trace for work that came without one (a run started with no
+/// `traceparent`), its `sampled` flag set as the installed tracer's rule
+/// decides for a new trace, so ratio and parent-based samplers apply to it
+/// too; sampled when no tracer is installed (whoever receives it decides).
+pub fn new_trace() -> TraceContext {
+    match TRACER.get() {
+        Some(tracer) => tracer.new_trace(),
+        None => TraceContext::root(),
+    }
+}
+
+impl Tracer {
+    /// A new trace, sampled as this tracer's rule decides for one.
+    pub fn new_trace(&self) -> TraceContext {
+        let root = TraceContext::root();
+        let (trace_id, span_id, flags) = root.to_parts();
+        let sampled = self.sampling.samples(None, &trace_id);
+        let flags = (flags & !SAMPLED) | if sampled { SAMPLED } else { 0 };
+        TraceContext::from_parts(trace_id, span_id, flags).unwrap_or(root)
+    }
+}
+
 impl Span {
     /// The span that records nothing.
     pub const fn none() -> Self {

@@ -177,3 +177,24 @@ fn a_failed_span_and_its_events_and_links_are_written() {
     assert!(ended.contains(0, b"error.type"));
     assert!(ended.contains(0, b"denied"));
 }
+
+#[test]
+fn a_new_trace_is_sampled_as_the_rule_for_new_traces_decides() {
+    let (never, _) = tracer(Sampling::ParentBased(RootSampling::AlwaysOff));
+    let (always, _) = tracer(Sampling::ParentBased(RootSampling::AlwaysOn));
+    let (half, _) = tracer(Sampling::ParentBased(RootSampling::Ratio(0.5)));
+    assert!(!never.new_trace().sampled());
+    assert!(always.new_trace().sampled());
+    let sampled = (0..2000).filter(|_| half.new_trace().sampled()).count();
+    assert!((800..1200).contains(&sampled), "{sampled} of 2000");
+    // A run under an unsampled new trace records nothing below it.
+    let trace = never.new_trace();
+    let run = never.start(
+        &["invoke_agent"],
+        SpanKind::Internal,
+        Parent::Remote(&trace),
+        |_| panic!("nothing is written under an unsampled trace"),
+    );
+    assert!(!run.is_recording());
+    assert_eq!(run.context().unwrap().trace_id(), trace.trace_id());
+}
