@@ -51,6 +51,7 @@ fn one_run(thread_id: &ThreadId, base: u64, n: u64) -> [Checkpoint; 3] {
         new_messages: messages,
         run: run.clone(),
         state: state(revision),
+        new_thread: None,
     };
     let first = checkpoint(base, vec![Message::user("question")], &run, 1);
     run.steps = 1;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use awaken_actors::contract::{Message, TerminationReason, ToolCallResumeMode, ToolExecutionMode};
+use awaken_actors::contract::{
+    AgentEvent, Message, TerminationReason, ToolCallResumeMode, ToolExecutionMode,
+};
 use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::store::ThreadRunStore;
 use awaken_actors::thread::ThreadConfig;
@@ -282,6 +284,89 @@ async fn seeding_a_thread_that_has_a_core_here_changes_nothing() {
     assert_eq!(store.loads(), 1);
 }
 
+/// A thread made for a run, with a title and a tenant, as the HTTP API makes one.
+fn made_for_a_run(id: &str) -> awaken_actors::contract::Thread {
+    let mut thread = awaken_actors::contract::Thread::with_id(tid(id));
+    thread.metadata.title = Some("made for its run".to_owned());
+    thread
+        .metadata
+        .custom
+        .insert("tenant".to_owned(), json!("acme"));
+    thread
+}
+
+#[tokio::test]
+async fn an_adopted_thread_is_written_by_its_runs_first_checkpoint_and_seen_only_then() {
+    let hub = Arc::new(HubRecorder::default());
+    let llm = ScriptedLlm::new(vec![Turn::Text("hello")]);
+    let (rt, store) = recorded_runtime(
+        llm,
+        Arc::default(),
+        false,
+        ThreadConfig::default(),
+        hub.clone(),
+    );
+    let thread = made_for_a_run("t-adopted");
+    assert!(rt.adopt_new_thread(&thread).await.unwrap());
+    assert!(rt.is_thread_warm(&thread.id));
+    assert_eq!(store.inner.load_thread(&thread.id).await.unwrap(), None);
+
+    store.close();
+    let run = {
+        let rt = rt.clone();
+        tokio::spawn(async move { run_once(&rt, "t-adopted", "hi").await })
+    };
+    store.asked_for(1).await;
+    assert!(
+        hub.events.lock().unwrap().is_empty(),
+        "no event before the run and its thread are recorded"
+    );
+    assert_eq!(store.inner.load_thread(&thread.id).await.unwrap(), None);
+    store.open();
+    let (result, _) = run.await.unwrap();
+    assert_eq!(result.termination, TerminationReason::NaturalEnd);
+
+    let written = store.inner.load_thread(&thread.id).await.unwrap().unwrap();
+    assert_eq!(written.metadata.title, thread.metadata.title);
+    assert_eq!(written.metadata.custom, thread.metadata.custom);
+    assert_eq!(store.loads(), 0, "the adopted core stood in for the read");
+    let events = hub.events.lock().unwrap();
+    let seqs: Vec<u64> = events.iter().map(|(_, event)| event.seq).collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "in order");
+    assert!(matches!(events[0].1.event, AgentEvent::RunStart { .. }));
+}
+
+#[tokio::test]
+async fn an_adopted_thread_stays_until_its_run_takes_it_or_it_is_forgotten() {
+    let config = ThreadConfig {
+        idle_passivation: Duration::from_millis(1),
+        ..ThreadConfig::default()
+    };
+    let (rt, store) = counted_runtime(
+        ScriptedLlm::new(vec![Turn::Text("hello")]),
+        Arc::default(),
+        false,
+        config,
+    );
+    let kept = made_for_a_run("t-kept-unwritten");
+    let other = tid("t-swept");
+    assert!(rt.adopt_new_thread(&kept).await.unwrap());
+    rt.seed_new_thread(&other).await.unwrap();
+    rt.thread_passivated(&other).await;
+    assert!(
+        rt.is_thread_warm(&kept.id),
+        "only this core knows the thread: the sweep keeps it"
+    );
+    assert!(
+        !rt.adopt_new_thread(&kept).await.unwrap(),
+        "an id known here is not adopted twice"
+    );
+
+    rt.forget_new_thread(&kept.id).await.unwrap();
+    assert!(!rt.is_thread_warm(&kept.id));
+    assert_eq!(store.inner.load_thread(&kept.id).await.unwrap(), None);
+}
+
 /// The single-node fence, but one that fences on load, as a cluster's does.
 struct FencesOnLoad;
 
@@ -310,4 +395,10 @@ async fn where_owners_change_a_new_thread_is_not_seeded() {
         !rt.is_thread_warm(&thread),
         "a core kept here could go stale"
     );
+    let made = made_for_a_run("t-made-elsewhere");
+    assert!(
+        !rt.adopt_new_thread(&made).await.unwrap(),
+        "the caller writes the thread: its first run may start on another node"
+    );
+    assert!(!rt.is_thread_warm(&made.id));
 }

@@ -12,7 +12,7 @@ use super::live::{LiveRegistries, ValidatedRegistries};
 use super::registry::RegistrySet;
 use super::resolve::{AgentResolver, ResolvedAgent, resolve};
 use super::run_watch::{RunWatch, WatchingHub};
-use crate::contract::{AgentEvent, RunRecord, TerminationReason, ToolCallResume};
+use crate::contract::{AgentEvent, RunRecord, TerminationReason, Thread, ToolCallResume};
 use crate::delegation::{ChildRuns, ChildRunsSlot};
 use crate::error::{ResolveError, RuntimeError};
 use crate::event_sink::EventSink;
@@ -63,7 +63,7 @@ pub struct AgentRuntime {
     registries: Arc<LiveRegistries>,
     pub(super) deps: Arc<ThreadDeps>,
     watches: Arc<WatchingHub>,
-    region: Arc<OnceCell<ThreadRegion>>,
+    pub(super) region: Arc<OnceCell<ThreadRegion>>,
     /// Runs ended by `end_unstarted` (a metric).
     pub(super) failed_starts: Arc<AtomicU64>,
 }
@@ -354,6 +354,25 @@ impl AgentRuntime {
         if !self.deps.fence.fences_on_load() {
             self.region().await?.seed(thread_id);
         }
+        Ok(())
+    }
+
+    /// Takes `thread`, made for a run about to start and not yet in the store,
+    /// so that the run's first checkpoint writes it (one statement and one commit
+    /// less per new conversation, decision 0071). `false` when the caller must
+    /// create the thread in the store itself: in a cluster (the thread's owner
+    /// may be another node), or when the id is known here already. After `true`,
+    /// a caller whose run is then refused calls [`forget_new_thread`](Self::forget_new_thread).
+    pub async fn adopt_new_thread(&self, thread: &Thread) -> Result<bool, ControlError> {
+        if self.deps.fence.fences_on_load() {
+            return Ok(false);
+        }
+        Ok(self.region().await?.adopt_unwritten(thread))
+    }
+
+    /// Drops a thread [adopted](Self::adopt_new_thread) for a run that was refused.
+    pub async fn forget_new_thread(&self, thread_id: &ThreadId) -> Result<(), ControlError> {
+        self.region().await?.take_unwritten(thread_id);
         Ok(())
     }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use crate::contract::{AgentEvent, RunIdentity, RunRecord, StreamEvent, TerminationReason};
 use crate::error::StorageError;
 use crate::ids::{AgentId, RunId, ThreadId};
-use crate::store::{implicit_thread, now_millis};
+use crate::store::{implicit_thread, now_millis, stamped_new_thread};
 use crate::thread::{EventHub, RunRequest};
 
 use super::AgentRuntime;
@@ -117,7 +117,15 @@ impl AgentRuntime {
             Err(StorageError::NotFound(_)) => {}
             Err(other) => return Err(other),
         }
-        let thread = implicit_thread(&record.thread_id, now_millis());
+        // A thread adopted for this run and never written is written with it.
+        let adopted = self
+            .region
+            .get()
+            .and_then(|region| region.take_unwritten(&record.thread_id));
+        let thread = match adopted {
+            Some(thread) => stamped_new_thread(&thread, now_millis()),
+            None => implicit_thread(&record.thread_id, now_millis()),
+        };
         match store.create_thread(&thread).await {
             Ok(()) | Err(StorageError::AlreadyExists(_)) => {}
             Err(other) => return Err(other),

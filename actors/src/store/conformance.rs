@@ -53,6 +53,7 @@ macro_rules! thread_run_store_conformance {
             internal_messages_are_hidden_unless_asked,
             unknown_ids,
             checkpoint_appends_and_creates_the_thread,
+            a_first_checkpoint_writes_its_new_thread,
             refused_checkpoint_changes_nothing,
             fencing_rules,
             fence_on_unknown_thread_holds,
@@ -248,6 +249,7 @@ pub fn checkpoint(
         new_messages,
         state: state(u64::from(run.steps)),
         run,
+        new_thread: None,
     }
 }
 
@@ -748,6 +750,50 @@ pub async fn checkpoint_appends_and_creates_the_thread<S: ThreadRunStore + ?Size
     assert_eq!(snapshot.messages.len(), 3);
     assert_eq!(snapshot.state, Some(state(2)));
     assert_eq!(snapshot.latest_run.unwrap().steps, 2);
+}
+
+/// A checkpoint carrying a new thread's metadata creates the thread with it, once:
+/// a refused one creates nothing, and a later one cannot overwrite the thread.
+pub async fn a_first_checkpoint_writes_its_new_thread<S: ThreadRunStore + ?Sized>(store: &S) {
+    let id = tid("t-new");
+    let mut metadata = ThreadMetadata {
+        title: Some("made for its run".to_owned()),
+        ..ThreadMetadata::default()
+    };
+    metadata
+        .custom
+        .insert("tenant".to_owned(), JsonValue::String("acme".to_owned()));
+    let record = run(&id, "r-new", 100);
+    let with_metadata = |expected, metadata: &ThreadMetadata| Checkpoint {
+        new_thread: Some(metadata.clone()),
+        ..checkpoint(&id, 1, expected, user_messages("m", 1), record.clone())
+    };
+
+    let refused = store.checkpoint(with_metadata(3, &metadata)).await;
+    assert!(
+        matches!(refused, Err(StorageError::VersionConflict { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.load_thread(&id).await.unwrap(),
+        None,
+        "nothing created"
+    );
+
+    store.checkpoint(with_metadata(0, &metadata)).await.unwrap();
+    let created = store.load_thread(&id).await.unwrap().expect("created");
+    assert_eq!(created.metadata.title, metadata.title);
+    assert_eq!(created.metadata.custom, metadata.custom);
+    assert!(created.metadata.created_at.is_some(), "stamped");
+    assert_eq!(created.metadata.updated_at, created.metadata.created_at);
+
+    let other = ThreadMetadata {
+        title: Some("another".to_owned()),
+        ..ThreadMetadata::default()
+    };
+    store.checkpoint(with_metadata(1, &other)).await.unwrap();
+    assert_eq!(store.load_thread(&id).await.unwrap(), Some(created));
+    assert_eq!(messages_of(store, &id).await.len(), 2);
 }
 
 /// A refused checkpoint (count, fence, foreign run) changes nothing at all.

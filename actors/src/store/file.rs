@@ -61,9 +61,9 @@ use super::file_webhooks::WebhookFiles;
 use super::memory_webhooks::WebhookTable;
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence, implicit_thread,
-    now_millis, page_of, page_runs, run_owned_elsewhere, stamped_new_thread, thread_not_found,
-    updated_metadata,
+    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence,
+    checkpointed_thread, implicit_thread, now_millis, page_of, page_runs, run_owned_elsewhere,
+    stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -414,13 +414,18 @@ impl Inner {
         self.index().run_owners.remove(run_id);
     }
 
-    /// The thread's head, or a fresh one (with a reserved creation sequence) if absent.
-    fn head_or_new(&self, id: &ThreadId) -> Result<(Head, bool), StorageError> {
+    /// The thread's head, or a fresh one of `created(now)` (with a reserved
+    /// creation sequence) if absent.
+    fn head_or_new(
+        &self,
+        id: &ThreadId,
+        created: impl FnOnce(u64) -> Thread,
+    ) -> Result<(Head, bool), StorageError> {
         if let Some(head) = self.read_head(id)? {
             return Ok((head, false));
         }
         let seq = self.reserve_seq();
-        Ok((Head::new(implicit_thread(id, now_millis()), seq), true))
+        Ok((Head::new(created(now_millis()), seq), true))
     }
 
     /// A fresh creation sequence number (a failed creation leaves a harmless gap).
@@ -464,7 +469,8 @@ impl Inner {
     fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
         let id = &checkpoint.thread_id;
         self.run_path(&checkpoint.run.run_id)?;
-        let (mut head, is_new) = self.head_or_new(id)?;
+        let (mut head, is_new) =
+            self.head_or_new(id, |now| checkpointed_thread(&checkpoint, now))?;
         check_checkpoint(&checkpoint, head.fence, head.message_count)?;
         // Appended bytes stay uncommitted (and invisible) unless the head below commits.
         head.log_bytes = self.append_log(id, &head, &checkpoint.new_messages)?;
@@ -873,7 +879,7 @@ impl ThreadRunStore for FileStore {
         self.inner.head_path(id)?;
         let id = id.clone();
         self.write(&id.clone(), move |inner| {
-            let (mut head, is_new) = inner.head_or_new(&id)?;
+            let (mut head, is_new) = inner.head_or_new(&id, |now| implicit_thread(&id, now))?;
             check_fence(token, head.fence)?;
             head.fence = token;
             inner.commit_head(&head, is_new)

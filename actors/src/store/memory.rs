@@ -17,9 +17,9 @@ use async_trait::async_trait;
 use super::memory_webhooks::WebhookTable;
 use super::{
     Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence, implicit_thread,
-    now_millis, page_of, page_runs, run_order_key, run_owned_elsewhere, stamped_new_thread,
-    thread_not_found, updated_metadata,
+    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence,
+    checkpointed_thread, implicit_thread, now_millis, page_of, page_runs, run_order_key,
+    run_owned_elsewhere, stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
 use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
@@ -430,7 +430,7 @@ impl ThreadRunStore for InMemoryStore {
             }
             check_checkpoint(&checkpoint, FencingToken::ZERO, 0)?;
             self.claim_run(&checkpoint.run.run_id, &checkpoint.thread_id)?;
-            let mut data = ThreadData::new(implicit_thread(&checkpoint.thread_id, now_millis()));
+            let mut data = ThreadData::new(checkpointed_thread(&checkpoint, now_millis()));
             data.apply(checkpoint);
             Self::insert_slot(&mut catalog, data);
             return Ok(());

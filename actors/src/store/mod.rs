@@ -77,6 +77,12 @@ pub struct Checkpoint {
     pub run: RunRecord,
     /// The thread's persistent state keys, replaced whole.
     pub state: PersistedState,
+    /// The metadata the thread is created with when this checkpoint creates it:
+    /// a thread made for its first run is written with that run's first
+    /// checkpoint (decision 0071). Ignored when the thread exists; absent, a
+    /// created thread is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_thread: Option<ThreadMetadata>,
 }
 
 /// Which slice of a thread's log to read; the HTTP history endpoint's parameters.
@@ -389,6 +395,20 @@ pub(crate) fn stamped_new_thread(thread: &Thread, now: u64) -> Thread {
     let created = *thread.metadata.created_at.get_or_insert(now);
     thread.metadata.updated_at.get_or_insert(created);
     thread
+}
+
+/// The thread `checkpoint` creates when its thread is absent.
+pub(crate) fn checkpointed_thread(checkpoint: &Checkpoint, now: u64) -> Thread {
+    match &checkpoint.new_thread {
+        Some(metadata) => stamped_new_thread(
+            &Thread {
+                id: checkpoint.thread_id.clone(),
+                metadata: metadata.clone(),
+            },
+            now,
+        ),
+        None => implicit_thread(&checkpoint.thread_id, now),
+    }
 }
 
 /// An empty thread, as `checkpoint` and `fence` create it.

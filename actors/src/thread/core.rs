@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::cancellation::CancellationToken;
-use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread};
+use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread, ThreadMetadata};
 use crate::error::StateError;
 use crate::ids::{AgentId, MessageId, RunId, ThreadId};
 use crate::llm::StreamResult;
@@ -31,6 +31,9 @@ pub(crate) struct ThreadCore {
     pub(crate) pending_state: Option<PersistedState>,
     /// The agent of the latest run, the default for the next one.
     pub(crate) last_agent: Option<AgentId>,
+    /// The thread's metadata while the store has no row for it: a thread made
+    /// for its first run, which that run's first checkpoint creates (decision 0071).
+    pub(crate) unwritten: Option<ThreadMetadata>,
 }
 
 impl ThreadCore {
@@ -47,6 +50,7 @@ impl ThreadCore {
             store: StateStore::new(),
             pending_state: state,
             last_agent: None,
+            unwritten: None,
         }
     }
 
@@ -98,6 +102,19 @@ impl WarmThread {
             )),
             latest_run: LatestRun::None,
         }
+    }
+
+    /// `thread`, made for a run about to start and not in the store yet: the
+    /// run's first checkpoint writes it.
+    pub(crate) fn unwritten(thread: &Thread) -> Self {
+        let mut warm = Self::empty(&thread.id);
+        warm.core.unwritten = Some(thread.metadata.clone());
+        warm
+    }
+
+    /// Whether only this core knows the thread: dropping it would lose the thread.
+    pub(crate) fn is_unwritten(&self) -> bool {
+        self.core.unwritten.is_some()
     }
 }
 

@@ -158,9 +158,23 @@ impl Driver<'_> {
     // ------------------------------------------------------------- entry points
 
     /// A new run: append its input, RunStart, checkpoint, first step.
+    ///
+    /// The run's events are held until its first checkpoint commits, so every
+    /// event a listener sees belongs to a run (and thread) the store has.
     pub(crate) async fn start(&mut self, input: Vec<Message>) -> Next {
+        self.run.events.hold();
         let outcome = self.try_start(input).await;
-        self.settle(outcome).await
+        let next = self.settle(outcome).await;
+        if matches!(next, Next::Fenced) {
+            // Another node owns the thread now and runs this dispatch from the
+            // start: nothing of this activation was recorded or may be seen.
+            self.run.events.discard();
+        } else {
+            // The run ended without a recorded checkpoint: its listeners still
+            // learn how.
+            self.run.events.release();
+        }
+        next
     }
 
     async fn try_start(&mut self, input: Vec<Message>) -> Step<Next> {
@@ -1244,10 +1258,13 @@ impl Driver<'_> {
             new_messages: self.thread.unpersisted_messages(),
             run: self.run.record.clone(),
             state,
+            new_thread: self.thread.unwritten.clone(),
         };
         let appended = checkpoint.new_messages.len() as u64;
         self.deps.store.checkpoint(checkpoint).await?;
         self.thread.persisted_messages += appended;
+        self.thread.unwritten = None;
+        self.run.events.release();
         Ok(())
     }
 }

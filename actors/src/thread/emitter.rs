@@ -54,6 +54,8 @@ struct Inner {
     sink: Option<Arc<dyn EventSink>>,
     /// Set once the sink was slow: later events queue behind the pending one.
     pump: Option<mpsc::UnboundedSender<AgentEvent>>,
+    /// Events stamped but not delivered yet, while the run is not recorded.
+    held: Option<Vec<Arc<StreamEvent>>>,
 }
 
 /// Stamps a run's events with `seq` and a timestamp and delivers them, in order, to
@@ -86,6 +88,7 @@ impl RunEmitter {
                 trace: None,
                 sink: None,
                 pump: None,
+                held: None,
             }),
         }
     }
@@ -122,12 +125,43 @@ impl RunEmitter {
         self.inner().next_seq
     }
 
+    /// Holds the events emitted from now on (stamped, in order) until
+    /// [`release`](Self::release) or [`discard`](Self::discard).
+    pub(crate) fn hold(&self) {
+        self.inner().held.get_or_insert_with(Vec::new);
+    }
+
+    /// Delivers the held events, in order, and stops holding.
+    pub(crate) fn release(&self) {
+        let mut inner = self.inner();
+        let Some(held) = inner.held.take() else {
+            return;
+        };
+        for stamped in held {
+            self.deliver_stamped(&mut inner, stamped);
+        }
+    }
+
+    /// Drops the held events undelivered and stops holding.
+    pub(crate) fn discard(&self) {
+        self.inner().held = None;
+    }
+
     /// Emits one event.
     pub(crate) fn emit(&self, event: AgentEvent) {
         let mut inner = self.inner();
         let seq = inner.next_seq;
         inner.next_seq += 1;
         let stamped = Arc::new(StreamEvent::new(seq, now_rfc3339(), event));
+        if let Some(held) = &mut inner.held {
+            held.push(stamped);
+            return;
+        }
+        self.deliver_stamped(&mut inner, stamped);
+    }
+
+    /// Publishes `stamped` to the hub and hands it to the sink, if any.
+    fn deliver_stamped(&self, inner: &mut Inner, stamped: Arc<StreamEvent>) {
         self.hub.publish(
             &self.thread_id,
             &self.run_id,
@@ -140,7 +174,7 @@ impl RunEmitter {
         // The sink takes the event by value: it is copied only if the hub kept it.
         let event =
             Arc::try_unwrap(stamped).map_or_else(|shared| shared.event.clone(), |own| own.event);
-        deliver(&mut inner, event);
+        deliver(inner, event);
     }
 }
 
@@ -268,6 +302,63 @@ mod tests {
             rest.push(received.recv().await.unwrap());
         }
         assert_eq!(rest, ["slow", "a", "b"]);
+    }
+
+    /// Records the seq and text of every event it is given.
+    #[derive(Default)]
+    struct SeqHub(Mutex<Vec<(u64, String)>>);
+
+    impl EventHub for SeqHub {
+        fn publish(
+            &self,
+            _thread_id: &ThreadId,
+            _run_id: &RunId,
+            event: &Arc<StreamEvent>,
+            _trace: Option<&TraceContext>,
+        ) {
+            self.0.lock().unwrap().push((event.seq, text(&event.event)));
+        }
+    }
+
+    fn delta(text: &str) -> AgentEvent {
+        AgentEvent::TextDelta { delta: text.into() }
+    }
+
+    #[test]
+    fn held_events_go_out_in_order_on_release_and_never_on_discard() {
+        let hub = Arc::new(SeqHub::default());
+        let emitter = RunEmitter::new(
+            ThreadId::new("t").unwrap(),
+            RunId::new("r").unwrap(),
+            hub.clone(),
+            0,
+        );
+        let (out, mut sink_got) = mpsc::unbounded_channel();
+        emitter.attach(Arc::new(GatedSink {
+            release: Notify::new(),
+            out,
+        }));
+        emitter.hold();
+        emitter.emit(delta("a"));
+        emitter.emit(delta("b"));
+        assert!(hub.0.lock().unwrap().is_empty());
+        assert!(sink_got.try_recv().is_err());
+        emitter.release();
+        emitter.emit(delta("c"));
+        let seen = |hub: &SeqHub| hub.0.lock().unwrap().clone();
+        let expected: Vec<(u64, String)> = vec![(0, "a".into()), (1, "b".into()), (2, "c".into())];
+        assert_eq!(seen(&hub), expected);
+        let delivered: Vec<String> = (0..3).map(|_| sink_got.try_recv().unwrap()).collect();
+        assert_eq!(delivered, ["a", "b", "c"]);
+
+        emitter.hold();
+        emitter.emit(delta("unseen"));
+        emitter.discard();
+        emitter.release();
+        emitter.emit(delta("d"));
+        let last = seen(&hub).pop().unwrap();
+        assert_eq!(last, (4, "d".into()), "the discarded event kept its seq");
+        assert_eq!(seen(&hub).len(), 4);
     }
 
     fn format(time: SystemTime) -> String {

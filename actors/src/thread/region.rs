@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, SupervisionEvent};
 
+use crate::contract::Thread;
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
 
@@ -111,12 +112,15 @@ struct Slots {
 }
 
 impl Slots {
-    /// Drops warm cores idle for `keep` or longer.
+    /// Drops warm cores idle for `keep` or longer, except those of threads not
+    /// written yet, which only their first run (or [`ThreadRegion::take_unwritten`])
+    /// takes away.
     fn sweep(&self, keep: Duration) {
         let now = Instant::now();
         let before = self.warm.len();
-        self.warm
-            .retain(|_, dormant| now.saturating_duration_since(dormant.since) < keep);
+        self.warm.retain(|_, dormant| {
+            dormant.warm.is_unwritten() || now.saturating_duration_since(dormant.since) < keep
+        });
         if self.warm.len() != before {
             self.passivated.notify_waiters();
         }
@@ -318,6 +322,45 @@ impl ThreadRegion {
                     since: Instant::now(),
                 });
         }
+    }
+
+    /// Keeps `thread`, made for a run about to start and not in the store yet,
+    /// as a warm core: the actor of its first run starts from it without reading
+    /// the store, and that run's first checkpoint writes the thread (decision
+    /// 0071). `false`, keeping nothing, when the thread has an actor or a warm
+    /// core here already. The caller vouches that nothing else writes the thread
+    /// (see [`AgentRuntime::adopt_new_thread`]).
+    ///
+    /// [`AgentRuntime::adopt_new_thread`]: crate::runtime::AgentRuntime::adopt_new_thread
+    pub fn adopt_unwritten(&self, thread: &Thread) -> bool {
+        // Under the slot's lock, as `send` takes it: no actor can start between
+        // the check and the insert, and `warm` never holds a thread in `map`.
+        let Entry::Vacant(_slot) = self.slots.map.entry(thread.id.clone()) else {
+            return false;
+        };
+        match self.slots.warm.entry(thread.id.clone()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(vacant) => {
+                vacant.insert(Dormant {
+                    warm: WarmThread::unwritten(thread),
+                    since: Instant::now(),
+                });
+                true
+            }
+        }
+    }
+
+    /// Takes away the warm core of a thread [adopted](Self::adopt_unwritten) and
+    /// still unwritten, giving back the thread: its run was refused, or ends
+    /// without starting and is recorded with the thread.
+    pub fn take_unwritten(&self, thread_id: &ThreadId) -> Option<Thread> {
+        let (id, dormant) = self
+            .slots
+            .warm
+            .remove_if(thread_id, |_, dormant| dormant.warm.is_unwritten())?;
+        self.slots.passivated.notify_waiters();
+        let metadata = dormant.warm.core.unwritten?;
+        Some(Thread { id, metadata })
     }
 
     /// Whether the thread has an actor on this node (live, starting or stopping).

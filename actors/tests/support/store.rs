@@ -10,7 +10,7 @@ use awaken_actors::store::{
     ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore,
 };
 use awaken_actors::{RunId, StorageError, ThreadId};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 /// The in-memory store, counting rehydrations and checkpoints; checkpoints wait
 /// while the gate is closed (it starts open).
@@ -18,6 +18,8 @@ pub struct HookedStore {
     pub inner: InMemoryStore,
     snapshot_loads: AtomicUsize,
     checkpoints: AtomicUsize,
+    /// Woken at every checkpoint asked for.
+    asked: Notify,
     gate: watch::Sender<bool>,
 }
 
@@ -27,6 +29,7 @@ impl Default for HookedStore {
             inner: InMemoryStore::default(),
             snapshot_loads: AtomicUsize::new(0),
             checkpoints: AtomicUsize::new(0),
+            asked: Notify::new(),
             gate: watch::channel(true).0,
         }
     }
@@ -41,6 +44,19 @@ impl HookedStore {
     /// Checkpoints asked for so far (held ones included).
     pub fn checkpoints(&self) -> usize {
         self.checkpoints.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once `n` checkpoints were asked for (held ones included).
+    pub async fn asked_for(&self, n: usize) {
+        loop {
+            let asked = self.asked.notified();
+            tokio::pin!(asked);
+            asked.as_mut().enable();
+            if self.checkpoints() >= n {
+                return;
+            }
+            asked.await;
+        }
     }
 
     /// Holds every checkpoint from now on until [`HookedStore::open`].
@@ -114,6 +130,7 @@ impl ThreadRunStore for HookedStore {
     }
     async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
         self.checkpoints.fetch_add(1, Ordering::SeqCst);
+        self.asked.notify_waiters();
         let mut gate = self.gate.subscribe();
         // The sender lives as long as the store, so the wait cannot fail.
         let _ = gate.wait_for(|open| *open).await;

@@ -35,7 +35,7 @@ use crate::error::StorageError;
 use crate::ids::ThreadId;
 use crate::store::{
     Checkpoint, FencingToken, ThreadRunStore, ThreadSnapshot, check_checkpoint, check_fence,
-    check_run_thread, implicit_thread, now_millis,
+    check_run_thread, checkpointed_thread, implicit_thread, now_millis,
 };
 
 /// The checkpoint statement for tables `{p}_…`, for a batch of checkpoints given
@@ -267,7 +267,7 @@ impl<'a> Columns<'a> {
             .map_err(|_| StorageError::InvalidInput("too many messages".to_owned()))?;
         self.ids.push(checkpoint.thread_id.as_str());
         self.threads
-            .push(Json(implicit_thread(&checkpoint.thread_id, now)));
+            .push(Json(checkpointed_thread(checkpoint, now)));
         self.fences.push(fence);
         self.expected.push(expected);
         self.added.push(added);

@@ -99,14 +99,17 @@ async fn start_run(
         check_thread(&state, &caller, thread_id).await?;
     }
     check_agent(&state, body.agent_id.as_ref(), body.thread_id.as_ref()).await?;
+    let new_thread = body.thread_id.is_none();
     let thread_id = match body.thread_id {
         Some(thread_id) => thread_id,
         None => {
             let mut thread = Thread::new();
             caller.stamp(&mut thread);
-            state.control.store().create_thread(&thread).await?;
-            // A new id: nothing else can have written the thread.
-            state.control.runtime().seed_new_thread(&thread.id).await?;
+            // A new id: nothing else can have written the thread, and its run's
+            // first checkpoint may write it.
+            if !state.control.runtime().adopt_new_thread(&thread).await? {
+                state.control.store().create_thread(&thread).await?;
+            }
             thread.id
         }
     };
@@ -117,10 +120,20 @@ async fn start_run(
     // Follow first, so not one event is published before the stream listens.
     let follow = state.control.follow(&thread_id, &run_id, None).await?;
     // The agent was checked above, before a new thread was created.
-    state
+    if let Err(refused) = state
         .control
         .submit(request, SubmitOptions::default())
-        .await?;
+        .await
+    {
+        if new_thread {
+            state
+                .control
+                .runtime()
+                .forget_new_thread(&thread_id)
+                .await?;
+        }
+        return Err(refused.into());
+    }
     Ok(run_events(follow, state.stopping()).await.into_response())
 }
 
