@@ -159,10 +159,13 @@ impl Driver<'_> {
 
     /// A new run: append its input, RunStart, checkpoint, first step.
     ///
-    /// The run's events are held until its first checkpoint commits, so every
-    /// event a listener sees belongs to a run (and thread) the store has.
+    /// A run that writes its thread holds its events until its first checkpoint
+    /// commits, so no listener learns of a thread the store does not have
+    /// (decision 0071).
     pub(crate) async fn start(&mut self, input: Vec<Message>) -> Next {
-        self.run.events.hold();
+        if self.thread.unwritten.is_some() {
+            self.run.events.hold();
+        }
         let outcome = self.try_start(input).await;
         let next = self.settle(outcome).await;
         if matches!(next, Next::Fenced) {
