@@ -765,7 +765,7 @@ pub async fn a_first_checkpoint_writes_its_new_thread<S: ThreadRunStore + ?Sized
         .insert("tenant".to_owned(), JsonValue::String("acme".to_owned()));
     let record = run(&id, "r-new", 100);
     let with_metadata = |expected, metadata: &ThreadMetadata| Checkpoint {
-        new_thread: Some(metadata.clone()),
+        new_thread: Some(Box::new(metadata.clone())),
         ..checkpoint(&id, 1, expected, user_messages("m", 1), record.clone())
     };
 

@@ -82,7 +82,7 @@ pub struct Checkpoint {
     /// checkpoint (decision 0071). Ignored when the thread exists; absent, a
     /// created thread is empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub new_thread: Option<ThreadMetadata>,
+    pub new_thread: Option<Box<ThreadMetadata>>,
 }
 
 /// Which slice of a thread's log to read; the HTTP history endpoint's parameters.
@@ -403,7 +403,7 @@ pub(crate) fn checkpointed_thread(checkpoint: &Checkpoint, now: u64) -> Thread {
         Some(metadata) => stamped_new_thread(
             &Thread {
                 id: checkpoint.thread_id.clone(),
-                metadata: metadata.clone(),
+                metadata: ThreadMetadata::clone(metadata),
             },
             now,
         ),

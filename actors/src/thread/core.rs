@@ -33,7 +33,7 @@ pub(crate) struct ThreadCore {
     pub(crate) last_agent: Option<AgentId>,
     /// The thread's metadata while the store has no row for it: a thread made
     /// for its first run, which that run's first checkpoint creates (decision 0071).
-    pub(crate) unwritten: Option<ThreadMetadata>,
+    pub(crate) unwritten: Option<Box<ThreadMetadata>>,
 }
 
 impl ThreadCore {
@@ -108,7 +108,7 @@ impl WarmThread {
     /// run's first checkpoint writes it.
     pub(crate) fn unwritten(thread: &Thread) -> Self {
         let mut warm = Self::empty(&thread.id);
-        warm.core.unwritten = Some(thread.metadata.clone());
+        warm.core.unwritten = Some(Box::new(thread.metadata.clone()));
         warm
     }
 

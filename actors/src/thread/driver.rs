@@ -163,11 +163,15 @@ impl Driver<'_> {
     /// commits, so no listener learns of a thread the store does not have
     /// (decision 0071).
     pub(crate) async fn start(&mut self, input: Vec<Message>) -> Next {
-        if self.thread.unwritten.is_some() {
+        let holding = self.thread.unwritten.is_some();
+        if holding {
             self.run.events.hold();
         }
         let outcome = self.try_start(input).await;
         let next = self.settle(outcome).await;
+        if !holding {
+            return next;
+        }
         if matches!(next, Next::Fenced) {
             // Another node owns the thread now and runs this dispatch from the
             // start: nothing of this activation was recorded or may be seen.
@@ -1266,8 +1270,9 @@ impl Driver<'_> {
         let appended = checkpoint.new_messages.len() as u64;
         self.deps.store.checkpoint(checkpoint).await?;
         self.thread.persisted_messages += appended;
-        self.thread.unwritten = None;
-        self.run.events.release();
+        if self.thread.unwritten.take().is_some() {
+            self.run.events.release();
+        }
         Ok(())
     }
 }

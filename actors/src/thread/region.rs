@@ -359,7 +359,7 @@ impl ThreadRegion {
             .warm
             .remove_if(thread_id, |_, dormant| dormant.warm.is_unwritten())?;
         self.slots.passivated.notify_waiters();
-        let metadata = dormant.warm.core.unwritten?;
+        let metadata = *dormant.warm.core.unwritten?;
         Some(Thread { id, metadata })
     }
 
