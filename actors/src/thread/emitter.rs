@@ -161,7 +161,6 @@ impl RunEmitter {
     }
 
     /// Publishes `stamped` to the hub and hands it to the sink, if any.
-    #[inline]
     fn deliver_stamped(&self, inner: &mut Inner, stamped: Arc<StreamEvent>) {
         self.hub.publish(
             &self.thread_id,
