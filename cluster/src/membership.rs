@@ -18,8 +18,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::codec;
 use crate::error::ClusterError;
@@ -116,8 +116,8 @@ pub struct Membership {
     node_id: NodeId,
     bucket: kv::Store,
     view: watch::Receiver<BTreeSet<NodeId>>,
-    heartbeat: JoinHandle<()>,
-    watcher: JoinHandle<()>,
+    heartbeat: AbortOnDropHandle<()>,
+    watcher: AbortOnDropHandle<()>,
 }
 
 impl Membership {
@@ -133,13 +133,14 @@ impl Membership {
         let node_id = record.node_id;
         Box::pin(first_put(&bucket, node_id.as_str(), &payload)).await?;
         let (sender, view) = watch::channel(scan(&bucket).await?);
-        let heartbeat = tokio::spawn(heartbeat(
+        let heartbeat = AbortOnDropHandle::new(tokio::spawn(heartbeat(
             bucket.clone(),
             node_id.clone(),
             payload,
             config.ttl / 3,
-        ));
-        let watcher = tokio::spawn(keep_view(bucket.clone(), sender, config.ttl));
+        )));
+        let watcher =
+            AbortOnDropHandle::new(tokio::spawn(keep_view(bucket.clone(), sender, config.ttl)));
         Ok(Self {
             node_id,
             bucket,
@@ -174,13 +175,6 @@ impl Membership {
             .delete(self.node_id.as_str())
             .await
             .map_err(ClusterError::nats)
-    }
-}
-
-impl Drop for Membership {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        self.watcher.abort();
     }
 }
 

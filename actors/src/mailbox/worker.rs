@@ -27,7 +27,7 @@ use crate::clock::now_ms;
 use dashmap::DashSet;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::{MailboxConfig, MailboxError, MailboxStore, QueueWatch, RunInbox};
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
@@ -66,7 +66,8 @@ const CLAIM_BATCH: usize = 8;
 /// Claims and delivers the dispatches of the threads this node runs.
 pub struct MailboxWorker {
     shared: Arc<Shared>,
-    loops: Vec<JoinHandle<()>>,
+    /// The sweeper and the collector; they end with the worker.
+    _loops: [AbortOnDropHandle<()>; 2],
 }
 
 impl std::fmt::Debug for MailboxWorker {
@@ -167,7 +168,10 @@ impl MailboxWorker {
         };
         Ok(Self {
             shared,
-            loops: vec![sweeper, collector],
+            _loops: [
+                AbortOnDropHandle::new(sweeper),
+                AbortOnDropHandle::new(collector),
+            ],
         })
     }
 
@@ -193,9 +197,6 @@ impl MailboxWorker {
 impl Drop for MailboxWorker {
     fn drop(&mut self) {
         self.stop_claiming();
-        for task in &self.loops {
-            task.abort();
-        }
     }
 }
 

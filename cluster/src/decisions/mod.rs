@@ -30,7 +30,7 @@ use awaken_actors::telemetry::{self, DecisionOutcome, DecisionSource, RunMetrics
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 pub use routed::RoutedDecisions;
 pub use runtime::RuntimeDecisions;
@@ -255,7 +255,9 @@ impl DecisionBus {
                 });
             }
         });
-        Ok(DecisionWorker { task })
+        Ok(DecisionWorker {
+            _task: AbortOnDropHandle::new(task),
+        })
     }
 }
 
@@ -355,11 +357,5 @@ async fn with_progress(
 /// A running decision consumer; stops when dropped.
 #[derive(Debug)]
 pub struct DecisionWorker {
-    task: JoinHandle<()>,
-}
-
-impl Drop for DecisionWorker {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: AbortOnDropHandle<()>,
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::stream::Stream;
 use futures::StreamExt;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::command::Command;
 use super::replica::Replica;
@@ -26,13 +26,7 @@ use crate::error::ClusterError;
 /// Keeps the replica following the stream while it lives.
 #[derive(Debug)]
 pub(crate) struct Feed {
-    task: JoinHandle<()>,
-}
-
-impl Drop for Feed {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: AbortOnDropHandle<()>,
 }
 
 /// How often the feed checks that it is not stalled.
@@ -86,7 +80,7 @@ pub(crate) async fn follow(
     };
     let messages = follower.subscribe().await?;
     Ok(Feed {
-        task: tokio::spawn(follower.run(messages)),
+        _task: AbortOnDropHandle::new(tokio::spawn(follower.run(messages))),
     })
 }
 

@@ -32,6 +32,7 @@ use awaken_actors::mailbox::{
     MailboxStore, QueueWatch, QueuedThread, transition,
 };
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 use self::command::{Answer, Command, Rules};
 use self::feed::Feed;
@@ -103,17 +104,7 @@ struct Inner {
     /// Keeps the replica current while any clone of the mailbox lives.
     _feed: Feed,
     /// Refuses ops left unanswered past the deadline, while the mailbox lives.
-    _deadlines: AbortOnDrop,
-}
-
-/// A background task that ends with its owner.
-#[derive(Debug)]
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+    _deadlines: AbortOnDropHandle<()>,
 }
 
 /// How often the deadline sweeper looks for ops left unanswered.
@@ -240,7 +231,8 @@ impl LedgerMailbox {
         )
         .await?;
         let writer = writer::spawn(js.clone(), subject(name), Arc::clone(&replica));
-        let deadlines = AbortOnDrop(tokio::spawn(sweep_deadlines(Arc::downgrade(&replica))));
+        let deadlines =
+            AbortOnDropHandle::new(tokio::spawn(sweep_deadlines(Arc::downgrade(&replica))));
         let mailbox = Self {
             config,
             inner: Arc::new(Inner {

@@ -9,7 +9,7 @@ use awaken_actors::contract::StreamEvent;
 use awaken_actors::telemetry::{Parent, Span, SpanKind};
 use futures::StreamExt;
 use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::host::ThreadHost;
 use super::wire::{CallFrame, CallOutcome, ThreadCall, call_subject};
@@ -29,21 +29,7 @@ const MAX_IN_FLIGHT: usize = 4096;
 /// responders" while a shard has none (mid-failover).
 #[derive(Debug)]
 pub struct ShardServer {
-    task: JoinHandle<()>,
-}
-
-impl Drop for ShardServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-struct ShardTask(JoinHandle<()>);
-
-impl Drop for ShardTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+    _task: AbortOnDropHandle<()>,
 }
 
 impl ShardServer {
@@ -57,13 +43,14 @@ impl ShardServer {
     ) -> Self {
         let task = tokio::spawn(async move {
             let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-            let mut served: HashMap<ShardId, ShardTask> = HashMap::new();
+            // A shard's server stops when its entry goes.
+            let mut served: HashMap<ShardId, AbortOnDropHandle<()>> = HashMap::new();
             loop {
                 let owned: Vec<ShardId> = ownership.borrow_and_update().keys().copied().collect();
                 served.retain(|shard, _| owned.contains(shard));
                 for shard in owned {
                     served.entry(shard).or_insert_with(|| {
-                        ShardTask(tokio::spawn(serve_shard(
+                        AbortOnDropHandle::new(tokio::spawn(serve_shard(
                             client.clone(),
                             host.clone(),
                             shard,
@@ -77,7 +64,9 @@ impl ShardServer {
                 }
             }
         });
-        Self { task }
+        Self {
+            _task: AbortOnDropHandle::new(task),
+        }
     }
 }
 

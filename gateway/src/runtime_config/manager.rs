@@ -1,7 +1,7 @@
 //! `ConfigManager`: the config API's reads and validated writes, and the task that
 //! keeps this node's registries on the store's latest document.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use awaken_actors::runtime::{AgentRuntime, RegistrySet, ValidatedRegistries};
@@ -9,6 +9,7 @@ use awaken_cluster::ClusterError;
 use awaken_cluster::config_store::{ConfigStore, ConfigVersion};
 use futures::StreamExt;
 use serde_json::{Value as JsonValue, json};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::document::{ConfigDocument, DocumentError};
 use super::namespace::{EntryError, Namespace};
@@ -84,7 +85,8 @@ pub struct ConfigManager {
     /// What the document's entries may make this node start or read.
     policy: EntryPolicy,
     applied: Mutex<Applied>,
-    follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Ends with the manager.
+    follower: OnceLock<AbortOnDropHandle<()>>,
 }
 
 impl std::fmt::Debug for ConfigManager {
@@ -92,14 +94,6 @@ impl std::fmt::Debug for ConfigManager {
         f.debug_struct("ConfigManager")
             .field("revision", &self.revision())
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for ConfigManager {
-    fn drop(&mut self) {
-        if let Some(task) = self.lock_follower().take() {
-            task.abort();
-        }
     }
 }
 
@@ -122,24 +116,19 @@ impl ConfigManager {
             mcp,
             policy,
             applied: Mutex::new(Applied::default()),
-            follower: Mutex::new(None),
+            follower: OnceLock::new(),
         });
         if let Some(version) = manager.store.load().await? {
             manager.adopt(version).await;
         }
         let follower = tokio::spawn(follow(Arc::downgrade(&manager)));
-        *manager.lock_follower() = Some(follower);
+        // Set once, here: nothing else has the manager yet.
+        let _ = manager.follower.set(AbortOnDropHandle::new(follower));
         Ok(manager)
     }
 
     fn lock_applied(&self) -> std::sync::MutexGuard<'_, Applied> {
         self.applied
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn lock_follower(&self) -> std::sync::MutexGuard<'_, Option<tokio::task::JoinHandle<()>>> {
-        self.follower
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

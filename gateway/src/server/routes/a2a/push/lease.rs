@@ -11,6 +11,7 @@ use awaken_actors::clock::now_ms;
 use awaken_actors::store::{ThreadRunStore, WebhookAdvance};
 use awaken_actors::{JsonValue, RunId, WebhookId};
 use tokio::sync::{Mutex, watch};
+use tokio_util::task::AbortOnDropHandle;
 
 /// What the lease last recorded.
 struct Recorded {
@@ -62,13 +63,7 @@ impl Shared {
 /// A webhook's delivery lease, renewed in the background while it lives.
 pub(super) struct Lease {
     shared: Arc<Shared>,
-    renewer: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.renewer.abort();
-    }
+    _renewer: AbortOnDropHandle<()>,
 }
 
 impl Lease {
@@ -95,7 +90,10 @@ impl Lease {
             lost: watch::Sender::new(false),
         });
         let renewer = tokio::spawn(renew(Arc::clone(&shared), stopping));
-        Self { shared, renewer }
+        Self {
+            shared,
+            _renewer: AbortOnDropHandle::new(renewer),
+        }
     }
 
     /// Turns true when the lease is lost.
