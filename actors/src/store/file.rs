@@ -21,7 +21,8 @@
 //! # Atomicity
 //!
 //! Every file but the log is replaced whole: written to a temporary file in the same
-//! directory, fsynced, renamed over the old one, and the directory fsynced. The head is
+//! directory, fsynced, renamed over the old one, and the directory fsynced (module
+//! `file_io`, shared with the webhook files). The head is
 //! the commit point of every thread write (see decision 0006). A checkpoint
 //!
 //! 1. appends the new messages after the committed length of the log (cutting off any
@@ -48,15 +49,18 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedMutexGuard;
 
+use super::file_io::{
+    TMP_PREFIX, decode, entries, file_name, io_error, read_json, remove_file, run_blocking,
+    sync_dir, write_json,
+};
 use super::file_webhooks::WebhookFiles;
 use super::memory_webhooks::WebhookTable;
 use super::{
@@ -71,14 +75,10 @@ use crate::error::StorageError;
 use crate::ids::{RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 
-/// Longest id accepted as a file name, in bytes (file systems allow 255 per name).
-const MAX_FILE_ID_LEN: usize = 240;
-
 const THREADS: &str = "threads";
 const MESSAGES: &str = "messages";
 const RUNS: &str = "runs";
 const PROFILES: &str = "profiles";
-pub(super) const TMP_PREFIX: &str = ".tmp-";
 
 /// Durable single-process store: JSON files under a root directory, crash-atomic
 /// checkpoints, no database needed.
@@ -169,115 +169,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn io_error(context: impl std::fmt::Display, err: io::Error) -> StorageError {
-    StorageError::Io(format!("{context}: {err}"))
-}
-
-fn decode<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, StorageError> {
-    serde_json::from_slice(bytes)
-        .map_err(|err| StorageError::Serialization(format!("{}: {err}", path.display())))
-}
-
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StorageError> {
-    serde_json::to_vec(value).map_err(|err| StorageError::Serialization(err.to_string()))
-}
-
-/// Refuses a string that cannot safely be a file name.
-pub(super) fn file_name<'a>(kind: &str, id: &'a str) -> Result<&'a str, StorageError> {
-    let reason = if id.is_empty() {
-        Some("is empty")
-    } else if id.contains(['/', '\\']) {
-        Some("contains a path separator")
-    } else if id.contains("..") {
-        Some("contains `..`")
-    } else if id.starts_with('.') {
-        Some("starts with `.`")
-    } else if id.len() > MAX_FILE_ID_LEN {
-        Some("is longer than 240 bytes")
-    } else if id.chars().any(char::is_control) {
-        Some("contains a control character")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(StorageError::InvalidInput(format!(
-            "{kind} `{}` {reason}, so it cannot name a file",
-            id.escape_debug()
-        ))),
-        None => Ok(id),
-    }
-}
-
-/// Reads a whole file; `None` when it does not exist.
-fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
-    match fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(io_error(path.display(), err)),
-    }
-}
-
-/// Reads and decodes a JSON file; `None` when it does not exist.
-pub(super) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StorageError> {
-    read_optional(path)?
-        .map(|bytes| decode(path, &bytes))
-        .transpose()
-}
-
-/// Makes the directory's entries durable.
-pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|err| io_error(dir.display(), err))
-}
-
-/// Replaces `path` with `bytes` atomically: temporary file, fsync, rename, fsync dir.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| StorageError::Io(format!("{} has no parent", path.display())))?;
-    let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::now_v7().simple()));
-    let written = File::create(&tmp)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .and_then(|()| fs::rename(&tmp, path));
-    if let Err(err) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_error(path.display(), err));
-    }
-    sync_dir(dir)
-}
-
-/// Replaces `path` with `value` as JSON: temporary file, fsync, rename, fsync dir.
-pub(super) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StorageError> {
-    write_atomic(path, &encode(value)?)
-}
-
-/// Removes a file; an absent file is not an error.
-pub(super) fn remove_file(path: &Path) -> Result<(), StorageError> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(io_error(path.display(), err)),
-    }
-}
-
-/// Names of the entries of `dir` (`None` for names that are not UTF-8).
-pub(super) fn entries(dir: &Path) -> Result<Vec<(PathBuf, Option<String>)>, StorageError> {
-    let read = match fs::read_dir(dir) {
-        Ok(read) => read,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(io_error(dir.display(), err)),
-    };
-    read.map(|entry| {
-        let entry = entry.map_err(|err| io_error(dir.display(), err))?;
-        Ok((entry.path(), entry.file_name().into_string().ok()))
-    })
-    .collect()
 }
 
 impl Inner {
@@ -692,17 +583,6 @@ impl FileStore {
     }
 }
 
-/// Runs `work` on the blocking pool.
-pub(super) async fn run_blocking<T, F>(work: F) -> Result<T, StorageError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, StorageError> + Send + 'static,
-{
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|err| StorageError::Io(format!("file store task failed: {err}")))?
-}
-
 #[async_trait]
 impl ThreadRunStore for FileStore {
     async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
@@ -920,6 +800,7 @@ impl ProfileStore for FileStore {
 mod tests {
     use super::*;
     use crate::store::conformance::{TempDir, checkpoint, rid, run, tid, user_messages};
+    use crate::store::file_io::MAX_FILE_ID_LEN;
     use crate::store::file_webhooks::WEBHOOKS;
 
     async fn store() -> (FileStore, TempDir) {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::file::{
+use super::file_io::{
     TMP_PREFIX, entries, file_name, read_json, remove_file, run_blocking, sync_dir, write_json,
 };
 use super::memory_webhooks::{LeasedWebhook, WebhookTable};

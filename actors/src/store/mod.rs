@@ -19,6 +19,7 @@ use crate::state::PersistedState;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 mod file;
+mod file_io;
 mod file_webhooks;
 mod memory;
 mod memory_webhooks;

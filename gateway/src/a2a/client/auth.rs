@@ -299,7 +299,7 @@ impl TokenCache {
                 "token endpoint {url} answered {status}: check the client id and secret"
             )));
         }
-        let body = super::http::read_body(response, url).await?;
+        let body = super::body::read_body(response, url).await?;
         let answer: TokenAnswer = serde_json::from_slice(&body).map_err(|_| {
             RemoteError::Protocol(format!("token endpoint {url} answered no access_token"))
         })?;

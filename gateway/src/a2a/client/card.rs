@@ -60,7 +60,7 @@ pub(super) async fn discover(
             misses.push(format!("{url} ({status})"));
             continue;
         }
-        let body = super::http::read_body(response, &url).await?;
+        let body = super::body::read_body(response, &url).await?;
         let card: Card = serde_json::from_slice(&body)
             .map_err(|e| RemoteError::Protocol(format!("{url} is not an agent card: {e}")))?;
         match checked(card, &url, tenant) {

@@ -13,14 +13,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value as JsonValue;
 
 use super::auth::TokenCache;
+use super::body::{MAX_ANSWER_BYTES, read_body, too_large};
 use super::endpoint::Settings;
 use crate::a2a::wire::PROTOCOL_VERSION;
 
 /// Longest wait for a connection to a remote agent.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest answer (a task, a card) or stream event read from a remote agent:
-/// a bigger one is refused rather than held in memory.
-pub(super) const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
 /// One connection pool for every remote agent, and the OAuth2 tokens in use.
 #[derive(Debug, Clone)]
@@ -132,30 +130,6 @@ impl Http {
 async fn read_json<T: DeserializeOwned>(response: Response, url: &str) -> Result<T, RemoteError> {
     let body = read_body(response, url).await?;
     serde_json::from_slice(&body).map_err(|e| RemoteError::Protocol(format!("{url}: {e}")))
-}
-
-/// The whole body, refused once it passes [`MAX_ANSWER_BYTES`].
-pub(super) async fn read_body(mut response: Response, url: &str) -> Result<Vec<u8>, RemoteError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| RemoteError::Unreachable(format!("{url}: {e}")))?
-    {
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Err(too_large(url));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-/// The refusal of an answer above [`MAX_ANSWER_BYTES`].
-pub(super) fn too_large(url: &str) -> RemoteError {
-    RemoteError::Protocol(format!(
-        "{url} answered more than {} MiB: refused",
-        MAX_ANSWER_BYTES / (1024 * 1024)
-    ))
 }
 
 /// The response's event stream, cut off with an error when one event grows

@@ -9,6 +9,7 @@
 //! `docs/a2a.md` ("Remote agents").
 
 mod auth;
+mod body;
 mod card;
 mod cards;
 mod endpoint;
