@@ -20,8 +20,6 @@ const KNOWN_CIRCLES: &[&str] = &[
     // The region starts actors; an actor reports back through `RegionView` and
     // `Kept`, which #41 moves beside the actor.
     "actors/src/thread/actor.rs actors/src/thread/region.rs",
-    // The shard owner and its keeper (#41 item 4).
-    "cluster/src/shards/keeper.rs cluster/src/shards/owner.rs",
     // `AppState` holds services the route modules define (#41 item 3).
     "gateway/src/server/edge.rs gateway/src/server/routes/mod.rs gateway/src/server/state.rs",
 ];

@@ -21,9 +21,9 @@ use awaken_actors::clock::now_ms;
 
 use tokio::sync::watch;
 
+use super::contract::{Ownership, ShardEvent, ShardOwnerConfig};
 use super::lease::{HeldLease, Holder, LeaseTable};
 use super::meters::LeaseMeters;
-use super::owner::{Ownership, ShardEvent, ShardOwnerConfig};
 use super::tenure::Tenure;
 use super::{ShardId, preference, quota};
 use crate::error::ClusterError;

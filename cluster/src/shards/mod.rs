@@ -3,6 +3,7 @@
 //! fencing token of the owner's checkpoints.
 
 mod assignment;
+mod contract;
 mod handoff;
 mod keeper;
 mod lease;
@@ -18,10 +19,11 @@ use sha2::{Digest, Sha256};
 use crate::error::ClusterError;
 
 pub use assignment::{preference, quota};
+pub use contract::{Ownership, ShardEvent, ShardOwnerConfig};
 pub use handoff::{HandOffs, ShardPlacement};
 pub use lease::{DEFAULT_SHARDS_BUCKET, HeldLease, Holder, LeaseTable, ShardLease};
 pub use meters::LeaseMeters;
-pub use owner::{Ownership, ShardEvent, ShardOwner, ShardOwnerConfig, ShardedFence};
+pub use owner::{ShardOwner, ShardedFence};
 pub use runtime::RuntimeShards;
 pub use tenure::Tenure;
 
