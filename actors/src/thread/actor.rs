@@ -36,7 +36,6 @@ use super::deps::ThreadDeps;
 use super::driver::{Driver, Launch, Next, ToolOutcome};
 use super::emitter::RunEmitter;
 use super::keys::{RunLifecycleKey, ToolCallStates};
-use super::region::{Kept, RegionView};
 use super::request::RunRequest;
 use crate::clock::now_ms;
 
@@ -247,6 +246,34 @@ struct RunCtl {
 /// The thread actor (a unit struct; everything lives in its state).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadActor;
+
+/// What a thread actor sees of its region: its supervision and the passivation
+/// handshake.
+pub(crate) trait RegionView: Send + Sync {
+    /// Notes that `actor` serves the thread after `restarts` restarts, so its
+    /// supervisor can restart it; called before it links to the supervisor.
+    fn supervise(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>, restarts: u32);
+    /// Forgets an actor that stopped: its registration and, if still its, its route.
+    fn stopped(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>);
+    /// Starts buffering messages for the thread; `false` if `actor` is not its actor.
+    fn begin(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> bool;
+    /// Stops buffering and returns what was buffered (the actor stays).
+    fn cancel(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> Vec<ThreadMsg>;
+    /// Removes the actor if nothing was buffered, keeping `warm` (if any) for the
+    /// next message; otherwise keeps the actor and hands back the buffer and `warm`.
+    fn finish(
+        &self,
+        thread_id: &ThreadId,
+        actor: &ActorRef<ThreadMsg>,
+        warm: Option<WarmThread>,
+    ) -> Result<(), Kept>;
+}
+
+/// What a thread actor keeps when it cannot stop: messages that arrived meanwhile.
+pub(crate) struct Kept {
+    pub(crate) buffered: Vec<ThreadMsg>,
+    pub(crate) warm: Option<WarmThread>,
+}
 
 /// What a thread actor starts with.
 pub struct ThreadActorArgs {

@@ -20,38 +20,10 @@ use crate::contract::Thread;
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
 
-use super::actor::{ThreadActor, ThreadActorArgs, ThreadMsg};
+use super::actor::{Kept, RegionView, ThreadActor, ThreadActorArgs, ThreadMsg};
 use super::control::ControlError;
 use super::core::WarmThread;
 use super::deps::ThreadDeps;
-
-/// What a thread actor sees of its region: its supervision and the passivation
-/// handshake.
-pub(crate) trait RegionView: Send + Sync {
-    /// Notes that `actor` serves the thread after `restarts` restarts, so its
-    /// supervisor can restart it; called before it links to the supervisor.
-    fn supervise(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>, restarts: u32);
-    /// Forgets an actor that stopped: its registration and, if still its, its route.
-    fn stopped(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>);
-    /// Starts buffering messages for the thread; `false` if `actor` is not its actor.
-    fn begin(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> bool;
-    /// Stops buffering and returns what was buffered (the actor stays).
-    fn cancel(&self, thread_id: &ThreadId, actor: &ActorRef<ThreadMsg>) -> Vec<ThreadMsg>;
-    /// Removes the actor if nothing was buffered, keeping `warm` (if any) for the
-    /// next message; otherwise keeps the actor and hands back the buffer and `warm`.
-    fn finish(
-        &self,
-        thread_id: &ThreadId,
-        actor: &ActorRef<ThreadMsg>,
-        warm: Option<WarmThread>,
-    ) -> Result<(), Kept>;
-}
-
-/// What a thread actor keeps when it cannot stop: messages that arrived meanwhile.
-pub(crate) struct Kept {
-    pub(crate) buffered: Vec<ThreadMsg>,
-    pub(crate) warm: Option<WarmThread>,
-}
 
 /// A thread without an actor, still in memory.
 struct Dormant {
