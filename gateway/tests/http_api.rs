@@ -219,6 +219,32 @@ async fn background_input_is_queued_then_runs() {
     );
 }
 
+/// On the PostgreSQL store a new thread is written by its run's first
+/// checkpoint (decision 0071): still, the thread and the run are there the
+/// moment the stream's first event names them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_threads_first_event_names_a_thread_and_run_the_store_has() {
+    let (server, _schema) = TestServer::on_postgres().await;
+    for _ in 0..5 {
+        let started = server
+            .post(
+                "/v1/runs",
+                json!({"agentId": "demo", "messages": user("delete notes.txt")}),
+            )
+            .await;
+        assert_eq!(started.status(), StatusCode::OK);
+        let mut events = EventReader::new(started);
+        let first = events.next().await.expect("a first event");
+        let (thread_id, run_id) = run_ids(std::slice::from_ref(&first));
+        let (status, thread) = json(server.get(&format!("/v1/threads/{thread_id}")).await).await;
+        assert_eq!(status, StatusCode::OK, "{thread}");
+        let (status, run) = json(server.get(&format!("/v1/runs/{run_id}")).await).await;
+        assert_eq!(status, StatusCode::OK, "{run}");
+        events.rest().await;
+    }
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn threads_are_created_listed_updated_and_deleted() {
     let server = TestServer::local(ServerConfig::default()).await;

@@ -113,8 +113,8 @@ async fn metrics_need_an_api_key_when_keys_are_configured() {
     server.shutdown().await;
 }
 
-/// One W run on a new thread: the thread's creation and three checkpoints (run
-/// start, the tool step's end, run end), each one statement in one round trip.
+/// One W run on a new thread: three checkpoints (run start, which writes the
+/// thread too, the tool step's end, run end), each one statement in one round trip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_store_reports_what_it_sends() {
     let (server, _schema) = TestServer::on_postgres().await;
