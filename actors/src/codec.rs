@@ -146,6 +146,28 @@ mod tests {
     }
 
     #[test]
+    fn named_fields_survive_added_fields_both_ways() {
+        #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+        struct Old {
+            a: u32,
+        }
+        #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+        struct New {
+            a: u32,
+            #[serde(default)]
+            b: Option<String>,
+        }
+        let new: New = decode(&encode(&Old { a: 7 }).unwrap()).unwrap();
+        assert_eq!(new, New { a: 7, b: None });
+        let newer = New {
+            a: 7,
+            b: Some("x".into()),
+        };
+        let old: Old = decode(&encode(&newer).unwrap()).unwrap();
+        assert_eq!(old, Old { a: 7 });
+    }
+
+    #[test]
     fn garbage_is_a_decode_error() {
         let err = decode::<Sample>(&[0xc1]).unwrap_err();
         assert!(matches!(err, CodecError::Decode(_)));

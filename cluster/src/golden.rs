@@ -51,20 +51,12 @@ fn updating() -> bool {
 
 /// MessagePack as `codec::decode` reads it, into JSON.
 fn msgpack_to_json(bytes: &[u8]) -> Value {
-    let mut deserializer = rmp_serde::Deserializer::from_read_ref(bytes).with_human_readable();
-    serde::Deserialize::deserialize(&mut deserializer).expect("the encoding transcodes to JSON")
+    awaken_actors::codec::decode(bytes).expect("the encoding transcodes to JSON")
 }
 
 /// JSON as `codec::encode` writes MessagePack.
 fn json_to_msgpack(value: &Value) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let mut serializer = rmp_serde::Serializer::new(&mut buf)
-        .with_struct_map()
-        .with_human_readable();
-    value
-        .serialize(&mut serializer)
-        .expect("JSON transcodes to MessagePack");
-    buf
+    awaken_actors::codec::encode(value).expect("JSON transcodes to MessagePack")
 }
 
 /// The golden file `name`, as JSON.
