@@ -367,6 +367,43 @@ async fn an_adopted_thread_stays_until_its_run_takes_it_or_it_is_forgotten() {
     assert_eq!(store.inner.load_thread(&kept.id).await.unwrap(), None);
 }
 
+#[tokio::test]
+async fn an_adopted_threads_run_that_cannot_write_it_ends_and_leaves_it_to_the_sweep() {
+    let hub = Arc::new(HubRecorder::default());
+    let config = ThreadConfig {
+        idle_passivation: Duration::from_millis(1),
+        ..ThreadConfig::default()
+    };
+    let (rt, store) = recorded_runtime(
+        ScriptedLlm::new(vec![Turn::Text("hello")]),
+        Arc::default(),
+        false,
+        config,
+        hub.clone(),
+    );
+    let thread = made_for_a_run("t-never-written");
+    assert!(rt.adopt_new_thread(&thread).await.unwrap());
+    store.fail_checkpoints(true);
+    let (result, _) = run_once(&rt, "t-never-written", "hi").await;
+    assert!(
+        matches!(result.termination, TerminationReason::Error(_)),
+        "{:?}",
+        result.termination
+    );
+    let ends = hub
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, event)| matches!(event.event, AgentEvent::RunFinish { .. }))
+        .count();
+    assert_eq!(ends, 1, "the listeners still learn how the run ended");
+    tokio::time::timeout(Duration::from_secs(10), rt.thread_passivated(&thread.id))
+        .await
+        .expect("the core of a thread nobody can reach is swept");
+    assert_eq!(store.inner.load_thread(&thread.id).await.unwrap(), None);
+}
+
 /// The single-node fence, but one that fences on load, as a cluster's does.
 struct FencesOnLoad;
 

@@ -172,6 +172,12 @@ impl Driver<'_> {
         if !holding {
             return next;
         }
+        if self.thread.unwritten.take().is_some() {
+            // The run ended without writing its thread (the store refused every
+            // checkpoint): nobody can reach the thread, so its core is left to
+            // the idle sweep like any other.
+            tracing::warn!(thread_id = %self.thread.thread_id, "a new thread's run ended before the thread was written");
+        }
         if matches!(next, Next::Fenced) {
             // Another node owns the thread now and runs this dispatch from the
             // start: nothing of this activation was recorded or may be seen.

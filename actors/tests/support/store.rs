@@ -20,6 +20,8 @@ pub struct HookedStore {
     checkpoints: AtomicUsize,
     /// Woken at every checkpoint asked for.
     asked: Notify,
+    /// Refuses every checkpoint while set.
+    failing: std::sync::atomic::AtomicBool,
     gate: watch::Sender<bool>,
 }
 
@@ -30,6 +32,7 @@ impl Default for HookedStore {
             snapshot_loads: AtomicUsize::new(0),
             checkpoints: AtomicUsize::new(0),
             asked: Notify::new(),
+            failing: std::sync::atomic::AtomicBool::new(false),
             gate: watch::channel(true).0,
         }
     }
@@ -57,6 +60,11 @@ impl HookedStore {
             }
             asked.await;
         }
+    }
+
+    /// Refuses every checkpoint from now on (`failing`) or lets them through.
+    pub fn fail_checkpoints(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
     }
 
     /// Holds every checkpoint from now on until [`HookedStore::open`].
@@ -134,6 +142,9 @@ impl ThreadRunStore for HookedStore {
         let mut gate = self.gate.subscribe();
         // The sender lives as long as the store, so the wait cannot fail.
         let _ = gate.wait_for(|open| *open).await;
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StorageError::Io("the store refuses checkpoints".to_owned()));
+        }
         self.inner.checkpoint(checkpoint).await
     }
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
