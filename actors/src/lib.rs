@@ -29,7 +29,6 @@ pub mod store;
 pub mod telemetry;
 pub mod thread;
 pub mod tool;
-pub mod tool_call;
 
 pub use error::{
     BuildError, InferenceExecutionError, ResolveError, RuntimeError, StateError, StorageError,

@@ -6,7 +6,7 @@
 //! * `ThreadActor` coordinates a run: it queues inputs (new messages, inference
 //!   results, tool outcomes, decisions, cancellation) and lends the thread's core to
 //!   one segment of the run loop at a time.
-//! * The run loop (`driver`) walks the book's phases, runs tool calls through
+//! * The run loop (`run`) walks the book's phases, runs tool calls through
 //!   `ToolCallActor`s in the agent's execution mode, suspends for human decisions,
 //!   and checkpoints at every step end, suspension and run end.
 
@@ -14,17 +14,19 @@ mod actor;
 mod control;
 mod core;
 mod deps;
-mod driver;
 mod emitter;
 mod keys;
 mod region;
 mod request;
+mod run;
+mod tool_call;
 
 pub use actor::{SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState, ThreadMsg};
 pub use control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
 pub use deps::{FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps};
-pub(crate) use driver::{Launch, ToolOutcome};
 pub use emitter::{EventHub, NullEventHub};
 pub use keys::{RunLifecycle, RunLifecycleKey, ToolCallStates, ToolCalls, ToolCallsUpdate};
 pub use region::ThreadRegion;
 pub use request::RunRequest;
+pub(crate) use run::{Launch, ToolOutcome};
+pub use tool_call::{ToolCallActor, ToolCallMsg, ToolOutcomeBox};

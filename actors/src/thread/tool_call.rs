@@ -14,10 +14,10 @@ use std::pin::Pin;
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use super::{Launch, ThreadMsg, ToolOutcome};
 use crate::cancellation::CancellationToken;
 use crate::ids::{RunId, ToolCallId};
 use crate::telemetry;
-use crate::thread::{Launch, ThreadMsg, ToolOutcome};
 
 /// Messages of a [`ToolCallActor`].
 #[derive(Debug)]
