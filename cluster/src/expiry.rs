@@ -7,26 +7,15 @@
 
 use std::time::{Duration, SystemTime};
 
+use awaken_actors::backoff::Backoff;
+
 /// The first pause before looking again for an entry still there past its expiry.
 pub(crate) const EXPIRY_RECHECK: Duration = Duration::from_millis(50);
 
-/// The pause before the next look for an entry that outlived its expiry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Recheck(Duration);
-
-impl Default for Recheck {
-    fn default() -> Self {
-        Self(EXPIRY_RECHECK)
-    }
-}
-
-impl Recheck {
-    /// The pause to wait now; the next one is twice as long, up to `max`.
-    pub(crate) fn next(&mut self, max: Duration) -> Duration {
-        let pause = self.0;
-        self.0 = (self.0 * 2).min(max.max(EXPIRY_RECHECK));
-        pause
-    }
+/// The pauses before looking again for an entry that outlived its expiry: from
+/// [`EXPIRY_RECHECK`], doubling up to `max` (never below the first).
+pub(crate) fn rechecks(max: Duration) -> Backoff {
+    Backoff::new(EXPIRY_RECHECK, max.max(EXPIRY_RECHECK))
 }
 
 /// How long from `now` until `at`; `None` when `at` is not after `now`.
@@ -41,10 +30,11 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn pauses_double_up_to_the_cap() {
-        let mut recheck = Recheck::default();
-        let pauses: Vec<Duration> = (0..5).map(|_| recheck.next(250 * MS)).collect();
+    fn rechecks_double_up_to_the_cap_and_never_below_the_first() {
+        let mut recheck = rechecks(250 * MS);
+        let pauses: Vec<Duration> = (0..5).map(|_| recheck.next_pause()).collect();
         assert_eq!(pauses, [50 * MS, 100 * MS, 200 * MS, 250 * MS, 250 * MS]);
+        assert_eq!(rechecks(MS).next_pause(), EXPIRY_RECHECK);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{self, kv};
+use awaken_actors::backoff::Backoff;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -23,7 +24,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::codec;
 use crate::error::ClusterError;
-use crate::expiry::{Recheck, time_left};
+use crate::expiry::{rechecks, time_left};
 use crate::kv::{BucketSpec, ensure_bucket};
 use crate::kv_scan::SCAN_IDLE_TIMEOUT;
 
@@ -202,7 +203,7 @@ async fn keep_view(bucket: kv::Store, view: watch::Sender<BTreeSet<NodeId>>, ttl
         }
     };
     let mut ticks = tokio::time::interval((ttl / 4).max(Duration::from_millis(10)));
-    let mut expiries = Expiries::default();
+    let mut expiries = Expiries::new(ttl / 4);
     loop {
         let due = async {
             match expiries.next() {
@@ -256,7 +257,7 @@ async fn look_up_due(
             Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
                 match expiry_of(&entry, ttl) {
                     Some(at) => expiries.heard(node, at),
-                    None => expiries.still_there(&node, now, ttl / 4),
+                    None => expiries.still_there(&node, now),
                 }
             }
             Ok(_) => {
@@ -265,7 +266,7 @@ async fn look_up_due(
             }
             Err(error) => {
                 tracing::warn!(%error, %node, "membership lookup failed");
-                expiries.still_there(&node, now, ttl / 4);
+                expiries.still_there(&node, now);
             }
         }
     }
@@ -301,17 +302,28 @@ fn expiry_of(entry: &kv::Entry, ttl: Duration) -> Option<Instant> {
 
 /// When each member's entry is due to expire, so that a crashed node is looked for
 /// when its heartbeat runs out rather than at the next periodic rescan.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Expiries {
-    /// Per member: when to look, and the pause before looking again if it is
+    /// Per member: when to look, and the pauses before looking again if it is
     /// still there then.
-    due: BTreeMap<NodeId, (Instant, Recheck)>,
+    due: BTreeMap<NodeId, (Instant, Backoff)>,
+    /// The longest pause between two looks at a member past its expiry.
+    max_pause: Duration,
 }
 
 impl Expiries {
+    /// No member known yet; one past its expiry is looked at again at most
+    /// `max_pause` apart.
+    fn new(max_pause: Duration) -> Self {
+        Self {
+            due: BTreeMap::new(),
+            max_pause,
+        }
+    }
+
     /// A heartbeat of `node` that expires at `at`.
     fn heard(&mut self, node: NodeId, at: Instant) {
-        self.due.insert(node, (at, Recheck::default()));
+        self.due.insert(node, (at, rechecks(self.max_pause)));
     }
 
     /// `node` left.
@@ -335,9 +347,9 @@ impl Expiries {
 
     /// `node` was still there at `now`, past its expiry: look again after its
     /// pause, which doubles up to `max_pause`.
-    fn still_there(&mut self, node: &NodeId, now: Instant, max_pause: Duration) {
+    fn still_there(&mut self, node: &NodeId, now: Instant) {
         if let Some((at, recheck)) = self.due.get_mut(node) {
-            *at = now + recheck.next(max_pause);
+            *at = now + recheck.next_pause();
         }
     }
 
@@ -367,14 +379,13 @@ async fn scan(bucket: &kv::Store) -> Result<BTreeSet<NodeId>, ClusterError> {
 /// publishes to it yet ("no stream found for given subject"): such a write is
 /// tried again briefly before joining fails.
 async fn first_put(bucket: &kv::Store, key: &str, payload: &Bytes) -> Result<(), ClusterError> {
-    let mut pause = Duration::from_millis(20);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(320));
     for _ in 0..5 {
         match bucket.put(key, payload.clone()).await {
             Ok(_) => return Ok(()),
             Err(error) => {
                 tracing::debug!(%error, "joining: the members bucket took no write yet; retrying");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
+                backoff.wait().await;
             }
         }
     }
@@ -400,7 +411,7 @@ mod tests {
     #[test]
     fn the_next_look_is_the_earliest_expiry() {
         let now = Instant::now();
-        let mut expiries = Expiries::default();
+        let mut expiries = Expiries::new(250 * MS);
         assert_eq!(expiries.next(), None);
         expiries.heard(node("a"), now + 900 * MS);
         expiries.heard(node("b"), now + 400 * MS);
@@ -415,7 +426,7 @@ mod tests {
     #[test]
     fn members_due_are_those_past_their_expiry() {
         let now = Instant::now();
-        let mut expiries = Expiries::default();
+        let mut expiries = Expiries::new(250 * MS);
         expiries.heard(node("a"), now + 100 * MS);
         expiries.heard(node("b"), now + 500 * MS);
         assert_eq!(expiries.due(now), Vec::<NodeId>::new());
@@ -426,7 +437,7 @@ mod tests {
     #[test]
     fn a_member_the_scan_no_longer_lists_is_not_looked_for() {
         let now = Instant::now();
-        let mut expiries = Expiries::default();
+        let mut expiries = Expiries::new(250 * MS);
         expiries.heard(node("a"), now + 100 * MS);
         expiries.heard(node("b"), now + 500 * MS);
         expiries.keep_only(&BTreeSet::from([node("b")]));
@@ -436,12 +447,12 @@ mod tests {
     #[test]
     fn a_member_still_there_past_its_expiry_is_looked_for_again_less_and_less_often() {
         let now = Instant::now();
-        let mut expiries = Expiries::default();
+        let mut expiries = Expiries::new(250 * MS);
         expiries.heard(node("a"), now);
         let mut looks = Vec::new();
         let mut at = now;
         for _ in 0..5 {
-            expiries.still_there(&node("a"), at, 250 * MS);
+            expiries.still_there(&node("a"), at);
             let next = expiries.next().unwrap();
             looks.push(next - at);
             at = next;
@@ -449,7 +460,7 @@ mod tests {
         assert_eq!(looks, [50 * MS, 100 * MS, 200 * MS, 250 * MS, 250 * MS]);
         // A new heartbeat starts the pauses over.
         expiries.heard(node("a"), at + 1_000 * MS);
-        expiries.still_there(&node("a"), at + 1_000 * MS, 250 * MS);
+        expiries.still_there(&node("a"), at + 1_000 * MS);
         assert_eq!(expiries.next(), Some(at + 1_050 * MS));
     }
 }

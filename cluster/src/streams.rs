@@ -9,20 +9,21 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
+use awaken_actors::backoff::Backoff;
 
 use crate::error::ClusterError;
 
 /// Look-up-or-create attempts before a refusal is final.
 const ATTEMPTS: u32 = 5;
-/// The pause after the first refused attempt; it doubles each time.
-const FIRST_PAUSE: Duration = Duration::from_millis(20);
+/// The pauses after refused attempts: 20 ms, doubling.
+const PAUSES: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(320));
 
 /// The stream named in `config`, created if no node has created it yet.
 pub(crate) async fn ensure_stream(
     js: &jetstream::Context,
     config: stream::Config,
 ) -> Result<stream::Stream, ClusterError> {
-    let mut pause = FIRST_PAUSE;
+    let mut pauses = PAUSES;
     let mut attempt = 1;
     loop {
         // Boxed: the client's futures are large, and every node start awaits this.
@@ -33,8 +34,7 @@ pub(crate) async fn ensure_stream(
                 if let Ok(stream) = Box::pin(js.get_stream(&config.name)).await {
                     return Ok(stream);
                 }
-                tokio::time::sleep(pause).await;
-                pause *= 2;
+                pauses.wait().await;
                 attempt += 1;
             }
             Err(error) => return Err(ClusterError::nats(error)),

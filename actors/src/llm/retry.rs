@@ -56,10 +56,11 @@ impl LlmRetryPolicy {
     /// Delay before retry number `attempt` (0-based): `min(base * 2^attempt, 8 s)`,
     /// or longer when the provider asked for it.
     pub fn backoff(&self, attempt: u32, error: &InferenceExecutionError) -> Duration {
-        let exponential = self
-            .backoff_base_ms
-            .saturating_mul(1u64.checked_shl(attempt).unwrap_or(u64::MAX))
-            .min(MAX_BACKOFF_MS);
+        let exponential = crate::backoff::delay(
+            Duration::from_millis(self.backoff_base_ms),
+            attempt,
+            Duration::from_millis(MAX_BACKOFF_MS),
+        );
         let requested = match error {
             InferenceExecutionError::RateLimited {
                 retry_after_ms: Some(ms),
@@ -67,7 +68,7 @@ impl LlmRetryPolicy {
             } => *ms,
             _ => 0,
         };
-        Duration::from_millis(exponential.max(requested))
+        exponential.max(Duration::from_millis(requested))
     }
 
     /// Whether this policy changes anything compared with a plain executor.

@@ -52,10 +52,12 @@ impl MailboxConfig {
     /// The back-off after the `attempt`-th failed attempt (1-based):
     /// `default_retry_delay_ms · 2^(attempt−1)`, at most `max_retry_delay_ms`.
     pub fn retry_delay_ms(&self, attempt: u32) -> u64 {
-        let doublings = attempt.saturating_sub(1).min(63);
-        self.default_retry_delay_ms
-            .saturating_mul(1_u64 << doublings)
-            .min(self.max_retry_delay_ms)
+        let delay = crate::backoff::delay(
+            Duration::from_millis(self.default_retry_delay_ms),
+            attempt.saturating_sub(1),
+            Duration::from_millis(self.max_retry_delay_ms),
+        );
+        u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// `gc_ttl` in milliseconds.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::stream::Stream;
+use awaken_actors::backoff::Backoff;
 use futures::StreamExt;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -124,14 +125,13 @@ impl Follower {
                 Interrupted::BrokenOff => return,
                 Interrupted::Resubscribe => {}
             }
-            let mut delay = RESUBSCRIBE_DELAY;
+            let mut backoff = Backoff::new(RESUBSCRIBE_DELAY, MAX_RESUBSCRIBE_DELAY);
             messages = loop {
                 match self.subscribe().await {
                     Ok(messages) => break messages,
                     Err(error) => {
                         tracing::warn!(%error, "mailbox ledger feed: consumer not created yet");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(MAX_RESUBSCRIBE_DELAY);
+                        backoff.wait().await;
                     }
                 }
             };

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use async_trait::async_trait;
+use awaken_actors::backoff::Backoff;
 use awaken_actors::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult};
 use awaken_actors::ids::{DispatchId, ThreadId};
 use awaken_actors::mailbox::{
@@ -179,15 +180,16 @@ impl LedgerMailbox {
         config: MailboxConfig,
     ) -> Result<Self, ClusterError> {
         let deadline = tokio::time::Instant::now() + OPEN_DEADLINE;
-        let mut delay = OPEN_RETRY_DELAY;
+        let mut backoff = Backoff::new(OPEN_RETRY_DELAY, OPEN_RETRY_DELAY * 16);
         loop {
             match Box::pin(Self::open_once(js, name, options, config.clone())).await {
-                Err(ClusterError::Nats(error))
-                    if tokio::time::Instant::now() + delay < deadline =>
-                {
+                Err(ClusterError::Nats(error)) => {
+                    let pause = backoff.next_pause();
+                    if tokio::time::Instant::now() + pause >= deadline {
+                        return Err(ClusterError::Nats(error));
+                    }
                     tracing::warn!(%error, name, "the mailbox ledger could not open yet; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(OPEN_RETRY_DELAY * 16);
+                    tokio::time::sleep(pause).await;
                 }
                 opened => return opened,
             }

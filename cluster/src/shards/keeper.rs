@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use awaken_actors::backoff::Backoff;
 use awaken_actors::clock::now_ms;
 
 use tokio::sync::watch;
@@ -27,7 +28,7 @@ use super::meters::LeaseMeters;
 use super::tenure::Tenure;
 use super::{ShardId, preference, quota};
 use crate::error::ClusterError;
-use crate::expiry::{EXPIRY_RECHECK, Recheck, time_left};
+use crate::expiry::{EXPIRY_RECHECK, rechecks, time_left};
 use crate::membership::NodeId;
 
 /// Lease creates in flight at once while taking shards.
@@ -68,7 +69,7 @@ impl Keeper {
         // When membership ends, the last view stays and only the timer drives rounds.
         let mut members_open = true;
         let mut look_again: Option<tokio::time::Instant> = None;
-        let mut recheck = Recheck::default();
+        let mut recheck = rechecks(self.config.lease_ttl / 3);
         loop {
             let members_changed = async {
                 if members_open {
@@ -101,7 +102,7 @@ impl Keeper {
 
     /// When to try a departed node's shards next, while this node is short of its
     /// quota and one is held.
-    fn next_look(&self, recheck: &mut Recheck) -> Option<tokio::time::Instant> {
+    fn next_look(&self, recheck: &mut Backoff) -> Option<tokio::time::Instant> {
         let quota = quota(self.config.count, &self.members.borrow(), &self.node_id) as usize;
         if self.held.len() >= quota {
             return None;
@@ -110,10 +111,10 @@ impl Keeper {
         // the renewal tick; one still running is tried when it expires.
         let wait = match time_left(self.departed.next()?, SystemTime::now()) {
             Some(left) => {
-                *recheck = Recheck::default();
+                recheck.reset();
                 left.max(EXPIRY_RECHECK)
             }
-            None => recheck.next(self.config.lease_ttl / 3),
+            None => recheck.next_pause(),
         };
         Some(tokio::time::Instant::now() + wait)
     }

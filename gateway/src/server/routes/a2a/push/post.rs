@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use awaken_actors::backoff::Backoff;
 use reqwest::header::AUTHORIZATION;
 use tokio::sync::watch;
 
@@ -56,7 +57,7 @@ impl Sender {
         item: &StreamResponse,
         lost: &mut watch::Receiver<bool>,
     ) -> Sent {
-        let mut backoff = self.first_backoff;
+        let mut backoff = Backoff::new(self.first_backoff, self.max_backoff);
         let mut error = String::new();
         for attempt in 1..=self.attempts {
             if *lost.borrow() {
@@ -74,10 +75,9 @@ impl Sender {
             tracing::debug!(task_id = %config.task_id, webhook = %config.id, attempt, %error, "push notification not delivered");
             if attempt < self.attempts {
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
+                    () = backoff.wait() => {}
                     _ = lost.wait_for(|lost| *lost) => return Sent::LeaseLost,
                 }
-                backoff = (backoff * 2).min(self.max_backoff);
             }
         }
         Sent::GaveUp {
