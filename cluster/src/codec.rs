@@ -12,12 +12,12 @@ use crate::error::ClusterError;
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, ClusterError> {
     awaken_actors::codec::encode(value)
         .map(Bytes::from)
-        .map_err(|e| ClusterError::Codec(e.to_string()))
+        .map_err(ClusterError::codec)
 }
 
 /// Decodes a wire payload.
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ClusterError> {
-    awaken_actors::codec::decode(payload).map_err(|e| ClusterError::Codec(e.to_string()))
+    awaken_actors::codec::decode(payload).map_err(ClusterError::codec)
 }
 
 #[cfg(test)]

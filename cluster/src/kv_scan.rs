@@ -46,12 +46,14 @@ pub(crate) async fn latest_under(
         // its caller scans again later.
         let next = tokio::time::timeout(SCAN_IDLE_TIMEOUT, feed.next())
             .await
-            .map_err(|_| ClusterError::Nats("kv scan stalled (entries expired?)".to_owned()))?;
+            .map_err(|_| {
+                ClusterError::Unexpected("kv scan stalled (entries expired?)".to_owned())
+            })?;
         match next {
             Some(Ok(Change::Put(latest))) => found.push(latest),
             Some(Ok(Change::Removed)) => {}
             Some(Err(error)) => return Err(error),
-            None => return Err(ClusterError::Nats("kv scan ended early".to_owned())),
+            None => return Err(ClusterError::Unexpected("kv scan ended early".to_owned())),
         }
     }
     Ok(found)

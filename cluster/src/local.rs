@@ -71,10 +71,7 @@ impl LocalNode {
             Some(path) => MemoryConfigStore::open(path).await?,
             None => MemoryConfigStore::new(),
         });
-        let runtime = builder
-            .with_event_hub(Arc::clone(&hub) as _)
-            .build()
-            .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
+        let runtime = builder.with_event_hub(Arc::clone(&hub) as _).build()?;
         let mailbox = Arc::new(InMemoryMailboxStore::new(config.mailbox.clone()));
         let inbox = Arc::new(InMemoryRunInbox::default());
         let worker = MailboxWorker::start(
@@ -87,8 +84,7 @@ impl LocalNode {
             // One node: nobody else claims, and its mailbox dies with it.
             Arc::new(|_: &str| true),
         )
-        .await
-        .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
+        .await?;
         let host = ThreadHost::single_node(runtime.clone(), Arc::clone(hub.buffers()));
         runtime.set_child_runs(Arc::new(NodeChildRuns::new(
             Arc::clone(runtime.store()),
@@ -151,8 +147,7 @@ impl LocalNode {
                     limit: 200,
                     ..RunQuery::default()
                 })
-                .await
-                .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
+                .await?;
             if page.runs.is_empty() {
                 break;
             }

@@ -366,7 +366,7 @@ async fn scan(bucket: &kv::Store) -> Result<BTreeSet<NodeId>, ClusterError> {
     // the last one; a stalled scan fails and the next rescan starts afresh.
     let keys: Vec<Result<String, _>> = tokio::time::timeout(SCAN_IDLE_TIMEOUT, keys.collect())
         .await
-        .map_err(|_| ClusterError::Nats("member scan stalled".to_owned()))?;
+        .map_err(|_| ClusterError::Unexpected("member scan stalled".to_owned()))?;
     Ok(keys
         .into_iter()
         .filter_map(Result::ok)

@@ -140,10 +140,6 @@ impl std::fmt::Debug for ClusterNode {
     }
 }
 
-fn mailbox_error(error: MailboxError) -> ClusterError {
-    ClusterError::Nats(error.to_string())
-}
-
 impl ClusterNode {
     /// Joins the cluster on `client`: builds the runtime from `builder` (with the
     /// shard fence and the cluster's event hub; the builder brings agents, models
@@ -175,8 +171,7 @@ impl ClusterNode {
         let runtime = builder
             .with_fence_source(Arc::new(fence.clone()))
             .with_event_hub(hub)
-            .build()
-            .map_err(|e| ClusterError::InvalidInput(e.to_string()))?;
+            .build()?;
 
         let mailbox = Arc::new(
             LedgerMailbox::open(
@@ -231,7 +226,7 @@ impl ClusterNode {
                 live,
             )
             .await
-            .map_err(mailbox_error)?,
+            .map_err(ClusterError::from)?,
         );
 
         let bus = DecisionBus::open(

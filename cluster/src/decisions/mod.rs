@@ -193,7 +193,7 @@ impl DecisionBus {
         headers.insert("Content-Type", "application/json");
         headers.insert("Nats-Msg-Id", payload.decision_id.as_str());
         trace_headers::insert_current(&mut headers);
-        let body = serde_json::to_vec(payload).map_err(|e| ClusterError::Codec(e.to_string()))?;
+        let body = serde_json::to_vec(payload).map_err(ClusterError::codec)?;
         self.js
             .publish_with_headers(
                 format!("{DECISION_SUBJECT_PREFIX}{thread_id}"),

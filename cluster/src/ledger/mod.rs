@@ -183,10 +183,10 @@ impl LedgerMailbox {
         let mut backoff = Backoff::new(OPEN_RETRY_DELAY, OPEN_RETRY_DELAY * 16);
         loop {
             match Box::pin(Self::open_once(js, name, options, config.clone())).await {
-                Err(ClusterError::Nats(error)) => {
+                Err(error) if error.is_transient() => {
                     let pause = backoff.next_pause();
                     if tokio::time::Instant::now() + pause >= deadline {
-                        return Err(ClusterError::Nats(error));
+                        return Err(error);
                     }
                     tracing::warn!(%error, name, "the mailbox ledger could not open yet; retrying");
                     tokio::time::sleep(pause).await;
@@ -217,7 +217,7 @@ impl LedgerMailbox {
         let folded = snapshots.load().await?;
         let first = stream.get_info().await.map_err(ClusterError::nats)?.state;
         if first.messages > 0 && first.first_sequence > folded.applied + 1 {
-            return Err(ClusterError::Nats(format!(
+            return Err(ClusterError::Unexpected(format!(
                 "mailbox ledger {name}: the stream starts at {} but the newest snapshot covers only {}",
                 first.first_sequence, folded.applied
             )));
@@ -245,10 +245,7 @@ impl LedgerMailbox {
                 _deadlines: deadlines,
             }),
         };
-        mailbox
-            .sync()
-            .await
-            .map_err(|e| ClusterError::Nats(e.to_string()))?;
+        mailbox.sync().await?;
         Ok(mailbox)
     }
 

@@ -83,7 +83,7 @@ impl Snapshots {
         let mut attempts = 0;
         loop {
             match self.load_once().await {
-                Err(ClusterError::Nats(missing)) if attempts < LOAD_ATTEMPTS => {
+                Err(missing) if missing.is_transient() && attempts < LOAD_ATTEMPTS => {
                     tracing::debug!(%missing, "snapshot changed while loading; reading again");
                     attempts += 1;
                 }
@@ -105,7 +105,9 @@ impl Snapshots {
                 .get(&key)
                 .await
                 .map_err(ClusterError::nats)?
-                .ok_or_else(|| ClusterError::Nats(format!("snapshot part {key} is missing")))?;
+                .ok_or_else(|| {
+                    ClusterError::Unexpected(format!("snapshot part {key} is missing"))
+                })?;
             let part: Part = codec::decode(&value)?;
             dispatches.extend(part.dispatches.into_iter().map(|stored| SequencedDispatch {
                 seq: stored.seq,

@@ -111,8 +111,8 @@ pub(crate) fn part_covers(key: &str) -> Option<u64> {
 /// The key of the snapshot head.
 pub(crate) const HEAD_KEY: &str = "head";
 
-fn codec_error(error: impl std::fmt::Display) -> ClusterError {
-    ClusterError::Codec(error.to_string())
+fn codec_error(error: impl Into<crate::error::BoxError>) -> ClusterError {
+    ClusterError::codec(error)
 }
 
 /// A [`Batch`] payload from `writer` and its already encoded [`Op`]s.

@@ -136,14 +136,13 @@ impl ShardOwner {
         let OwnerState::Running(task) = self.state else {
             return Ok(());
         };
-        let mut keeper = task
-            .await
-            .map_err(|e| ClusterError::Nats(format!("shard owner task failed: {e}")))?;
+        let mut keeper = task.await?;
         match tokio::time::timeout(deadline, keeper.release_all()).await {
             Ok(result) => result,
-            Err(_) => Err(ClusterError::Nats(format!(
-                "drain did not finish within {deadline:?}; the remaining leases expire"
-            ))),
+            Err(_) => Err(ClusterError::TimedOut {
+                doing: "releasing the shard leases (the rest expire)",
+                after: deadline,
+            }),
         }
     }
 }
