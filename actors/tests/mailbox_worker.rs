@@ -18,8 +18,8 @@ use awaken_actors::contract::{
 };
 use awaken_actors::ids::DispatchId;
 use awaken_actors::mailbox::{
-    InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxStore, MailboxWorker, RunInbox,
-    SubmitOptions, submit,
+    Claimant, InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxStore, MailboxWorker,
+    RunInbox, SubmitOptions, submit,
 };
 use awaken_actors::runtime::AgentRuntime;
 use awaken_actors::store::FencingToken;
@@ -52,9 +52,7 @@ async fn node(runtime: AgentRuntime) -> Node {
         mailbox.clone(),
         inbox.clone(),
         config(),
-        "node-1",
-        Arc::new(|_: &ThreadId| true),
-        Arc::new(|_| true),
+        Claimant::single_node("node-1"),
     )
     .await
     .unwrap();
@@ -204,9 +202,11 @@ async fn left_behind_by(
         mailbox.clone(),
         inbox.clone(),
         config(),
-        "node-1",
-        Arc::new(|_: &ThreadId| true),
-        live,
+        Claimant {
+            consumer: "node-1".into(),
+            placement: Arc::new(|_: &ThreadId| true),
+            live,
+        },
     )
     .await
     .unwrap();
@@ -288,9 +288,11 @@ async fn a_run_whose_last_attempt_died_with_its_claimer_before_it_started_ends_f
         mailbox.clone(),
         inbox.clone(),
         config(),
-        "node-1",
-        Arc::new(|_: &ThreadId| true),
-        Arc::new(|consumer: &str| consumer != "dead-node"),
+        Claimant {
+            consumer: "node-1".into(),
+            placement: Arc::new(|_: &ThreadId| true),
+            live: Arc::new(|consumer: &str| consumer != "dead-node"),
+        },
     )
     .await
     .unwrap();
@@ -466,9 +468,11 @@ async fn a_redelivered_dispatch_of_a_run_that_already_ended_leaves_the_thread_al
         mailbox.clone(),
         inbox.clone(),
         config(),
-        "node-1",
-        Arc::new(|_: &ThreadId| true),
-        Arc::new(|consumer: &str| consumer != "dead-node"),
+        Claimant {
+            consumer: "node-1".into(),
+            placement: Arc::new(|_: &ThreadId| true),
+            live: Arc::new(|consumer: &str| consumer != "dead-node"),
+        },
     )
     .await
     .unwrap();

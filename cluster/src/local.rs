@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use awaken_actors::contract::{RunDispatch, RunStatus};
 use awaken_actors::mailbox::{
-    InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxError, MailboxStore,
+    Claimant, InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxError, MailboxStore,
     MailboxWorker, RunInbox, SubmitOptions, submit,
 };
 use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
@@ -79,10 +79,7 @@ impl LocalNode {
             Arc::clone(&mailbox) as _,
             Arc::clone(&inbox) as _,
             config.mailbox,
-            "local",
-            Arc::new(|_: &ThreadId| true),
-            // One node: nobody else claims, and its mailbox dies with it.
-            Arc::new(|_: &str| true),
+            Claimant::single_node("local"),
         )
         .await?;
         let host = ThreadHost::single_node(runtime.clone(), Arc::clone(hub.buffers()));

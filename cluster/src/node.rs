@@ -28,7 +28,8 @@ use async_trait::async_trait;
 use awaken_actors::clock::now_ms;
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::mailbox::{
-    MailboxConfig, MailboxError, MailboxStore, MailboxWorker, RunInbox, SubmitOptions, submit,
+    Claimant, MailboxConfig, MailboxError, MailboxStore, MailboxWorker, RunInbox, SubmitOptions,
+    submit,
 };
 use awaken_actors::runtime::{AgentRuntime, AgentRuntimeBuilder};
 use awaken_actors::store::FencingToken;
@@ -221,9 +222,11 @@ impl ClusterNode {
                 Arc::clone(&mailbox) as _,
                 Arc::clone(&inbox) as _,
                 config.mailbox.clone(),
-                node_id.as_str(),
-                placement,
-                live,
+                Claimant {
+                    consumer: node_id.as_str().to_owned(),
+                    placement,
+                    live,
+                },
             )
             .await
             .map_err(ClusterError::from)?,

@@ -28,7 +28,7 @@ pub use inbox::{InMemoryRunInbox, RunInbox};
 pub use memory::InMemoryMailboxStore;
 pub use state::{MailboxState, SequencedDispatch};
 pub use submit::{SubmitOptions, submit};
-pub use worker::{Liveness, MailboxWorker, Placement};
+pub use worker::{Claimant, Liveness, MailboxWorker, Placement};
 
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};

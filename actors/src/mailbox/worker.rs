@@ -60,6 +60,29 @@ impl<F: Fn(&ThreadId) -> bool + Send + Sync> Placement for F {
 /// Whether a consumer (in a cluster: a node) is still there to hold its claims.
 pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
+/// Who a mailbox worker claims as: the node's consumer name, the threads it
+/// runs, and which other consumers are still there to hold their claims.
+pub struct Claimant {
+    /// The consumer name its claims carry (in a cluster: the node id).
+    pub consumer: String,
+    /// The threads it runs.
+    pub placement: Arc<dyn Placement>,
+    /// Which consumers still hold their claims; the others' are reclaimed.
+    pub live: Liveness,
+}
+
+impl Claimant {
+    /// A node alone: it runs every thread, and nobody else claims (its mailbox
+    /// lives and dies with it).
+    pub fn single_node(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            placement: Arc::new(|_: &ThreadId| true),
+            live: Arc::new(|_: &str| true),
+        }
+    }
+}
+
 /// Dispatches claimed per claim round of one thread.
 const CLAIM_BATCH: usize = 8;
 
@@ -100,25 +123,28 @@ struct Shared {
 }
 
 impl MailboxWorker {
-    /// Starts claiming for `consumer` (the node's id): watches the mailbox for new
-    /// work, sweeps every `sweep_interval` (reclaiming expired leases and the
-    /// claims of consumers `live` says are gone) and garbage-collects every
+    /// Starts claiming as `claimant`: watches the mailbox for new work, sweeps
+    /// every `sweep_interval` (reclaiming expired leases and the claims of
+    /// consumers the claimant's `live` says are gone) and garbage-collects every
     /// `gc_interval`.
     pub async fn start(
         runtime: AgentRuntime,
         mailbox: Arc<dyn MailboxStore>,
         inbox: Arc<dyn RunInbox>,
         config: MailboxConfig,
-        consumer: impl Into<String>,
-        placement: Arc<dyn Placement>,
-        live: Liveness,
+        claimant: Claimant,
     ) -> Result<Self, MailboxError> {
+        let Claimant {
+            consumer,
+            placement,
+            live,
+        } = claimant;
         let shared = Arc::new(Shared {
             runtime,
             mailbox,
             inbox,
             config,
-            consumer: consumer.into(),
+            consumer,
             placement,
             live,
             claiming: FastDashMap::default(),
