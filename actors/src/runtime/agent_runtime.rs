@@ -236,6 +236,7 @@ impl AgentRuntime {
         sink: Option<Arc<dyn EventSink>>,
     ) -> Result<DecisionAck, ControlError> {
         self.ask(thread_id, |reply| ThreadMsg::Decide {
+            run_id: None,
             call_id,
             resume,
             sink,
@@ -269,6 +270,32 @@ impl AgentRuntime {
             done,
         )
         .await
+    }
+
+    /// Applies a decision meant for run `run_id` (whichever run waits when
+    /// `None`) and follows the run when it executes on from it: one message to
+    /// the thread, no store read. The ack says whether the run resumed (or, for
+    /// a decision applied before, still executes); then the [`RunEnding`]
+    /// resolves when it finishes or waits again.
+    pub async fn decide_and_follow(
+        &self,
+        thread_id: &ThreadId,
+        run_id: Option<RunId>,
+        call_id: ToolCallId,
+        resume: ToolCallResume,
+    ) -> Result<(DecisionAck, Option<RunEnding>), ControlError> {
+        let (completion, done) = CompletionSink::pair(None);
+        let ack = self
+            .ask(thread_id, |reply| ThreadMsg::Decide {
+                run_id,
+                call_id,
+                resume,
+                sink: Some(completion),
+                reply,
+            })
+            .await??;
+        let ending = ack.resumed.then_some(RunEnding(done));
+        Ok((ack, ending))
     }
 
     /// Cancels the active or waiting run of a thread.
@@ -503,6 +530,19 @@ async fn wait(
 }
 
 type Completion = oneshot::Sender<(TerminationReason, String)>;
+
+/// The end of a run's activation that a caller follows (see
+/// [`AgentRuntime::decide_and_follow`]).
+#[derive(Debug)]
+pub struct RunEnding(oneshot::Receiver<(TerminationReason, String)>);
+
+impl RunEnding {
+    /// How the activation ended (finished, or waiting again); `None` when the
+    /// thread stopped first: its node shut down, or the thread moved to another.
+    pub async fn ended(self) -> Option<TerminationReason> {
+        self.0.await.ok().map(|(termination, _)| termination)
+    }
+}
 
 /// Forwards events to an inner sink and reports the activation's `RunFinish`.
 struct CompletionSink {

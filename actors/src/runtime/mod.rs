@@ -8,7 +8,7 @@ mod resolve;
 mod run_watch;
 mod unstarted;
 
-pub use agent_runtime::{AgentRunResult, AgentRuntime};
+pub use agent_runtime::{AgentRunResult, AgentRuntime, RunEnding};
 pub use builder::AgentRuntimeBuilder;
 pub use live::{LiveRegistries, ValidatedRegistries, validate_agents};
 pub use registry::{Registry, RegistrySet};

@@ -42,6 +42,11 @@ pub struct DecisionAck {
     pub decision_id: DecisionId,
     /// `true` when this decision id was already applied; nothing was done again.
     pub duplicate: bool,
+    /// `true` when the run executes on now (resumed by this decision, or — for a
+    /// duplicate — still executing from it): the sink given with the decision
+    /// receives its events until it finishes or waits again.
+    #[serde(default)]
+    pub resumed: bool,
 }
 
 /// What a thread is doing, answered without waiting for its run.

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use awaken_actors::ThreadId;
 use awaken_actors::runtime::AgentRuntime;
-use awaken_actors::thread::{Activation, ControlError};
+use awaken_actors::thread::ControlError;
 
 use super::{Decision, DecisionTarget, Delivery};
 use crate::shards::ShardedFence;
@@ -77,68 +77,43 @@ impl DecisionTarget for RuntimeDecisions {
     /// waits again: if this node dies meanwhile, the decision is redelivered to the
     /// thread's next owner, which applies it (or, when the checkpoint already has
     /// it, finds it a duplicate and sees the run continue) — never lost, never twice.
+    ///
+    /// One message to the thread does it all (`decide_and_follow`): the thread
+    /// checks the run, applies the decision and attaches the follower; the store
+    /// is read only to tell a refused decision from one applied before.
     async fn deliver(&self, decision: Decision) -> Delivery {
         if let Some(ownership) = &self.ownership
             && !ownership.owns(&decision.thread_id)
         {
             return Delivery::Retry(format!("not the owner of thread {}", decision.thread_id));
         }
-        let active = match self.runtime.active_run(&decision.thread_id).await {
-            Ok(active) => active.map(|run| run.run_id),
-            Err(error) => return Delivery::Retry(error.to_string()),
-        };
-        if let Some(run_id) = &decision.run_id
-            && active.as_ref() != Some(run_id)
-        {
-            return self
-                .refused(
-                    &decision,
-                    ControlError::RunNotActive {
-                        run_id: run_id.clone(),
-                    },
-                )
-                .await;
-        }
-        let watch = active.as_ref().map(|run_id| self.runtime.watch_run(run_id));
-        let ack = match self
+        let decided = self
             .runtime
-            .decide(
+            .decide_and_follow(
                 &decision.thread_id,
+                decision.run_id.clone(),
                 decision.call_id.clone(),
                 decision.resume.clone(),
-                None,
             )
-            .await
-        {
-            Ok(ack) => ack,
+            .await;
+        let (ack, ending) = match decided {
+            Ok(decided) => decided,
             Err(ControlError::Unavailable(reason)) => return Delivery::Retry(reason),
             Err(refused) => return self.refused(&decision, refused).await,
         };
         let applied = Delivery::Applied {
             duplicate: ack.duplicate,
         };
-        let Some(mut watch) = watch.filter(|_| active.as_ref() == Some(&ack.run_id)) else {
+        let Some(ending) = ending else {
             return applied;
         };
-        match self
-            .runtime
-            .activate(&decision.thread_id, ack.run_id, None, None)
-            .await
-        {
-            Ok(Activation::Started | Activation::Running) => {
-                let moved = self.moved_away(&decision.thread_id);
-                tokio::select! {
-                    end = watch.ended() => match end {
-                        Some(_) => applied,
-                        None => Delivery::Retry("the runtime stopped".into()),
-                    },
-                    () = moved => Delivery::Retry("the thread moved to another node".into()),
-                }
-            }
-            Ok(Activation::Waiting | Activation::Finished) => applied,
-            Err(ControlError::Unavailable(reason)) => Delivery::Retry(reason),
-            // The decision is applied; what the run did next is not its business.
-            Err(_) => applied,
+        let moved = self.moved_away(&decision.thread_id);
+        tokio::select! {
+            end = ending.ended() => match end {
+                Some(_) => applied,
+                None => Delivery::Retry("the runtime stopped".into()),
+            },
+            () = moved => Delivery::Retry("the thread moved to another node".into()),
         }
     }
 }

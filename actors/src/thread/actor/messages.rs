@@ -42,6 +42,9 @@ pub enum ThreadMsg {
     },
     /// A human decision for a suspended tool call.
     Decide {
+        /// The run the decision is meant for; refused when the thread's active
+        /// or waiting run is another (`None`: whichever it is).
+        run_id: Option<RunId>,
         /// The suspended call.
         call_id: ToolCallId,
         /// The decision.

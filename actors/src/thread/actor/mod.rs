@@ -42,6 +42,7 @@ enum Input {
         messages: Vec<Message>,
     },
     Decide {
+        run_id: Option<RunId>,
         call_id: ToolCallId,
         resume: ToolCallResume,
         sink: Option<Arc<dyn EventSink>>,
@@ -279,11 +280,13 @@ impl Actor for ThreadActor {
                 ))
             }
             ThreadMsg::Decide {
+                run_id,
                 call_id,
                 resume,
                 sink,
                 reply,
             } => state.queue.push_back(Input::Decide {
+                run_id,
                 call_id,
                 resume,
                 sink,

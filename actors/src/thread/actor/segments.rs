@@ -8,7 +8,7 @@ use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef};
 
 use crate::contract::{RunStatus, ToolCallStatus};
-use crate::ids::ToolCallId;
+use crate::ids::{RunId, ToolCallId};
 use crate::telemetry;
 use crate::thread::control::{ControlError, DecisionAck};
 use crate::thread::keys::ToolCallStates;
@@ -59,12 +59,22 @@ impl ThreadActorState {
                 Some(Work::Start(messages))
             }
             Input::Decide {
+                run_id,
                 call_id,
                 resume,
                 sink,
                 reply,
-            } => match self.check_decision(&call_id, &resume) {
-                Ok(Some(ack)) => {
+            } => match self.check_decision(run_id.as_ref(), &call_id, &resume) {
+                Ok(Some(mut ack)) => {
+                    // Applied before, and its run executes on (a decision
+                    // delivered again after a failover, as the run continues from
+                    // its checkpoint): the caller follows it to its end too.
+                    if let (Some(sink), Some(ctl)) = (sink, &self.ctl)
+                        && ctl.status == RunStatus::Running
+                    {
+                        ctl.events.attach(sink);
+                        ack.resumed = true;
+                    }
                     let _ = reply.send(Ok(ack));
                     None
                 }
@@ -74,6 +84,7 @@ impl ThreadActorState {
                         call_id: call_id.clone(),
                         decision_id: resume.decision_id.clone(),
                         duplicate: false,
+                        resumed: true,
                     };
                     if let (Some(sink), Some(ctl)) = (sink, &self.ctl) {
                         ctl.events.attach(sink);
@@ -115,12 +126,22 @@ impl ThreadActorState {
     /// `Ok(Some(ack))` for a duplicate, `Ok(None)` for a decision to apply.
     pub(super) fn check_decision(
         &self,
+        run_id: Option<&RunId>,
         call_id: &ToolCallId,
         resume: &crate::contract::ToolCallResume,
     ) -> Result<Option<DecisionAck>, ControlError> {
-        let Some(ctl) = &self.ctl else {
-            return Err(ControlError::NoActiveRun {
-                thread_id: self.thread_id.clone(),
+        let ctl = match (&self.ctl, run_id) {
+            (Some(ctl), Some(expected)) if ctl.run_id != *expected => None,
+            (ctl, _) => ctl.as_ref(),
+        };
+        let Some(ctl) = ctl else {
+            return Err(match run_id {
+                Some(expected) => ControlError::RunNotActive {
+                    run_id: expected.clone(),
+                },
+                None => ControlError::NoActiveRun {
+                    thread_id: self.thread_id.clone(),
+                },
             });
         };
         // Applied earlier in this run, to a call of an earlier step perhaps.
@@ -135,6 +156,7 @@ impl ThreadActorState {
                 call_id: applied.call_id.clone(),
                 decision_id: applied.decision_id.clone(),
                 duplicate: true,
+                resumed: false,
             }));
         }
         let call = self
@@ -155,6 +177,7 @@ impl ThreadActorState {
                 call_id: call_id.clone(),
                 decision_id: resume.decision_id.clone(),
                 duplicate: true,
+                resumed: false,
             }));
         }
         match call.status {
