@@ -24,9 +24,10 @@ use awaken_actors::store::RunQuery;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 
+use crate::assembly::{Assembly, Parts};
 use crate::config_store::{ConfigStore, MemoryConfigStore};
 use crate::control::{RunControl, probe_store};
-use crate::delegation::{NodeChildRuns, Reach};
+use crate::delegation::Reach;
 use crate::error::ClusterError;
 use crate::events::{EventsConfig, LocalEventHub, RunFollow, follow_local};
 use crate::routing::{Answer, RouteError, ThreadCall, ThreadHost};
@@ -47,7 +48,7 @@ pub struct LocalNode {
     runtime: AgentRuntime,
     mailbox: Arc<InMemoryMailboxStore>,
     inbox: Arc<InMemoryRunInbox>,
-    worker: MailboxWorker,
+    worker: Arc<MailboxWorker>,
     hub: Arc<LocalEventHub>,
     host: ThreadHost,
     config_store: Arc<MemoryConfigStore>,
@@ -71,27 +72,29 @@ impl LocalNode {
             Some(path) => MemoryConfigStore::open(path).await?,
             None => MemoryConfigStore::new(),
         });
-        let runtime = builder.with_event_hub(Arc::clone(&hub) as _).build()?;
         let mailbox = Arc::new(InMemoryMailboxStore::new(config.mailbox.clone()));
         let inbox = Arc::new(InMemoryRunInbox::default());
-        let worker = MailboxWorker::start(
-            runtime.clone(),
-            Arc::clone(&mailbox) as _,
-            Arc::clone(&inbox) as _,
-            config.mailbox,
-            Claimant::single_node("local"),
-        )
+        let assembly = Assembly::assemble(Parts {
+            builder,
+            hub: Arc::clone(&hub) as _,
+            buffers: Arc::clone(hub.buffers()),
+            fence: None,
+            mailbox: Arc::clone(&mailbox) as _,
+            inbox: Arc::clone(&inbox) as _,
+            mailbox_config: config.mailbox,
+            claimant: Claimant::single_node("local"),
+        })
         .await?;
-        let host = ThreadHost::single_node(runtime.clone(), Arc::clone(hub.buffers()));
-        runtime.set_child_runs(Arc::new(NodeChildRuns::new(
-            Arc::clone(runtime.store()),
-            Arc::clone(&mailbox) as _,
-            Arc::clone(&inbox) as _,
-            Reach::Local {
-                host: host.clone(),
-                hub: Arc::clone(&hub),
-            },
-        )));
+        assembly.deliver_child_runs(Reach::Local {
+            host: assembly.host.clone(),
+            hub: Arc::clone(&hub),
+        });
+        let Assembly {
+            runtime,
+            worker,
+            host,
+            ..
+        } = assembly;
         Ok(Self {
             runtime,
             mailbox,

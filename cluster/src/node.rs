@@ -37,19 +37,18 @@ use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 use prometheus_client::registry::Registry;
 
+use crate::assembly::{Assembly, Parts};
 use crate::config_store::{ConfigStore, DEFAULT_CONFIG_BUCKET, NatsConfigStore};
 use crate::control::{RunControl, probe_store};
 use crate::decisions::{DecisionBus, DecisionBusConfig, DecisionWorker, RoutedDecisions};
-use crate::delegation::{NodeChildRuns, Reach};
+use crate::delegation::Reach;
 use crate::error::ClusterError;
 use crate::events::{ClusterEventHub, EventsConfig, ReplayBuffers, RunFollow, follow_run};
 use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use crate::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use crate::node_metrics::NodeGauges;
-use crate::routing::{
-    Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadHost, ThreadRouter,
-};
+use crate::routing::{Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadRouter};
 use crate::shards::{
     DEFAULT_SHARDS_BUCKET, HandOffs, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId,
     ShardOwner, ShardOwnerConfig, ShardPlacement, ShardedFence, quota,
@@ -169,10 +168,6 @@ impl ClusterNode {
             fence.clone(),
         ));
         let buffers = Arc::clone(hub.buffers());
-        let runtime = builder
-            .with_fence_source(Arc::new(fence.clone()))
-            .with_event_hub(hub)
-            .build()?;
 
         let mailbox = Arc::new(
             LedgerMailbox::open(
@@ -216,21 +211,21 @@ impl ClusterNode {
                     .any(|node| node.as_str() == consumer)
             })
         };
-        let worker = Arc::new(
-            MailboxWorker::start(
-                runtime.clone(),
-                Arc::clone(&mailbox) as _,
-                Arc::clone(&inbox) as _,
-                config.mailbox.clone(),
-                Claimant {
-                    consumer: node_id.as_str().to_owned(),
-                    placement,
-                    live,
-                },
-            )
-            .await
-            .map_err(ClusterError::from)?,
-        );
+        let assembly = Assembly::assemble(Parts {
+            builder,
+            hub,
+            buffers: Arc::clone(&buffers),
+            fence: Some(fence.clone()),
+            mailbox: Arc::clone(&mailbox) as _,
+            inbox: Arc::clone(&inbox) as _,
+            mailbox_config: config.mailbox.clone(),
+            claimant: Claimant {
+                consumer: node_id.as_str().to_owned(),
+                placement,
+                live,
+            },
+        })
+        .await?;
 
         let bus = DecisionBus::open(
             js.clone(),
@@ -241,34 +236,31 @@ impl ClusterNode {
         )
         .await
         .map_err(|e| e.during("opening the decision bus"))?;
-        let host = ThreadHost::new(runtime.clone(), fence.clone(), Arc::clone(&buffers));
         let calls = ShardServer::start(
             client.clone(),
-            host.clone(),
+            assembly.host.clone(),
             owner.ownership(),
             config.routing.heartbeat,
         );
         let router = ThreadRouter::new(
             client.clone(),
             config.shards.count,
-            Some(host),
+            Some(assembly.host.clone()),
             config.routing.clone(),
         );
         let decisions = bus
             .serve(
                 Arc::new(RoutedDecisions::new(router.clone())),
-                Arc::clone(runtime.metrics()),
+                Arc::clone(assembly.runtime.metrics()),
             )
             .await?;
-        runtime.set_child_runs(Arc::new(NodeChildRuns::new(
-            Arc::clone(runtime.store()),
-            Arc::clone(&mailbox) as _,
-            Arc::clone(&inbox) as _,
-            Reach::Cluster {
-                client: client.clone(),
-                router: Box::new(router.clone()),
-            },
-        )));
+        assembly.deliver_child_runs(Reach::Cluster {
+            client: client.clone(),
+            router: Box::new(router.clone()),
+        });
+        let Assembly {
+            runtime, worker, ..
+        } = assembly;
 
         owner.start(
             membership.subscribe(),
