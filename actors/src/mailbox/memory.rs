@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::state::MailboxState;
 use super::{
     DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxStore, QueueWatch,
-    QueuedThread, transition,
+    QueueWatchers, QueuedThread, transition,
 };
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::ids::{DispatchId, ThreadId};
@@ -21,7 +21,7 @@ use crate::ids::{DispatchId, ThreadId};
 pub struct InMemoryMailboxStore {
     config: MailboxConfig,
     state: Mutex<MailboxState>,
-    watchers: Mutex<Vec<QueueWatch>>,
+    watchers: QueueWatchers,
 }
 
 impl InMemoryMailboxStore {
@@ -30,22 +30,13 @@ impl InMemoryMailboxStore {
         Self {
             config,
             state: Mutex::default(),
-            watchers: Mutex::default(),
+            watchers: QueueWatchers::default(),
         }
     }
 
     /// Tells every watcher that `threads` got queued work; forgets closed watches.
     fn notify<'a>(&self, threads: impl IntoIterator<Item = &'a ThreadId>) {
-        let mut watchers = self
-            .watchers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if watchers.is_empty() {
-            return;
-        }
-        for thread_id in threads {
-            watchers.retain(|watcher| watcher.notify(thread_id));
-        }
+        self.watchers.notify(threads);
     }
 
     fn lock(&self) -> MutexGuard<'_, MailboxState> {
@@ -233,10 +224,7 @@ impl MailboxStore for InMemoryMailboxStore {
     }
 
     async fn watch_queued(&self, watch: QueueWatch) -> Result<(), MailboxError> {
-        self.watchers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(watch);
+        self.watchers.subscribe(watch);
         Ok(())
     }
 

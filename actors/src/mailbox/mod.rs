@@ -180,6 +180,35 @@ impl std::fmt::Debug for QueueWatch {
     }
 }
 
+/// The watches a mailbox store tells of queued work: every store keeps its
+/// subscribers here, so they are told (and closed ones forgotten) the same way.
+#[derive(Debug, Default)]
+pub struct QueueWatchers(std::sync::Mutex<Vec<QueueWatch>>);
+
+impl QueueWatchers {
+    /// Adds a watch.
+    pub fn subscribe(&self, watch: QueueWatch) {
+        self.lock().push(watch);
+    }
+
+    /// Tells every watch that `threads` got queued work; forgets closed ones.
+    pub fn notify<'a>(&self, threads: impl IntoIterator<Item = &'a ThreadId>) {
+        let mut watches = self.lock();
+        if watches.is_empty() {
+            return;
+        }
+        for thread_id in threads {
+            watches.retain(|watch| watch.notify(thread_id));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<QueueWatch>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The persistent queue of run activations (seed 000, `MailboxStore`).
 ///
 /// Guarantees every implementation gives (the conformance suite checks them): a

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use awaken_actors::hashing::FastHashMap;
 use awaken_actors::ids::ThreadId;
-use awaken_actors::mailbox::{MailboxError, MailboxState, QueueWatch};
+use awaken_actors::mailbox::{MailboxError, MailboxState, QueueWatch, QueueWatchers};
 use tokio::sync::{oneshot, watch};
 
 use super::command::{Command, Outcome};
@@ -38,7 +38,7 @@ pub(crate) struct Replica {
     /// This instance's batches in flight, by batch number, with their ops.
     own: Mutex<FastHashMap<u64, Vec<(u64, Command)>>>,
     /// `watch_queued` subscribers.
-    watchers: Mutex<Vec<QueueWatch>>,
+    watchers: QueueWatchers,
     /// Whether `broken` holds a reason (read on every op without the lock).
     is_broken: AtomicBool,
     /// Why the replica stopped following the stream, once it has.
@@ -62,7 +62,7 @@ impl Replica {
             waiters: Mutex::default(),
             own: Mutex::default(),
             is_broken: AtomicBool::new(false),
-            watchers: Mutex::default(),
+            watchers: QueueWatchers::default(),
             broken: Mutex::default(),
         }
     }
@@ -259,17 +259,13 @@ impl Replica {
 
     /// Subscribes a queue watch.
     pub(crate) fn subscribe(&self, watcher: QueueWatch) {
-        lock(&self.watchers).push(watcher);
+        self.watchers.subscribe(watcher);
     }
 
     /// Tells every watcher that `threads` got queued work; forgets closed watches.
     fn notify(&self, threads: &[ThreadId]) {
-        if threads.is_empty() {
-            return;
-        }
-        let mut watchers = lock(&self.watchers);
-        for thread_id in threads {
-            watchers.retain(|watcher| watcher.notify(thread_id));
+        if !threads.is_empty() {
+            self.watchers.notify(threads);
         }
     }
 }
