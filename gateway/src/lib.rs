@@ -11,13 +11,13 @@ pub mod base;
 pub mod bench;
 pub mod cli;
 pub mod compose;
+pub mod config;
 pub mod demo;
 pub mod error;
 pub mod mcp;
 pub mod run_cmd;
 pub mod runtime_config;
 pub mod secret;
-pub mod serve;
 pub mod server;
 pub mod telemetry;
 

@@ -25,9 +25,9 @@ pub use node::NodeArgs;
 pub use run::RunArgs;
 pub use serve::ServeArgs;
 
+use crate::config::ServeConfig;
+use crate::config::file::paths;
 use crate::error::{GatewayError, Result};
-use crate::serve::ServeConfig;
-use crate::serve::config::paths;
 use crate::telemetry::{
     ExportSettings, LogFormat, MetricsExportSettings, ProcessEnv, TelemetryConfig,
 };

@@ -14,12 +14,12 @@ use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::compose::{self, Assembly};
+use crate::config::file::paths;
+use crate::config::{ClusterConfig, ServeConfig, StoreConfig};
 use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
 use crate::runtime_config::ConfigManager;
 use crate::secret::Secret;
-use crate::serve::config::paths;
-use crate::serve::{ClusterConfig, ServeConfig, StoreConfig};
 use crate::server::metrics::{Metrics, PushedMetrics};
 use crate::telemetry::{MetricPush, MetricsExportSettings};
 

@@ -12,11 +12,11 @@ use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::compose::{self, Assembly};
+use crate::config::{ServeConfig, StoreConfig};
 use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
 use crate::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
-use crate::serve::{ServeConfig, StoreConfig};
 use crate::server::metrics::PushedMetrics;
 use crate::server::{AppState, Server};
 use crate::telemetry::{MetricPush, MetricsExportSettings};

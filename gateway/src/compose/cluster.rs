@@ -10,8 +10,8 @@ use awaken_cluster::shards::ShardCount;
 
 use super::invalid;
 use super::nats::{self, ServerErrors};
+use crate::config::ClusterConfig;
 use crate::error::{GatewayError, Result};
-use crate::serve::ClusterConfig;
 
 /// Connects to NATS and starts a cluster node running `builder`'s runtime; it has
 /// joined the membership when this returns.

@@ -26,11 +26,11 @@ pub use cluster::join_cluster;
 pub use store::{NodeStore, open_store};
 
 use crate::base::runtime_base;
+use crate::config::ServeConfig;
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
 use crate::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
-use crate::serve::ServeConfig;
 
 /// What a node runs, before it starts.
 pub struct Assembly {

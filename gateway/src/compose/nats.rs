@@ -8,9 +8,9 @@ use std::sync::Arc;
 use async_nats::{ConnectErrorKind, ConnectOptions, Event, ServerAddr, ServerError};
 use tokio::sync::watch;
 
+use crate::config::ClusterConfig;
 use crate::error::{GatewayError, Result};
 use crate::secret::Secret;
-use crate::serve::ClusterConfig;
 
 /// `urls` (comma-separated) with any `user:password@` or `token@` replaced by
 /// `***@`.

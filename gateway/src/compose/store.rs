@@ -9,8 +9,8 @@ use awaken_actors::store::{FileStore, InMemoryStore, PoolSettings, PostgresStore
 use sqlx::postgres::{PgConnectOptions, PgSslMode as SslMode};
 
 use super::invalid;
+use crate::config::{PgSslMode, PostgresConfig, StoreConfig};
 use crate::error::Result;
-use crate::serve::{PgSslMode, PostgresConfig, StoreConfig};
 
 /// The PostgreSQL pool of a node. In a cluster (`lease_ttl` set) its writes may
 /// hold a thread's row lock for half the shard lease TTL at most, and no more than

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::ConfigError;
+use super::file::ConfigError;
 use crate::secret::{Secret, check_all_readable, resolve};
 
 /// Cluster membership.
@@ -131,8 +131,8 @@ impl ClusterConfig {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use crate::serve::ServeConfig;
-    use crate::serve::config::tests::file;
+    use crate::config::ServeConfig;
+    use crate::config::file::tests::file;
 
     fn load(cluster: &str) -> Result<ServeConfig, String> {
         let toml = file(&format!(
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(cluster.nats_password.unwrap().expose(), "0123");
         assert_eq!(cluster.node_id.as_deref(), Some("007"));
         assert_eq!(cluster.shards, 64);
-        let crate::serve::StoreConfig::Postgres(postgres) = config.store else {
+        let crate::config::StoreConfig::Postgres(postgres) = config.store else {
             panic!("postgres")
         };
         assert_eq!(postgres.pool_size, 8);

@@ -238,10 +238,10 @@ pub(super) mod tests {
     use std::io::Write;
 
     use super::*;
-    use crate::serve::PostgresConfig;
+    use crate::config::PostgresConfig;
 
     /// A `.toml` file holding `text` (the config tests of `serve` share it).
-    pub(in crate::serve) fn file(text: &str) -> tempfile::NamedTempFile {
+    pub(in crate::config) fn file(text: &str) -> tempfile::NamedTempFile {
         let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
         file.write_all(text.as_bytes()).unwrap();
         file

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::ConfigError;
+use super::file::ConfigError;
 use crate::secret::{Secret, check_all_readable, resolve};
 
 /// The thread store.
@@ -157,8 +157,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::serve::ServeConfig;
-    use crate::serve::config::tests::file;
+    use crate::config::ServeConfig;
+    use crate::config::file::tests::file;
 
     fn load(store: &str) -> Result<PostgresConfig, String> {
         let toml = file(&format!("[store]\nkind = \"postgres\"\n{store}\n"));
