@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use awaken_cluster::testing::NatsServer;
 use serde_json::json;
-use support::{Cluster, Node, SETTLE, database, new_thread, post, record, waiting_call};
+use support::{Cluster, Node, database, done_run, new_thread, post, record, waiting_call};
 
 /// An example program of this build (in `examples/` beside the test's own directory).
 fn example(name: &str) -> PathBuf {
@@ -115,18 +115,7 @@ async fn publish_decision_resumes_a_waiting_run_and_reports_a_rejected_decision(
     let printed = stdout(&output);
     assert!(output.status.success(), "{printed}");
     assert!(printed.contains("stored in AWAKEN_DECISIONS"), "{printed}");
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    let run = loop {
-        let run = record(&client, &node.base, &run_id).await.unwrap();
-        if run["status"] == "done" {
-            break run;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the decision never applied: {run}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let run = done_run(&client, &node.base, &run_id).await;
     assert_eq!(run["termination"]["type"], "natural_end", "{run}");
 
     // The run no longer waits: the node rejects a second decision, and the

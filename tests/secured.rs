@@ -36,7 +36,7 @@ use awaken_cluster::testing::NatsServer;
 use postgres_server::PostgresServer;
 use serde_json::{Value, json};
 use support::tls::{DECIDER_PASSWORD, NODE_PASSWORD, Pki, secured_nats};
-use support::{Node, SETTLE, awaken_binary, database, new_thread, post, record, waiting_call};
+use support::{Node, SETTLE, awaken_binary, database, done_run, new_thread, post, waiting_call};
 
 const API_KEY: &str = "api-key-93e0d1";
 const DATABASE_PASSWORD: &str = "db-pw-c4d2aa";
@@ -203,18 +203,7 @@ async fn a_node_on_tls_with_a_password_runs_and_a_restricted_publisher_decides()
         "{published}"
     );
 
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    let run = loop {
-        let run = record(&client, &base, &run_id).await.unwrap();
-        if run["status"] == "done" {
-            break run;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the decision never applied: {run}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let run = done_run(&client, &base, &run_id).await;
     assert_eq!(run["termination"]["type"], "natural_end", "{run}");
 
     // What the node answers about itself holds no secret either.
@@ -372,21 +361,8 @@ async fn a_run_finishes(client: &reqwest::Client, base: &str) {
     let url = format!("{base}/v1/threads/{thread}/messages");
     let (status, queued) = post(client, url, body).await;
     assert_eq!(status, 202, "{queued}");
-    let run_id = queued["run_id"].as_str().unwrap();
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        if let Some(run) = record(client, base, run_id).await
-            && run["status"] == "done"
-        {
-            assert_eq!(run["termination"]["type"], "natural_end", "{run}");
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "run {run_id} never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let run = done_run(client, base, queued["run_id"].as_str().unwrap()).await;
+    assert_eq!(run["termination"]["type"], "natural_end", "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -228,6 +228,22 @@ pub(crate) async fn record(client: &reqwest::Client, base: &str, run_id: &str) -
     response.json().await.ok()
 }
 
+/// A run's record once the run is done (within [`SETTLE`]).
+pub(crate) async fn done_run(client: &reqwest::Client, base: &str, run_id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let run = record(client, base, run_id).await;
+        if let Some(run) = run.as_ref().filter(|run| run["status"] == "done") {
+            return run.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run {run_id} never ended: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The first waiting call of a run's record, once the run waits.
 pub(crate) async fn waiting_call(client: &reqwest::Client, base: &str, run_id: &str) -> String {
     let deadline = tokio::time::Instant::now() + SETTLE;
