@@ -2,7 +2,7 @@
 //! control their runs (decide, cancel, interrupt, inspect).
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -22,8 +22,9 @@ use crate::state::ProfileAccess;
 use crate::store::{InMemoryStore, ThreadRunStore, TimedStore};
 use crate::telemetry::RunMetrics;
 use crate::thread::{
-    Activation, ControlError, DecisionAck, EventHub, FenceSource, NullEventHub, RunRequest,
-    RunTicket, SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg, ThreadRegion, ThreadStatus,
+    Activation, ControlError, DecisionAck, EventHub, FenceSource, FollowRun, NullEventHub,
+    RunRequest, RunTicket, SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg, ThreadRegion,
+    ThreadStatus,
 };
 
 /// The services a runtime is built with; anything unset gets a single-node default.
@@ -240,6 +241,7 @@ impl AgentRuntime {
             call_id,
             resume,
             sink,
+            follow: None,
             reply,
         })
         .await?
@@ -284,18 +286,29 @@ impl AgentRuntime {
         call_id: ToolCallId,
         resume: ToolCallResume,
     ) -> Result<(DecisionAck, Option<RunEnding>), ControlError> {
-        let (completion, done) = CompletionSink::pair(None);
+        // The watch is registered by the thread actor, on the run it knows,
+        // before it answers and before the run can go on: no end slips by, and
+        // nobody else's sink is replaced.
+        let watch: Arc<Mutex<Option<RunWatch>>> = Arc::default();
+        let follow = {
+            let watch = Arc::clone(&watch);
+            let watches = Arc::clone(&self.watches);
+            FollowRun(Box::new(move |run_id: &RunId| {
+                *watch.lock().unwrap_or_else(PoisonError::into_inner) = Some(watches.watch(run_id));
+            }))
+        };
         let ack = self
             .ask(thread_id, |reply| ThreadMsg::Decide {
                 run_id,
                 call_id,
                 resume,
-                sink: Some(completion),
+                sink: None,
+                follow: Some(follow),
                 reply,
             })
             .await??;
-        let ending = ack.resumed.then_some(RunEnding(done));
-        Ok((ack, ending))
+        let watch = watch.lock().unwrap_or_else(PoisonError::into_inner).take();
+        Ok((ack, watch.map(RunEnding)))
     }
 
     /// Cancels the active or waiting run of a thread.
@@ -534,13 +547,13 @@ type Completion = oneshot::Sender<(TerminationReason, String)>;
 /// The end of a run's activation that a caller follows (see
 /// [`AgentRuntime::decide_and_follow`]).
 #[derive(Debug)]
-pub struct RunEnding(oneshot::Receiver<(TerminationReason, String)>);
+pub struct RunEnding(RunWatch);
 
 impl RunEnding {
     /// How the activation ended (finished, or waiting again); `None` when the
-    /// thread stopped first: its node shut down, or the thread moved to another.
-    pub async fn ended(self) -> Option<TerminationReason> {
-        self.0.await.ok().map(|(termination, _)| termination)
+    /// runtime went away first.
+    pub async fn ended(mut self) -> Option<TerminationReason> {
+        self.0.ended().await.map(|end| end.termination)
     }
 }
 

@@ -43,8 +43,8 @@ pub struct DecisionAck {
     /// `true` when this decision id was already applied; nothing was done again.
     pub duplicate: bool,
     /// `true` when the run executes on now (resumed by this decision, or — for a
-    /// duplicate — still executing from it): the sink given with the decision
-    /// receives its events until it finishes or waits again.
+    /// duplicate — still executing from it): whoever follows it (the decision's
+    /// sink, its watch) sees it to its end or its next wait.
     #[serde(default)]
     pub resumed: bool,
 }

@@ -21,7 +21,9 @@ mod request;
 mod run;
 mod tool_call;
 
-pub use actor::{SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState, ThreadMsg};
+pub use actor::{
+    FollowRun, SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState, ThreadMsg,
+};
 pub use control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
 pub use deps::{FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps};
 pub use emitter::{EventHub, NullEventHub};

@@ -51,6 +51,9 @@ pub enum ThreadMsg {
         resume: ToolCallResume,
         /// Where the resumed run's events go from now on.
         sink: Option<Arc<dyn EventSink>>,
+        /// Called with the run when it executes on from the decision, before
+        /// the answer: its end cannot slip by a watch registered there.
+        follow: Option<FollowRun>,
         /// Answered once the decision is accepted, found a duplicate, or refused.
         reply: RpcReplyPort<Result<DecisionAck, ControlError>>,
     },
@@ -134,6 +137,16 @@ impl std::fmt::Debug for ThreadMsg {
             Self::Passivate => "Passivate",
         };
         f.write_str(name)
+    }
+}
+
+/// What a decision's sender does with the run the decision resumed, from inside
+/// the thread actor (it registers a watch on the run's end).
+pub struct FollowRun(pub(crate) Box<dyn FnOnce(&RunId) + Send>);
+
+impl std::fmt::Debug for FollowRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FollowRun")
     }
 }
 

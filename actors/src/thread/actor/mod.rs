@@ -32,7 +32,7 @@ mod runs;
 mod segments;
 mod work;
 
-pub use messages::{SegmentDone, ThreadMsg};
+pub use messages::{FollowRun, SegmentDone, ThreadMsg};
 use reopen::rehydrate;
 
 /// Work waiting for the thread's core.
@@ -46,6 +46,7 @@ enum Input {
         call_id: ToolCallId,
         resume: ToolCallResume,
         sink: Option<Arc<dyn EventSink>>,
+        follow: Option<FollowRun>,
         reply: RpcReplyPort<Result<DecisionAck, ControlError>>,
     },
     Inference {
@@ -284,12 +285,14 @@ impl Actor for ThreadActor {
                 call_id,
                 resume,
                 sink,
+                follow,
                 reply,
             } => state.queue.push_back(Input::Decide {
                 run_id,
                 call_id,
                 resume,
                 sink,
+                follow,
                 reply,
             }),
             ThreadMsg::Cancel { run_id, reply } => {

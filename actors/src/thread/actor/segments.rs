@@ -63,16 +63,17 @@ impl ThreadActorState {
                 call_id,
                 resume,
                 sink,
+                follow,
                 reply,
             } => match self.check_decision(run_id.as_ref(), &call_id, &resume) {
                 Ok(Some(mut ack)) => {
                     // Applied before, and its run executes on (a decision
                     // delivered again after a failover, as the run continues from
                     // its checkpoint): the caller follows it to its end too.
-                    if let (Some(sink), Some(ctl)) = (sink, &self.ctl)
+                    if let (Some(follow), Some(ctl)) = (follow, &self.ctl)
                         && ctl.status == RunStatus::Running
                     {
-                        ctl.events.attach(sink);
+                        (follow.0)(&ctl.run_id);
                         ack.resumed = true;
                     }
                     let _ = reply.send(Ok(ack));
@@ -86,8 +87,13 @@ impl ThreadActorState {
                         duplicate: false,
                         resumed: true,
                     };
-                    if let (Some(sink), Some(ctl)) = (sink, &self.ctl) {
-                        ctl.events.attach(sink);
+                    if let Some(ctl) = &self.ctl {
+                        if let Some(sink) = sink {
+                            ctl.events.attach(sink);
+                        }
+                        if let Some(follow) = follow {
+                            (follow.0)(&ctl.run_id);
+                        }
                     }
                     if let Some(ctl) = &mut self.ctl {
                         ctl.status = RunStatus::Running;
