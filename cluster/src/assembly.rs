@@ -17,12 +17,8 @@ use crate::events::ReplayBuffers;
 use crate::routing::ThreadHost;
 use crate::shards::ShardedFence;
 
-/// What a node hands in to be assembled.
+/// What a node hands in to be assembled, around its runtime.
 pub(crate) struct Parts {
-    /// Agents, models, tools and the thread store.
-    pub(crate) builder: AgentRuntimeBuilder,
-    /// Where the runtime's run events go.
-    pub(crate) hub: Arc<dyn EventHub>,
     /// The hub's replay buffers, which thread calls replay from.
     pub(crate) buffers: Arc<ReplayBuffers>,
     /// The shard fence of a cluster member; `None` for a node alone, which owns
@@ -46,14 +42,26 @@ pub(crate) struct Assembly {
 }
 
 impl Assembly {
-    /// Builds the runtime on `parts`' hub (and fence), starts the mailbox worker
-    /// and the thread host.
-    pub(crate) async fn assemble(parts: Parts) -> Result<Self, ClusterError> {
-        let mut builder = parts.builder.with_event_hub(parts.hub);
-        if let Some(fence) = &parts.fence {
+    /// The runtime on the node's event hub (and shard fence): built before
+    /// anything else starts, so a node whose agents do not build fails before it
+    /// joins the cluster or opens anything.
+    pub(crate) fn runtime(
+        builder: AgentRuntimeBuilder,
+        hub: Arc<dyn EventHub>,
+        fence: Option<&ShardedFence>,
+    ) -> Result<AgentRuntime, ClusterError> {
+        let mut builder = builder.with_event_hub(hub);
+        if let Some(fence) = fence {
             builder = builder.with_fence_source(Arc::new(fence.clone()));
         }
-        let runtime = builder.build()?;
+        Ok(builder.build()?)
+    }
+
+    /// Starts `runtime`'s mailbox worker and thread host.
+    pub(crate) async fn assemble(
+        runtime: AgentRuntime,
+        parts: Parts,
+    ) -> Result<Self, ClusterError> {
         let worker = Arc::new(
             MailboxWorker::start(
                 runtime.clone(),

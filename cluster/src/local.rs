@@ -72,18 +72,20 @@ impl LocalNode {
             Some(path) => MemoryConfigStore::open(path).await?,
             None => MemoryConfigStore::new(),
         });
+        let runtime = Assembly::runtime(builder, Arc::clone(&hub) as _, None)?;
         let mailbox = Arc::new(InMemoryMailboxStore::new(config.mailbox.clone()));
         let inbox = Arc::new(InMemoryRunInbox::default());
-        let assembly = Assembly::assemble(Parts {
-            builder,
-            hub: Arc::clone(&hub) as _,
-            buffers: Arc::clone(hub.buffers()),
-            fence: None,
-            mailbox: Arc::clone(&mailbox) as _,
-            inbox: Arc::clone(&inbox) as _,
-            mailbox_config: config.mailbox,
-            claimant: Claimant::single_node("local"),
-        })
+        let assembly = Assembly::assemble(
+            runtime,
+            Parts {
+                buffers: Arc::clone(hub.buffers()),
+                fence: None,
+                mailbox: Arc::clone(&mailbox) as _,
+                inbox: Arc::clone(&inbox) as _,
+                mailbox_config: config.mailbox,
+                claimant: Claimant::single_node("local"),
+            },
+        )
         .await?;
         assembly.deliver_child_runs(Reach::Local {
             host: assembly.host.clone(),

@@ -168,6 +168,7 @@ impl ClusterNode {
             fence.clone(),
         ));
         let buffers = Arc::clone(hub.buffers());
+        let runtime = Assembly::runtime(builder, hub, Some(&fence))?;
 
         let mailbox = Arc::new(
             LedgerMailbox::open(
@@ -211,20 +212,21 @@ impl ClusterNode {
                     .any(|node| node.as_str() == consumer)
             })
         };
-        let assembly = Assembly::assemble(Parts {
-            builder,
-            hub,
-            buffers: Arc::clone(&buffers),
-            fence: Some(fence.clone()),
-            mailbox: Arc::clone(&mailbox) as _,
-            inbox: Arc::clone(&inbox) as _,
-            mailbox_config: config.mailbox.clone(),
-            claimant: Claimant {
-                consumer: node_id.as_str().to_owned(),
-                placement,
-                live,
+        let assembly = Assembly::assemble(
+            runtime,
+            Parts {
+                buffers: Arc::clone(&buffers),
+                fence: Some(fence.clone()),
+                mailbox: Arc::clone(&mailbox) as _,
+                inbox: Arc::clone(&inbox) as _,
+                mailbox_config: config.mailbox.clone(),
+                claimant: Claimant {
+                    consumer: node_id.as_str().to_owned(),
+                    placement,
+                    live,
+                },
             },
-        })
+        )
         .await?;
 
         let bus = DecisionBus::open(
