@@ -42,9 +42,9 @@ pub(crate) struct Assembly {
 }
 
 impl Assembly {
-    /// The runtime on the node's event hub (and shard fence): built before
-    /// anything else starts, so a node whose agents do not build fails before it
-    /// joins the cluster or opens anything.
+    /// The runtime on the node's event hub (and shard fence): built before the
+    /// mailbox, the membership and the worker, so a node whose agents do not
+    /// build fails before it joins the cluster.
     pub(crate) fn runtime(
         builder: AgentRuntimeBuilder,
         hub: Arc<dyn EventHub>,
