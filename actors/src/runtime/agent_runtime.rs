@@ -22,9 +22,9 @@ use crate::state::ProfileAccess;
 use crate::store::{InMemoryStore, ThreadRunStore, TimedStore};
 use crate::telemetry::RunMetrics;
 use crate::thread::{
-    Activation, ControlError, DecisionAck, EventHub, FenceSource, FollowRun, NullEventHub,
-    RunRequest, RunTicket, SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg, ThreadRegion,
-    ThreadStatus,
+    Activation, ControlError, DecideRequest, DecisionAck, EventHub, FenceSource, FollowRun,
+    NullEventHub, RunRequest, RunTicket, SingleNodeFence, ThreadConfig, ThreadDeps, ThreadMsg,
+    ThreadRegion, ThreadStatus,
 };
 
 /// The services a runtime is built with; anything unset gets a single-node default.
@@ -236,13 +236,15 @@ impl AgentRuntime {
         resume: ToolCallResume,
         sink: Option<Arc<dyn EventSink>>,
     ) -> Result<DecisionAck, ControlError> {
-        self.ask(thread_id, |reply| ThreadMsg::Decide {
-            run_id: None,
-            call_id,
-            resume,
-            sink,
-            follow: None,
-            reply,
+        self.ask(thread_id, |reply| {
+            ThreadMsg::Decide(DecideRequest {
+                run_id: None,
+                call_id,
+                resume,
+                sink,
+                follow: None,
+                reply,
+            })
         })
         .await?
     }
@@ -298,13 +300,15 @@ impl AgentRuntime {
             }))
         };
         let ack = self
-            .ask(thread_id, |reply| ThreadMsg::Decide {
-                run_id,
-                call_id,
-                resume,
-                sink: None,
-                follow: Some(follow),
-                reply,
+            .ask(thread_id, |reply| {
+                ThreadMsg::Decide(DecideRequest {
+                    run_id,
+                    call_id,
+                    resume,
+                    sink: None,
+                    follow: Some(follow),
+                    reply,
+                })
             })
             .await??;
         let watch = watch.lock().unwrap_or_else(PoisonError::into_inner).take();

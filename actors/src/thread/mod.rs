@@ -22,7 +22,8 @@ mod run;
 mod tool_call;
 
 pub use actor::{
-    FollowRun, SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState, ThreadMsg,
+    DecideRequest, FollowRun, SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState,
+    ThreadMsg,
 };
 pub use control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
 pub use deps::{FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps};

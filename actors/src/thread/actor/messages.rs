@@ -40,23 +40,8 @@ pub enum ThreadMsg {
         /// Answered with what the thread found.
         reply: RpcReplyPort<Result<Activation, ControlError>>,
     },
-    /// A human decision for a suspended tool call.
-    Decide {
-        /// The run the decision is meant for; refused when the thread's active
-        /// or waiting run is another (`None`: whichever it is).
-        run_id: Option<RunId>,
-        /// The suspended call.
-        call_id: ToolCallId,
-        /// The decision.
-        resume: ToolCallResume,
-        /// Where the resumed run's events go from now on.
-        sink: Option<Arc<dyn EventSink>>,
-        /// Called with the run when it executes on from the decision, before
-        /// the answer: its end cannot slip by a watch registered there.
-        follow: Option<FollowRun>,
-        /// Answered once the decision is accepted, found a duplicate, or refused.
-        reply: RpcReplyPort<Result<DecisionAck, ControlError>>,
-    },
+    /// A human decision for a suspended tool call (queued as it came).
+    Decide(DecideRequest),
     /// Cancels the active or waiting run (a specific one when `run_id` is set).
     Cancel {
         /// The run to cancel; any active run when `None`.
@@ -124,7 +109,7 @@ impl std::fmt::Debug for ThreadMsg {
         let name = match self {
             Self::Start { .. } => "Start",
             Self::Activate { .. } => "Activate",
-            Self::Decide { .. } => "Decide",
+            Self::Decide(_) => "Decide",
             Self::Cancel { .. } => "Cancel",
             Self::Status { .. } => "Status",
             Self::SegmentDone(_) => "SegmentDone",
@@ -138,6 +123,24 @@ impl std::fmt::Debug for ThreadMsg {
         };
         f.write_str(name)
     }
+}
+
+/// A human decision for a suspended tool call, as sent and as queued.
+pub struct DecideRequest {
+    /// The run the decision is meant for; refused when the thread's active or
+    /// waiting run is another (`None`: whichever it is).
+    pub(crate) run_id: Option<RunId>,
+    /// The suspended call.
+    pub(crate) call_id: ToolCallId,
+    /// The decision.
+    pub(crate) resume: ToolCallResume,
+    /// Where the resumed run's events go from now on.
+    pub(crate) sink: Option<Arc<dyn EventSink>>,
+    /// Called with the run when it executes on from the decision, before the
+    /// answer: its end cannot slip by a watch registered there.
+    pub(crate) follow: Option<FollowRun>,
+    /// Answered once the decision is accepted, found a duplicate, or refused.
+    pub(crate) reply: RpcReplyPort<Result<DecisionAck, ControlError>>,
 }
 
 /// What a decision's sender does with the run the decision resumed, from inside

@@ -14,11 +14,10 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use crate::context::Compaction;
 use crate::contract::{Message, RunStatus, ToolCallResume};
 use crate::error::InferenceExecutionError;
-use crate::event_sink::EventSink;
 use crate::ids::{RunId, ThreadId, ToolCallId};
 use crate::llm::StreamResult;
 
-use super::control::{Activation, ControlError, DecisionAck, RunTicket};
+use super::control::{Activation, ControlError, RunTicket};
 use super::core::{LatestRun, RunCore, ThreadCore, WarmThread};
 use super::deps::ThreadDeps;
 use super::emitter::RunEmitter;
@@ -32,7 +31,7 @@ mod runs;
 mod segments;
 mod work;
 
-pub use messages::{FollowRun, SegmentDone, ThreadMsg};
+pub use messages::{DecideRequest, FollowRun, SegmentDone, ThreadMsg};
 use reopen::rehydrate;
 
 /// Work waiting for the thread's core.
@@ -41,14 +40,7 @@ enum Input {
         run: Box<RunCore>,
         messages: Vec<Message>,
     },
-    Decide {
-        run_id: Option<RunId>,
-        call_id: ToolCallId,
-        resume: ToolCallResume,
-        sink: Option<Arc<dyn EventSink>>,
-        follow: Option<FollowRun>,
-        reply: RpcReplyPort<Result<DecisionAck, ControlError>>,
-    },
+    Decide(DecideRequest),
     Inference {
         run_id: RunId,
         result: Result<StreamResult, InferenceExecutionError>,
@@ -280,21 +272,7 @@ impl Actor for ThreadActor {
                     state.on_activate(run_id, request, sink),
                 ))
             }
-            ThreadMsg::Decide {
-                run_id,
-                call_id,
-                resume,
-                sink,
-                follow,
-                reply,
-            } => state.queue.push_back(Input::Decide {
-                run_id,
-                call_id,
-                resume,
-                sink,
-                follow,
-                reply,
-            }),
+            ThreadMsg::Decide(request) => state.queue.push_back(Input::Decide(request)),
             ThreadMsg::Cancel { run_id, reply } => {
                 let _ = reply.send(state.on_cancel(run_id));
             }

@@ -14,7 +14,9 @@ use crate::thread::control::{ControlError, DecisionAck};
 use crate::thread::keys::ToolCallStates;
 use crate::thread::run::{Driver, Next};
 
-use super::{Input, RunCtl, SegmentDone, ThreadActorState, ThreadMsg, Work, segment_panic};
+use super::{
+    DecideRequest, Input, RunCtl, SegmentDone, ThreadActorState, ThreadMsg, Work, segment_panic,
+};
 
 impl ThreadActorState {
     /// Runs queued work while the core is home.
@@ -58,14 +60,14 @@ impl ThreadActorState {
                 self.run = Some(run);
                 Some(Work::Start(messages))
             }
-            Input::Decide {
+            Input::Decide(DecideRequest {
                 run_id,
                 call_id,
                 resume,
                 sink,
                 follow,
                 reply,
-            } => match self.check_decision(run_id.as_ref(), &call_id, &resume) {
+            }) => match self.check_decision(run_id.as_ref(), &call_id, &resume) {
                 Ok(Some(mut ack)) => {
                     // Applied before, and its run executes on (a decision
                     // delivered again after a failover, as the run continues from
