@@ -106,6 +106,21 @@ async fn publish_decision_resumes_a_waiting_run_and_reports_a_rejected_decision(
         record(&client, &node.base, &run_id).await.unwrap()["status"],
         "waiting"
     );
+    // So is a thread id that would be a wildcard in the subject.
+    let output = run_example(
+        "publish_decision",
+        &["--nats", &nats.url(), "thread.>", &call, "approve"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("cannot be a NATS subject"),
+        "{output:?}"
+    );
+    assert_eq!(
+        record(&client, &node.base, &run_id).await.unwrap()["status"],
+        "waiting"
+    );
 
     let output = run_example(
         "publish_decision",

@@ -56,6 +56,13 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
     }
     let [thread_id, call_id, verdict] = <[String; 3]>::try_from(positional)
         .map_err(|given| format!("expected 3 arguments, got {}", given.len()))?;
+    // The thread id is the subject's tail: a wildcard, a space or an empty
+    // token would publish somewhere else or nowhere.
+    if thread_id.split('.').any(|token| {
+        token.is_empty() || token.contains(['*', '>']) || token.contains(char::is_whitespace)
+    }) {
+        return Err(format!("`{thread_id}` cannot be a NATS subject's tail"));
+    }
     let approve = match verdict.as_str() {
         "approve" => true,
         "deny" => false,
