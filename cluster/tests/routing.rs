@@ -24,9 +24,10 @@ use awaken_cluster::events::follow_run;
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
 use awaken_cluster::routing::{
-    CallFrame, CallOutcome, RouteError, RouterConfig, ThreadCall, ThreadRouter, call_subject,
+    CallFrame, CallOutcome, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadHost,
+    ThreadRouter, call_subject,
 };
-use awaken_cluster::shards::ShardCount;
+use awaken_cluster::shards::{LeaseTable, Ownership, ShardCount, ShardOwner, ShardOwnerConfig};
 use awaken_cluster::testing::NatsServer;
 use serde_json::json;
 use support::{CountingEcho, approver_builder};
@@ -34,7 +35,7 @@ use support::{CountingEcho, approver_builder};
 /// One node owning every shard, and a second connection that owns none: all its
 /// calls travel over NATS.
 struct Fixture {
-    _server: NatsServer,
+    server: NatsServer,
     node: ClusterNode,
     echo: Arc<CountingEcho>,
     remote: async_nats::Client,
@@ -59,7 +60,7 @@ async fn fixture() -> Fixture {
     let remote = server.connect().await.unwrap();
     let router = ThreadRouter::new(remote.clone(), shards, None, RouterConfig::default());
     Fixture {
-        _server: server,
+        server,
         node,
         echo,
         remote,
@@ -72,6 +73,53 @@ fn thread(name: &str) -> ThreadId {
 }
 
 impl Fixture {
+    /// A second node's call server still subscribed to every shard although it
+    /// owns none: what a node that just lost its leases looks like until it
+    /// notices. Returns once it is seen declining a call.
+    async fn stale_server(&self) -> (ShardServer, tokio::sync::watch::Sender<Ownership>) {
+        let client = self.server.connect().await.unwrap();
+        let table = LeaseTable::open(
+            &async_nats::jetstream::new(client.clone()),
+            "stale-leases",
+            Duration::from_secs(5),
+            1,
+        )
+        .await
+        .unwrap();
+        let config = ShardOwnerConfig::default();
+        let count = config.count;
+        let owner = ShardOwner::new(NodeId::new("stale").unwrap(), config, table);
+        let host = ThreadHost::new(
+            self.node.runtime().clone(),
+            owner.fence(),
+            Arc::clone(self.node.event_buffers()),
+        );
+        let every_shard = count.all().map(|shard| (shard, Default::default()));
+        let (held, subscribed) = tokio::sync::watch::channel(every_shard.collect::<Ownership>());
+        let server = ShardServer::start(client, host, subscribed, Duration::from_secs(1));
+        let status = codec::encode(&ThreadCall::Status {
+            thread_id: thread("probe"),
+        })
+        .unwrap();
+        let subject = call_subject(count.shard_of(&thread("probe")));
+        for _ in 0..1_000 {
+            let reply = self
+                .remote
+                .request(subject.clone(), status.clone())
+                .await
+                .unwrap();
+            let frame: CallFrame = codec::decode(&reply.payload).unwrap();
+            if frame
+                == (CallFrame::Done {
+                    outcome: CallOutcome::NotOwner,
+                })
+            {
+                return (server, held);
+            }
+        }
+        panic!("the stale server never answered");
+    }
+
     /// Submits a run on `thread` and follows it from the remote connection until it
     /// waits for approval; returns the run, its events and the suspended call.
     async fn waiting_run(&self, thread: &ThreadId) -> (RunId, Vec<StreamEvent>, ToolCallId) {
@@ -203,6 +251,32 @@ async fn a_decision_taken_by_another_node_is_forwarded_to_the_owner_once() {
         .unwrap()
         .unwrap();
     assert_eq!(record.status, RunStatus::Done);
+}
+
+/// While a lease changes hands the node that lost it can still be subscribed to
+/// the shard's calls and decline them: a decision sent then is applied once and
+/// answered as applied, not as a duplicate of itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_also_reaches_a_node_that_lost_the_shard_is_applied_once() {
+    let f = fixture().await;
+    let _stale = f.stale_server().await;
+    for n in 0..8 {
+        let thread = thread(&format!("handover-{n}"));
+        let (_, _, call) = f.waiting_run(&thread).await;
+        let answer = f
+            .router
+            .call(ThreadCall::Decide {
+                decision: decision(&thread, &call, "d1"),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            answer.outcome,
+            CallOutcome::Delivered(Delivery::Applied { duplicate: false }),
+            "decision {n}"
+        );
+    }
+    assert_eq!(f.echo.0.load(Ordering::SeqCst), 8, "each tool ran once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

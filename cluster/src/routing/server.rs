@@ -27,6 +27,12 @@ const MAX_IN_FLIGHT: usize = 4096;
 /// Subscribes to `awaken.shard.<n>.call` for every shard this node owns, and only
 /// those: NATS itself routes a call to the thread's owner, and answers "no
 /// responders" while a shard has none (mid-failover).
+///
+/// The subscription is in a queue group, so each call reaches one subscriber
+/// even while a lease changes hands and the old and the new owner are both
+/// subscribed: the old one declines (`NotOwner`) and the caller sends again,
+/// instead of both receiving it, the new one applying it and the caller taking
+/// the old one's refusal as the answer and applying it a second time.
 #[derive(Debug)]
 pub struct ShardServer {
     _task: AbortOnDropHandle<()>,
@@ -77,7 +83,8 @@ async fn serve_shard(
     permits: Arc<Semaphore>,
     heartbeat: Duration,
 ) {
-    let mut calls = match client.subscribe(call_subject(shard)).await {
+    let subject = call_subject(shard);
+    let mut calls = match client.queue_subscribe(subject.clone(), subject).await {
         Ok(calls) => calls,
         Err(error) => {
             tracing::warn!(%error, shard = shard.0, "cannot serve the shard's thread calls");
