@@ -16,6 +16,7 @@ pub mod demo;
 pub mod error;
 pub mod mcp;
 pub mod run_cmd;
+pub mod runs;
 pub mod runtime_config;
 pub mod secret;
 pub mod server;

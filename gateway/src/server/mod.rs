@@ -13,9 +13,10 @@ mod extract;
 pub mod metrics;
 mod routes;
 mod sse;
-mod sse_frames;
+pub(crate) mod sse_frames;
 pub mod state;
-mod trace;
+mod table;
+pub(crate) mod trace;
 
 use std::future::Future;
 use std::net::SocketAddr;

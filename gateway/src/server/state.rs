@@ -3,12 +3,14 @@
 use std::sync::Arc;
 
 use awaken_cluster::RunControl;
+use axum::extract::FromRef;
 use tokio::sync::{Semaphore, watch};
 
 use super::config::ServerConfig;
 use super::metrics::Metrics;
 use super::routes::{McpService, PushNotifications, mcp_service};
 use crate::mcp::McpHub;
+use crate::runs::RunService;
 use crate::runtime_config::{ConfigApiError, ConfigDocument, ConfigManager};
 
 /// The node the routes serve from and the server's settings. axum clones it for
@@ -20,6 +22,8 @@ pub struct AppState(Arc<SharedState>);
 pub struct SharedState {
     /// Runs, threads and decisions, on a single node or a cluster member.
     pub control: Arc<dyn RunControl>,
+    /// What the handlers do with runs, over `control`.
+    pub runs: RunService,
     /// The server's settings.
     pub config: Arc<ServerConfig>,
     /// The config namespaces and this node's registries.
@@ -52,6 +56,12 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+impl FromRef<AppState> for RunService {
+    fn from_ref(state: &AppState) -> Self {
+        state.runs.clone()
+    }
+}
+
 impl AppState {
     /// State for routes over `control`, whose registries `runtime_config` manages.
     pub fn new(
@@ -69,8 +79,10 @@ impl AppState {
             stopping.subscribe(),
         );
         let metrics = Arc::new(Metrics::new(control.as_ref()));
+        let runs = RunService::new(Arc::clone(&control), stopping.subscribe());
         Self(Arc::new(SharedState {
             in_flight,
+            runs,
             control,
             mcp,
             config: Arc::new(config),

@@ -7,19 +7,19 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value as JsonValue, json};
 
-use super::table::Routes;
 use super::threads::Paging;
 use crate::runtime_config::{ConfigApiError, Namespace};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The path segment that asks for a namespace's JSON Schema instead of an entry.
 const SCHEMA_SEGMENT: &str = "$schema";
 
 /// The config and capabilities routes.
-pub(crate) fn routes() -> Routes {
+pub(crate) fn routes() -> Routes<AppState> {
     Routes::new()
         .get("/v1/capabilities", capabilities)
         .get("/v1/config/{namespace}", list)

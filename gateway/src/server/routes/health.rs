@@ -7,13 +7,13 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::table::Routes;
 use crate::server::error::ApiError;
 use crate::server::metrics::CONTENT_TYPE;
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The health routes (never behind authentication).
-pub(crate) fn routes() -> Routes {
+pub(crate) fn routes() -> Routes<AppState> {
     Routes::new()
         .get("/health", ready)
         .get("/health/ready", ready)
@@ -52,7 +52,7 @@ async fn ready(State(state): State<AppState>) -> Response {
 
 /// The metrics route: outside the request limit, so a busy node can be observed,
 /// but behind the API keys like every route other than the probes.
-pub(crate) fn metrics_routes() -> Routes {
+pub(crate) fn metrics_routes() -> Routes<AppState> {
     Routes::new().get("/metrics", metrics)
 }
 

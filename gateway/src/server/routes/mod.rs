@@ -6,13 +6,9 @@ mod ag_ui;
 mod ai_sdk;
 mod config;
 mod health;
-mod input;
 mod mcp;
 mod openapi;
-mod protocol;
 mod runs;
-mod shared;
-mod table;
 mod threads;
 
 use axum::Router;
@@ -21,7 +17,7 @@ use axum::http::{Method, Uri};
 use super::edge::{self, Edge};
 use super::error::ApiError;
 use super::state::AppState;
-use table::Routes;
+use super::table::Routes;
 
 pub(crate) use a2a::PushNotifications;
 pub(crate) use mcp::{McpService, service as mcp_service};
@@ -57,7 +53,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The routes behind the API keys and the request limit.
-fn api_routes() -> Routes {
+fn api_routes() -> Routes<AppState> {
     threads::routes()
         .merge(runs::routes())
         .merge(ai_sdk::routes())

@@ -13,19 +13,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::input::{InputBody, StartRunBody, user_messages};
-use super::shared::{
-    accept_input, cancel, check_agent, check_run_thread, check_thread, decide, thread_of_run,
-};
-use super::table::Routes;
+use crate::runs::input::{InputBody, StartRunBody, user_messages};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::sse::{last_event_id, run_events};
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The run routes.
-pub(crate) fn routes() -> Routes {
+pub(crate) fn routes() -> Routes<AppState> {
     Routes::new()
         .get("/v1/runs", list_runs)
         .post("/v1/runs", start_run)
@@ -96,9 +93,12 @@ async fn start_run(
 ) -> Result<Response, ApiError> {
     let messages = user_messages(body.messages)?;
     if let Some(thread_id) = &body.thread_id {
-        check_thread(&state, &caller, thread_id).await?;
+        state.runs.check_thread(&caller, thread_id).await?;
     }
-    check_agent(&state, body.agent_id.as_ref(), body.thread_id.as_ref()).await?;
+    state
+        .runs
+        .check_agent(body.agent_id.as_ref(), body.thread_id.as_ref())
+        .await?;
     let new_thread = body.thread_id.is_none();
     let thread_id = match body.thread_id {
         Some(thread_id) => thread_id,
@@ -143,12 +143,18 @@ async fn get_run(
     ApiPath(run_id): ApiPath<RunId>,
 ) -> Result<Response, ApiError> {
     if let Some(record) = state.control.store().load_run(&run_id).await? {
-        check_run_thread(&state, &caller, &run_id, &record.thread_id).await?;
+        state
+            .runs
+            .check_run_thread(&caller, &run_id, &record.thread_id)
+            .await?;
         return Ok(Json(record).into_response());
     }
     match state.control.accepted_run(&run_id).await? {
         Some(request) => {
-            check_run_thread(&state, &caller, &run_id, &request.thread_id).await?;
+            state
+                .runs
+                .check_run_thread(&caller, &run_id, &request.thread_id)
+                .await?;
             Ok((
                 StatusCode::ACCEPTED,
                 Json(serde_json::json!({
@@ -174,7 +180,7 @@ async fn follow_run(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after_seq = last_event_id(&headers)?;
-    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
+    let thread_id = state.runs.thread_of_run(&caller, &run_id).await?;
     let follow = state.control.follow(&thread_id, &run_id, after_seq).await?;
     // Re-read: the run may have finished between the first read and subscribing.
     let finished = state
@@ -198,8 +204,8 @@ async fn add_input(
     ApiPath(run_id): ApiPath<RunId>,
     ApiJson(body): ApiJson<InputBody>,
 ) -> Result<Response, ApiError> {
-    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
-    accept_input(&state, thread_id, body, Some(run_id)).await
+    let thread_id = state.runs.thread_of_run(&caller, &run_id).await?;
+    state.runs.accept_input(thread_id, body, Some(run_id)).await
 }
 
 async fn cancel_run(
@@ -207,8 +213,8 @@ async fn cancel_run(
     caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
 ) -> Result<Response, ApiError> {
-    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
-    let answer = cancel(&state, &thread_id, Some(&run_id)).await?;
+    let thread_id = state.runs.thread_of_run(&caller, &run_id).await?;
+    let answer = state.runs.cancel(&thread_id, Some(&run_id)).await?;
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }
 
@@ -218,7 +224,10 @@ async fn run_decision(
     ApiPath(run_id): ApiPath<RunId>,
     ApiJson(payload): ApiJson<DecisionPayload>,
 ) -> Result<Response, ApiError> {
-    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
-    let answer = decide(&state, &thread_id, Some(&run_id), payload).await?;
+    let thread_id = state.runs.thread_of_run(&caller, &run_id).await?;
+    let answer = state
+        .runs
+        .decide(&thread_id, Some(&run_id), payload)
+        .await?;
     Ok(Json(answer).into_response())
 }

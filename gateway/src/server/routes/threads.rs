@@ -16,17 +16,17 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value as JsonValue;
 
-use super::input::InputBody;
 use super::runs::{RunListQuery, default_limit};
-use super::shared::{accept_input, cancel, check_thread, decide, queued_dispatches, unexpected};
-use super::table::Routes;
+use crate::runs::input::InputBody;
+use crate::runs::unexpected;
 use crate::server::auth::{Caller, TENANT_KEY, refuse_reserved};
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The thread routes.
-pub(crate) fn routes() -> Routes {
+pub(crate) fn routes() -> Routes<AppState> {
     Routes::new()
         .get("/v1/threads", list_threads)
         .post("/v1/threads", create_thread)
@@ -133,7 +133,7 @@ async fn get_thread(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    let thread = check_thread(&state, &caller, &thread_id).await?;
+    let thread = state.runs.check_thread(&caller, &thread_id).await?;
     Ok(Json(thread).into_response())
 }
 
@@ -147,7 +147,7 @@ async fn patch_thread(
     if body.id.is_some() {
         return Err(ApiError::BadRequest("a thread's id cannot change".into()));
     }
-    let thread = check_thread(&state, &caller, &thread_id).await?;
+    let thread = state.runs.check_thread(&caller, &thread_id).await?;
     let custom = match body.custom {
         Some(mut custom) => {
             refuse_reserved(&custom)?;
@@ -178,7 +178,7 @@ async fn delete_thread(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
     let answer = state
         .control
         .call(ThreadCall::Status {
@@ -197,7 +197,7 @@ async fn delete_thread(
         CallOutcome::Failed(refused) => return Err(refused.into()),
         other => return Err(unexpected("status", &other)),
     }
-    let queued = queued_dispatches(&state, &thread_id).await?;
+    let queued = state.runs.queued_dispatches(&thread_id).await?;
     if !queued.is_empty() {
         return Err(ApiError::Conflict(format!(
             "thread `{thread_id}` has {} queued run(s); cancel them first",
@@ -213,8 +213,8 @@ pub(super) async fn cancel_thread(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
-    let answer = cancel(&state, &thread_id, None).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
+    let answer = state.runs.cancel(&thread_id, None).await?;
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }
 
@@ -224,8 +224,8 @@ async fn thread_decision(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiJson(payload): ApiJson<DecisionPayload>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
-    let answer = decide(&state, &thread_id, None, payload).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
+    let answer = state.runs.decide(&thread_id, None, payload).await?;
     Ok(Json(answer).into_response())
 }
 
@@ -234,7 +234,7 @@ pub(super) async fn interrupt_thread(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
     let interrupted = state.control.interrupt_thread(&thread_id).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -275,7 +275,7 @@ async fn list_messages(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
     let query = MessageQuery {
         cursor: query.cursor,
         limit: query.limit,
@@ -296,8 +296,8 @@ async fn post_messages(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiJson(body): ApiJson<InputBody>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
-    accept_input(&state, thread_id, body, None).await
+    state.runs.check_thread(&caller, &thread_id).await?;
+    state.runs.accept_input(thread_id, body, None).await
 }
 
 async fn list_mailbox(
@@ -306,7 +306,7 @@ async fn list_mailbox(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
     let mut page = state
         .control
         .mailbox()
@@ -334,7 +334,7 @@ async fn list_thread_runs(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(query): ApiQuery<RunListQuery>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
     let page = state
         .control
         .store()
@@ -348,7 +348,7 @@ async fn latest_run(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
+    state.runs.check_thread(&caller, &thread_id).await?;
     match state.control.store().latest_run(&thread_id).await? {
         Some(run) => Ok(Json(run).into_response()),
         None => Err(ApiError::NotFound(format!(

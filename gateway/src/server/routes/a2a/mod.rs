@@ -27,11 +27,11 @@ pub(crate) use push::PushNotifications;
 
 use self::error::A2aError;
 use self::service::Scope;
-use super::table::Routes;
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The routes behind the API keys.
-pub(crate) fn routes() -> Routes {
+pub(crate) fn routes() -> Routes<AppState> {
     Routes::new()
         .post("/v1/a2a", jsonrpc::handle)
         .post("/v1/a2a/{tenant}", jsonrpc::handle)
@@ -80,7 +80,7 @@ pub(crate) fn routes() -> Routes {
 }
 
 /// The cards: public, and the extended card checks its own token.
-pub(crate) fn card_routes() -> Routes {
+pub(crate) fn card_routes() -> Routes<AppState> {
     Routes::new()
         .get("/.well-known/agent-card.json", rest::card)
         .get("/v1/a2a/.well-known/agent-card.json", rest::card)

@@ -9,8 +9,8 @@ use super::error::A2aError;
 use super::service::{Scope, accept, get_task};
 use super::stream::{Framing, TaskStream};
 use super::wire::SendMessageRequest;
+use crate::runs::RunEvents;
 use crate::server::error::ApiError;
-use crate::server::routes::protocol::{RunEvents, encoded_events};
 use crate::server::state::AppState;
 
 /// `SendMessage` (`stream`: `SendStreamingMessage`).
@@ -32,7 +32,9 @@ pub(crate) async fn send(
     }
     if stream {
         let encoder = TaskStream::new(accepted.task, framing);
-        return Ok(encoded_events(state, accepted.events, encoder)
+        return Ok(state
+            .runs
+            .encoded_events(accepted.events, encoder)
             .await
             .into_response());
     }
@@ -87,7 +89,9 @@ pub(crate) async fn subscribe(
         follow
     };
     let encoder = TaskStream::new(task, framing);
-    Ok(encoded_events(state, RunEvents::from(follow), encoder)
+    Ok(state
+        .runs
+        .encoded_events(RunEvents::from(follow), encoder)
         .await
         .into_response())
 }

@@ -14,11 +14,10 @@ use super::task::{submitted_task, task_of};
 use super::wire::{
     ListTasksResponse, Message, Part, Role, SendMessageRequest, Task, TaskState, TaskStatus,
 };
+use crate::runs::RunEvents;
+use crate::runs::input::check_image;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
-use crate::server::routes::input::check_image;
-use crate::server::routes::protocol::{RunEvents, open_thread, resume_followed, submit_followed};
-use crate::server::routes::shared::check_thread;
 use crate::server::state::AppState;
 
 /// The most tasks one `ListTasks` page holds.
@@ -145,14 +144,17 @@ async fn start_task(
         None => None,
     };
     // Another tenant's context is an unknown thread to this caller.
-    let thread_id = open_thread(state, &scope.caller, thread_id, Some(&scope.agent)).await?;
+    let thread_id = state
+        .runs
+        .open_thread(&scope.caller, thread_id, Some(&scope.agent))
+        .await?;
     let run_id = RunId::generate();
     let request = RunRequest::new(thread_id.clone(), vec![input])
         .with_agent_id(scope.agent.clone())
         .with_run_id(run_id.clone())
         .with_origin(RunOrigin::A2a);
     let task = submitted_task(&run_id, &request, history);
-    let events = submit_followed(state, request, &run_id).await?;
+    let events = state.runs.submit_followed(request, &run_id).await?;
     Ok(Accepted { task, events })
 }
 
@@ -194,7 +196,7 @@ async fn answer_task(
         }
     }
     let decisions = decisions_of(message, &record)?;
-    let events = resume_followed(state, &record, decisions).await?;
+    let events = state.runs.resume_followed(&record, decisions).await?;
     // The input is taken: the task works again, whatever its record said a
     // moment ago.
     task.status = TaskStatus {
@@ -227,7 +229,9 @@ async fn load_task(state: &AppState, scope: &Scope, task_id: &str) -> Result<Loa
         if record.agent_id != scope.agent {
             return Err(not_found());
         }
-        check_thread(state, &scope.caller, &record.thread_id)
+        state
+            .runs
+            .check_thread(&scope.caller, &record.thread_id)
             .await
             .map_err(|_| not_found())?;
         let log = store
@@ -248,7 +252,9 @@ async fn load_task(state: &AppState, scope: &Scope, task_id: &str) -> Result<Loa
         .map_err(ApiError::from)?
     {
         Some(request) if request.agent_id.as_ref() == Some(&scope.agent) => {
-            check_thread(state, &scope.caller, &request.thread_id)
+            state
+                .runs
+                .check_thread(&scope.caller, &request.thread_id)
                 .await
                 .map_err(|_| not_found())?;
             let state = queued_state(state, &request.thread_id, &run_id).await?;
@@ -346,7 +352,11 @@ pub(crate) async fn list_tasks(
         _ => None,
     };
     if let Some(thread_id) = &thread_id
-        && check_thread(state, &scope.caller, thread_id).await.is_err()
+        && state
+            .runs
+            .check_thread(&scope.caller, thread_id)
+            .await
+            .is_err()
     {
         return Ok(ListTasksResponse {
             tasks: Vec::new(),
@@ -466,7 +476,9 @@ async fn cancel_run(
     thread_id: &ThreadId,
     run_id: &RunId,
 ) -> Result<(), A2aError> {
-    crate::server::routes::shared::cancel(state, thread_id, Some(run_id))
+    state
+        .runs
+        .cancel(thread_id, Some(run_id))
         .await
         .map(drop)
         .map_err(|error| match error {

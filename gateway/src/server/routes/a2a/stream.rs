@@ -11,7 +11,7 @@ use super::wire::{
     Artifact, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
-use crate::server::routes::protocol::Encoder;
+use crate::runs::Encoder;
 
 /// How each item is framed on the wire.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::messages::ag_ui_messages;
-use crate::server::routes::protocol::{Encoder, visible_state};
+use crate::runs::{Encoder, visible_state};
 
 /// One AG-UI event.
 #[derive(Debug, Clone, PartialEq, Serialize)]

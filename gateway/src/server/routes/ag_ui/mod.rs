@@ -15,18 +15,15 @@ use axum::response::{IntoResponse, Response};
 
 use self::encoder::AgUiEncoder;
 use self::request::{AgUiInput, RunAgentInput};
-use super::protocol::{
-    encoded_events, open_thread, resume_followed, start_followed, visible_messages, waiting_run,
-};
 use super::threads::interrupt_thread;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath};
-use crate::server::routes::table::Routes;
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The AG-UI routes.
-pub(crate) fn routes() -> Routes {
+pub(crate) fn routes() -> Routes<AppState> {
     Routes::new()
         .post("/v1/ag-ui/run", run)
         .post("/v1/ag-ui/threads/{thread_id}/runs", thread_run)
@@ -89,24 +86,34 @@ async fn respond(
                 Some(run_id) => fresh_run_id(state, run_id).await?,
                 None => RunId::generate(),
             };
-            let thread_id = open_thread(state, caller, thread_id, agent_id.as_ref()).await?;
+            let thread_id = state
+                .runs
+                .open_thread(caller, thread_id, agent_id.as_ref())
+                .await?;
             let encoder = AgUiEncoder::new(thread_id.to_string(), run_id.to_string(), parent);
-            let events = start_followed(state, thread_id, agent_id, vec![message], run_id).await?;
+            let events = state
+                .runs
+                .start_followed(thread_id, agent_id, vec![message], run_id)
+                .await?;
             (encoder, events)
         }
         AgUiInput::Resume => {
             let thread_id = thread_id.ok_or_else(|| {
                 ApiError::BadRequest("`resume` answers a thread's run: send its `threadId`".into())
             })?;
-            let run = waiting_run(state, caller, &thread_id).await?;
+            let run = state.runs.waiting_run(caller, &thread_id).await?;
             let decisions = input.decisions(&run)?;
             let reported = client_run.unwrap_or_else(|| run.run_id.clone());
             let encoder = AgUiEncoder::new(thread_id.to_string(), reported.to_string(), parent);
-            let events = resume_followed(state, &run, decisions).await?;
+            let events = state.runs.resume_followed(&run, decisions).await?;
             (encoder, events)
         }
     };
-    Ok(encoded_events(state, events, encoder).await.into_response())
+    Ok(state
+        .runs
+        .encoded_events(events, encoder)
+        .await
+        .into_response())
 }
 
 /// The client's run id for a new run: 409 when a run already has it.
@@ -127,6 +134,6 @@ async fn thread_messages(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    let visible = visible_messages(&state, &caller, &thread_id).await?;
+    let visible = state.runs.visible_messages(&caller, &thread_id).await?;
     Ok(Json(serde_json::json!({ "messages": messages::ag_ui_messages(&visible) })).into_response())
 }

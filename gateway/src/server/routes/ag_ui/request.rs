@@ -8,9 +8,8 @@ use awaken_cluster::decisions::DecisionPayload;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::runs::input::{check_image, user_input};
 use crate::server::error::ApiError;
-use crate::server::routes::input::check_image;
-use crate::server::routes::protocol::user_input;
 
 /// The request body. Unknown fields are allowed, as the protocol's schema does;
 /// `state`, `tools`, `context` and `forwardedProps` are accepted and not used.

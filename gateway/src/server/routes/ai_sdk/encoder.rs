@@ -15,7 +15,7 @@ use awaken_actors::store::ThreadSnapshot;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::server::routes::protocol::{Encoder, visible_state};
+use crate::runs::{Encoder, visible_state};
 
 /// One chunk of the UI message stream.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -17,23 +17,19 @@ use axum::response::{IntoResponse, Response};
 
 use self::encoder::UiEncoder;
 use self::request::{Approval, ChatInput, ChatRequest};
-use super::protocol::{
-    RunEvents, encoded_events, open_thread, replay_followed, resume_followed, running_run,
-    start_followed, visible_messages, waiting_run,
-};
-use super::shared::{check_thread, thread_of_run};
 use super::threads::{cancel_thread, interrupt_thread};
+use crate::runs::RunEvents;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath};
-use crate::server::routes::table::Routes;
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The header that tells the client this is a UI message stream.
 const STREAM_HEADER: HeaderName = HeaderName::from_static("x-vercel-ai-ui-message-stream");
 
 /// The AI SDK routes.
-pub(crate) fn routes() -> Routes {
+pub(crate) fn routes() -> Routes<AppState> {
     Routes::new()
         .post("/v1/ai-sdk/chat", chat)
         .post("/v1/ai-sdk/threads/{thread_id}/runs", thread_chat)
@@ -88,24 +84,28 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     match body.input()? {
         ChatInput::Message(message) => {
-            let thread_id = open_thread(state, caller, thread_id, agent_id.as_ref()).await?;
-            let events =
-                start_followed(state, thread_id, agent_id, vec![message], RunId::generate())
-                    .await?;
+            let thread_id = state
+                .runs
+                .open_thread(caller, thread_id, agent_id.as_ref())
+                .await?;
+            let events = state
+                .runs
+                .start_followed(thread_id, agent_id, vec![message], RunId::generate())
+                .await?;
             Ok(ui_stream(state, events, UiEncoder::new()).await)
         }
         ChatInput::Approvals(approvals) => {
             let thread_id = thread_id.ok_or_else(|| {
                 ApiError::BadRequest("approvals answer a chat: send its `id`".into())
             })?;
-            let run = waiting_run(state, caller, &thread_id).await?;
+            let run = state.runs.waiting_run(caller, &thread_id).await?;
             let denied = approvals
                 .iter()
                 .filter(|approval| !approval.approved)
                 .map(|approval| approval.tool_call_id.clone());
             let encoder = UiEncoder::continuing(body.known_calls(), denied);
             let decisions = approvals.iter().map(Approval::decision).collect();
-            let events = resume_followed(state, &run, decisions).await?;
+            let events = state.runs.resume_followed(&run, decisions).await?;
             Ok(ui_stream(state, events, encoder).await)
         }
     }
@@ -117,10 +117,10 @@ async fn resume_thread(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    check_thread(&state, &caller, &thread_id).await?;
-    match running_run(&state, &thread_id).await? {
+    state.runs.check_thread(&caller, &thread_id).await?;
+    match state.runs.running_run(&thread_id).await? {
         Some(run_id) => {
-            let events = replay_followed(&state, &thread_id, &run_id).await?;
+            let events = state.runs.replay_followed(&thread_id, &run_id).await?;
             Ok(ui_stream(&state, events, UiEncoder::new()).await)
         }
         None => Ok(StatusCode::NO_CONTENT.into_response()),
@@ -133,8 +133,8 @@ async fn resume_run(
     caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
 ) -> Result<Response, ApiError> {
-    let thread_id = thread_of_run(&state, &caller, &run_id).await?;
-    let events = replay_followed(&state, &thread_id, &run_id).await?;
+    let thread_id = state.runs.thread_of_run(&caller, &run_id).await?;
+    let events = state.runs.replay_followed(&thread_id, &run_id).await?;
     Ok(ui_stream(&state, events, UiEncoder::new()).await)
 }
 
@@ -144,12 +144,16 @@ async fn thread_messages(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    let visible = visible_messages(&state, &caller, &thread_id).await?;
+    let visible = state.runs.visible_messages(&caller, &thread_id).await?;
     Ok(Json(serde_json::json!({ "messages": messages::ui_messages(&visible) })).into_response())
 }
 
 async fn ui_stream(state: &AppState, events: RunEvents, encoder: UiEncoder) -> Response {
-    let mut response = encoded_events(state, events, encoder).await.into_response();
+    let mut response = state
+        .runs
+        .encoded_events(events, encoder)
+        .await
+        .into_response();
     let headers = response.headers_mut();
     headers.insert(STREAM_HEADER, HeaderValue::from_static("v1"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -8,9 +8,8 @@ use awaken_cluster::decisions::DecisionPayload;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::runs::input::{check_image, user_input};
 use crate::server::error::ApiError;
-use crate::server::routes::input::check_image;
-use crate::server::routes::protocol::user_input;
 
 /// Most messages one request may carry (clients send the whole chat).
 const MAX_CHAT_MESSAGES: usize = 10_000;

@@ -19,11 +19,9 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::runs::RunEvents;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
-use crate::server::routes::protocol::{
-    RunEvents, open_thread, resume_followed, start_followed, waiting_run,
-};
 use crate::server::state::AppState;
 use crate::server::trace;
 
@@ -262,8 +260,8 @@ async fn run_agent(
         }
         let thread_id = thread_id
             .ok_or_else(|| ApiError::BadRequest("`decisions` need the `thread_id`".into()))?;
-        let run = waiting_run(state, caller, &thread_id).await?;
-        resume_followed(state, &run, decisions).await?
+        let run = state.runs.waiting_run(caller, &thread_id).await?;
+        state.runs.resume_followed(&run, decisions).await?
     } else {
         let message = call
             .message
@@ -271,16 +269,15 @@ async fn run_agent(
             .ok_or_else(|| {
                 ApiError::BadRequest("`message` is required unless `decisions` are given".into())
             })?;
-        let thread_id = open_thread(state, caller, thread_id, Some(&agent)).await?;
+        let thread_id = state
+            .runs
+            .open_thread(caller, thread_id, Some(&agent))
+            .await?;
         let run_id = RunId::generate();
-        start_followed(
-            state,
-            thread_id,
-            Some(agent),
-            vec![Message::user(message)],
-            run_id,
-        )
-        .await?
+        state
+            .runs
+            .start_followed(thread_id, Some(agent), vec![Message::user(message)], run_id)
+            .await?
     };
     outcome(events).await
 }

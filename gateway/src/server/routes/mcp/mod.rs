@@ -18,9 +18,9 @@ use serde_json::json;
 use tower::ServiceExt;
 
 use self::agents::AgentTools;
-use super::table::Routes;
 use crate::server::config::ServerConfig;
 use crate::server::state::AppState;
+use crate::server::table::Routes;
 
 /// The MCP endpoint's path.
 pub(crate) const MCP_PATH: &str = "/v1/mcp";
@@ -50,7 +50,7 @@ pub(crate) fn service(config: &ServerConfig) -> McpService {
     )
 }
 
-pub(super) fn routes() -> Routes {
+pub(super) fn routes() -> Routes<AppState> {
     Routes::new().post(MCP_PATH, serve)
 }
 

@@ -8,12 +8,12 @@ use std::sync::LazyLock;
 use axum::Json;
 use serde_json::{Map, Value as JsonValue, json};
 
-use super::table::Routes;
 use crate::runtime_config::Namespace;
+use crate::server::table::Routes;
 use operations::OPERATIONS;
 
 /// The document's route.
-pub(super) fn routes() -> Routes {
+pub(super) fn routes<S: Clone + Send + Sync + 'static>() -> Routes<S> {
     Routes::new().get("/v1/openapi.json", document)
 }
 

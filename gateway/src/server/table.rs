@@ -6,15 +6,15 @@ use axum::handler::Handler;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, patch, post, put};
 
-use crate::server::state::AppState;
-
-/// A router with the `(method, path template)` of every route it holds.
-pub(crate) struct Routes {
-    router: Router<AppState>,
+/// A router with the `(method, path template)` of every route it holds; `S` is
+/// the state its handlers extract from (a protocol's routes are generic over it,
+/// needing only the parts they name, see [`axum::extract::FromRef`]).
+pub(crate) struct Routes<S> {
+    router: Router<S>,
     served: Vec<(Method, &'static str)>,
 }
 
-impl Routes {
+impl<S: Clone + Send + Sync + 'static> Routes<S> {
     /// No routes.
     pub(crate) fn new() -> Self {
         Self {
@@ -23,7 +23,7 @@ impl Routes {
         }
     }
 
-    fn add(mut self, method: Method, path: &'static str, route: MethodRouter<AppState>) -> Self {
+    fn add(mut self, method: Method, path: &'static str, route: MethodRouter<S>) -> Self {
         // Axum merges method routers added for the same path.
         self.router = self.router.route(path, route);
         self.served.push((method, path));
@@ -31,34 +31,22 @@ impl Routes {
     }
 
     /// Serves `GET path`.
-    pub(crate) fn get<H: Handler<T, AppState>, T: 'static>(
-        self,
-        path: &'static str,
-        handler: H,
-    ) -> Self {
+    pub(crate) fn get<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add(Method::GET, path, get(handler))
     }
 
     /// Serves `POST path`.
-    pub(crate) fn post<H: Handler<T, AppState>, T: 'static>(
-        self,
-        path: &'static str,
-        handler: H,
-    ) -> Self {
+    pub(crate) fn post<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add(Method::POST, path, post(handler))
     }
 
     /// Serves `PUT path`.
-    pub(crate) fn put<H: Handler<T, AppState>, T: 'static>(
-        self,
-        path: &'static str,
-        handler: H,
-    ) -> Self {
+    pub(crate) fn put<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add(Method::PUT, path, put(handler))
     }
 
     /// Serves `PATCH path`.
-    pub(crate) fn patch<H: Handler<T, AppState>, T: 'static>(
+    pub(crate) fn patch<H: Handler<T, S>, T: 'static>(
         self,
         path: &'static str,
         handler: H,
@@ -67,7 +55,7 @@ impl Routes {
     }
 
     /// Serves `DELETE path`.
-    pub(crate) fn delete<H: Handler<T, AppState>, T: 'static>(
+    pub(crate) fn delete<H: Handler<T, S>, T: 'static>(
         self,
         path: &'static str,
         handler: H,
@@ -88,7 +76,7 @@ impl Routes {
     }
 
     /// The router.
-    pub(crate) fn into_router(self) -> Router<AppState> {
+    pub(crate) fn into_router(self) -> Router<S> {
         self.router
     }
 }

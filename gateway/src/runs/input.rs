@@ -3,7 +3,7 @@
 use std::fmt;
 
 use awaken_actors::contract::{ContentBlock, Message};
-use awaken_actors::{AgentId, ThreadId};
+use awaken_actors::{AgentId, MessageId, ThreadId};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
@@ -280,4 +280,24 @@ mod tests {
         let blank = body(r#"{"messages":[{"role":"user","content":"  "}]}"#).unwrap();
         assert!(user_messages(blank.messages).is_err());
     }
+}
+
+/// A protocol client's user message as the engine's: 400 when it says nothing;
+/// the client's id is kept when it is a valid message id, so the thread's log and
+/// the client's view share ids.
+pub(crate) fn user_input(
+    blocks: Vec<ContentBlock>,
+    client_id: Option<&str>,
+) -> Result<Message, ApiError> {
+    let mut message = Message::user(String::new());
+    message.content = blocks;
+    if !has_content(&message) {
+        return Err(ApiError::BadRequest(
+            "the user message has no content".into(),
+        ));
+    }
+    if let Some(id) = client_id.and_then(|id| MessageId::new(id).ok()) {
+        message.id = id;
+    }
+    Ok(message)
 }
