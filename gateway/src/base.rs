@@ -7,7 +7,7 @@ use awaken_actors::permission::{PermissionPlugin, PermissionRules};
 use awaken_actors::runtime::AgentRuntimeBuilder;
 use awaken_actors::thread::ThreadConfig;
 
-use crate::a2a::{A2A_BACKEND, A2aBackend};
+use crate::protocols::a2a::{A2A_BACKEND, A2aBackend};
 
 /// A builder with `config` for thread actors, the permission plugin (with
 /// `rules` for every agent without a `permission` section of its own) and the

@@ -6,7 +6,7 @@
 //! without a process; `main.rs` only builds the async runtime and maps errors to exit
 //! codes.
 
-pub mod a2a;
+mod api;
 pub mod base;
 pub mod bench;
 pub mod cli;
@@ -14,7 +14,7 @@ pub mod compose;
 pub mod config;
 pub mod demo;
 pub mod error;
-pub mod mcp;
+pub mod protocols;
 pub mod run_cmd;
 pub mod runs;
 pub mod runtime_config;

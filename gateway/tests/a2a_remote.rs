@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use awaken_actors::contract::{AgentEvent, AgentSpec, RemoteAuth, RemoteEndpoint, StreamEvent};
 use awaken_actors::delegation::DELEGATE_ACTIVITY_TYPE;
 use awaken_actors::{AgentId, BuildError};
-use awaken_gateway::a2a::A2A_BACKEND;
+use awaken_gateway::protocols::a2a::A2A_BACKEND;
 use awaken_gateway::server::ServerConfig;
 use http_support::delegating::{
     BOSS, REMOTE, answer, boss_run, remote_task, remote_ticket, serve_a, service_a,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use awaken_actors::AgentId;
 use awaken_actors::contract::{AgentEvent, AgentSpec, RemoteEndpoint, StreamEvent};
 use awaken_actors::delegation::DELEGATE_ACTIVITY_TYPE;
-use awaken_gateway::a2a::A2A_BACKEND;
+use awaken_gateway::protocols::a2a::A2A_BACKEND;
 use http_support::delegating::{
     REMOTE, answer, boss_run, remote_task, remote_ticket, serve_a, service_a, start_boss_run,
 };

@@ -637,7 +637,7 @@ async fn health_reports_ready_and_live() {
 #[tokio::test]
 async fn readiness_is_withdrawn_while_the_node_drains_and_liveness_is_not() {
     use awaken_cluster::local::{LocalNode, LocalNodeConfig};
-    use awaken_gateway::mcp::McpHub;
+    use awaken_gateway::protocols::mcp::McpHub;
     use awaken_gateway::runtime_config::ConfigDocument;
     use awaken_gateway::server::{AppState, router};
     use tower::ServiceExt;

@@ -396,7 +396,7 @@ async fn a_config_write_on_one_node_reaches_every_node() {
         late.runtime().clone(),
         awaken_cluster::RunControl::config_store(&late),
         awaken_gateway::runtime_config::ConfigDocument::default(),
-        Arc::new(awaken_gateway::mcp::McpHub::new()),
+        Arc::new(awaken_gateway::protocols::mcp::McpHub::new()),
         awaken_gateway::runtime_config::EntryPolicy::default(),
     )
     .await

@@ -15,7 +15,7 @@ use crate::compose::{self, Assembly};
 use crate::config::{ServeConfig, StoreConfig};
 use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
-use crate::mcp::McpHub;
+use crate::protocols::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
 use crate::server::metrics::PushedMetrics;
 use crate::server::{AppState, Server};

@@ -29,7 +29,7 @@ use crate::base::runtime_base;
 use crate::config::ServeConfig;
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
-use crate::mcp::McpHub;
+use crate::protocols::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
 
 /// What a node runs, before it starts.

@@ -8,6 +8,7 @@
 
 mod checks;
 mod decide;
+pub(crate) mod handlers;
 pub(crate) mod input;
 mod stream;
 mod submit;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as JsonValue;
 
 use super::namespace::{Entry, EntryError, Namespace};
-use crate::mcp::{McpHub, McpServerSpec, McpTool};
+use crate::protocols::mcp::{McpHub, McpServerSpec, McpTool};
 
 /// Entries by namespace and id, each in its checked normal JSON form.
 ///

@@ -1,6 +1,6 @@
 //! The entry types of the `providers` and `mcp-servers` namespaces (agents and
 //! models are the engine's own `AgentSpec` and `ModelSpec`; MCP servers are
-//! [`crate::mcp::McpServerSpec`]).
+//! [`crate::protocols::mcp::McpServerSpec`]).
 
 use std::sync::Arc;
 
@@ -77,4 +77,4 @@ impl ProviderConfig {
     }
 }
 
-pub use crate::mcp::{McpServerSpec, McpTransport};
+pub use crate::protocols::mcp::{McpServerSpec, McpTransport};

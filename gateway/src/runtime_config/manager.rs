@@ -14,7 +14,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::document::{ConfigDocument, DocumentError};
 use super::namespace::{EntryError, Namespace};
 use super::policy::EntryPolicy;
-use crate::mcp::McpHub;
+use crate::protocols::mcp::McpHub;
 
 /// Compare-and-set attempts of one write before it gives up (each lost attempt
 /// means another write landed: the next one is checked against it).

@@ -9,13 +9,13 @@ pub mod config;
 mod connections;
 mod edge;
 pub mod error;
-mod extract;
+pub(crate) mod extract;
 pub mod metrics;
-mod routes;
-mod sse;
+mod router;
+pub(crate) mod sse;
 pub(crate) mod sse_frames;
 pub mod state;
-mod table;
+pub(crate) mod table;
 pub(crate) mod trace;
 
 use std::future::Future;
@@ -25,7 +25,7 @@ use std::time::Duration;
 pub use config::{A2aPushConfig, ApiKeys, McpEndpointConfig, ServerConfig};
 use connections::ConnectionLimits;
 pub use error::ApiError;
-pub use routes::{router, served_routes};
+pub use router::{router, served_routes};
 pub use state::{AppState, SharedState};
 use tokio::net::TcpListener;
 

@@ -8,8 +8,9 @@ use tokio::sync::{Semaphore, watch};
 
 use super::config::ServerConfig;
 use super::metrics::Metrics;
-use super::routes::{McpService, PushNotifications, mcp_service};
-use crate::mcp::McpHub;
+use crate::protocols::a2a::server::{A2aState, PushNotifications};
+use crate::protocols::mcp::McpHub;
+use crate::protocols::mcp::server::McpEndpoint;
 use crate::runs::RunService;
 use crate::runtime_config::{ConfigApiError, ConfigDocument, ConfigManager};
 
@@ -30,10 +31,10 @@ pub struct SharedState {
     pub runtime_config: Arc<ConfigManager>,
     /// The server's Prometheus metrics.
     pub metrics: Arc<Metrics>,
-    /// A2A push notification configs and their deliveries.
-    pub(crate) a2a_push: Arc<PushNotifications>,
-    /// The MCP endpoint's service (`/v1/mcp`).
-    pub(crate) mcp: McpService,
+    /// The A2A routes' state: push notification configs and their deliveries.
+    a2a: A2aState,
+    /// The MCP endpoint (`/v1/mcp`).
+    mcp: McpEndpoint,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: watch::Sender<bool>,
     /// Permits for requests in flight behind the limit (`max_concurrent_requests`).
@@ -62,6 +63,18 @@ impl FromRef<AppState> for RunService {
     }
 }
 
+impl FromRef<AppState> for A2aState {
+    fn from_ref(state: &AppState) -> Self {
+        state.a2a.clone()
+    }
+}
+
+impl FromRef<AppState> for McpEndpoint {
+    fn from_ref(state: &AppState) -> Self {
+        state.mcp.clone()
+    }
+}
+
 impl AppState {
     /// State for routes over `control`, whose registries `runtime_config` manages.
     pub fn new(
@@ -69,7 +82,7 @@ impl AppState {
         config: ServerConfig,
         runtime_config: Arc<ConfigManager>,
     ) -> Self {
-        let mcp = mcp_service(&config);
+        let mcp = McpEndpoint::new(&config);
         let in_flight = Semaphore::new(config.max_concurrent_requests.max(1));
         let stopping = watch::Sender::new(false);
         let a2a_push = PushNotifications::new(
@@ -80,15 +93,21 @@ impl AppState {
         );
         let metrics = Arc::new(Metrics::new(control.as_ref()));
         let runs = RunService::new(Arc::clone(&control), stopping.subscribe());
+        let config = Arc::new(config);
+        let a2a = A2aState {
+            runs: runs.clone(),
+            push: a2a_push,
+            config: Arc::clone(&config),
+        };
         Self(Arc::new(SharedState {
             in_flight,
             runs,
             control,
             mcp,
-            config: Arc::new(config),
+            config,
             runtime_config,
             metrics,
-            a2a_push,
+            a2a,
             stopping,
         }))
     }
@@ -111,7 +130,7 @@ impl AppState {
         )
         .await?;
         let state = Self::new(control, config, runtime_config);
-        state.a2a_push.start_sweeping();
+        state.a2a.push.start_sweeping();
         Ok(state)
     }
 
@@ -124,7 +143,7 @@ impl AppState {
     /// leases back: what a stopping node does, after its server stopped and
     /// before it leaves (another node then takes them over at once).
     pub async fn hand_back_push_deliveries(&self, within: std::time::Duration) {
-        self.a2a_push.handed_back(within).await;
+        self.a2a.push.handed_back(within).await;
     }
 
     /// Ends every open event stream (their clients reconnect, on a cluster to

@@ -9,7 +9,7 @@ use awaken_actors::thread::ThreadConfig;
 use awaken_cluster::RunControl;
 use awaken_cluster::local::{LocalNode, LocalNodeConfig};
 use awaken_gateway::demo::{self, FakeFiles, Journal};
-use awaken_gateway::mcp::McpHub;
+use awaken_gateway::protocols::mcp::McpHub;
 use awaken_gateway::runtime_config::ConfigDocument;
 use awaken_gateway::server::{AppState, Server, ServerConfig};
 use eventsource_stream::Eventsource;
