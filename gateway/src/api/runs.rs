@@ -2,10 +2,8 @@
 
 use awaken_actors::RunId;
 use awaken_actors::ThreadId;
-use awaken_actors::contract::{RunStatus, Thread};
-use awaken_actors::mailbox::SubmitOptions;
+use awaken_actors::contract::RunStatus;
 use awaken_actors::store::RunQuery;
-use awaken_actors::thread::RunRequest;
 use awaken_cluster::decisions::DecisionPayload;
 use axum::Json;
 use axum::extract::State;
@@ -13,7 +11,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::runs::input::{InputBody, StartRunBody, user_messages};
+use crate::runs::RunLookup;
+use crate::runs::input::{InputBody, StartRunBody};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
@@ -66,20 +65,7 @@ async fn list_runs(
     caller: Caller,
     ApiQuery(query): ApiQuery<RunListQuery>,
 ) -> Result<Response, ApiError> {
-    let store = state.control.store();
-    let mut page = store.list_runs(&query.into_query(None)).await?;
-    if caller.is_tenant() {
-        // With API keys, a page shows the caller's runs among those it spans.
-        let mut own = Vec::with_capacity(page.runs.len());
-        for run in page.runs {
-            if let Some(thread) = store.load_thread(&run.thread_id).await?
-                && caller.owns(&thread)
-            {
-                own.push(run);
-            }
-        }
-        page.runs = own;
-    }
+    let page = state.runs.runs(&caller, &query.into_query(None)).await?;
     Ok(Json(page).into_response())
 }
 
@@ -91,50 +77,10 @@ async fn start_run(
     caller: Caller,
     ApiJson(body): ApiJson<StartRunBody>,
 ) -> Result<Response, ApiError> {
-    let messages = user_messages(body.messages)?;
-    if let Some(thread_id) = &body.thread_id {
-        state.runs.check_thread(&caller, thread_id).await?;
-    }
-    state
-        .runs
-        .check_agent(body.agent_id.as_ref(), body.thread_id.as_ref())
-        .await?;
-    let new_thread = body.thread_id.is_none();
-    let thread_id = match body.thread_id {
-        Some(thread_id) => thread_id,
-        None => {
-            let mut thread = Thread::new();
-            caller.stamp(&mut thread);
-            // A new id: nothing else can have written the thread, and its run's
-            // first checkpoint may write it.
-            if !state.control.runtime().adopt_new_thread(&thread).await? {
-                state.control.store().create_thread(&thread).await?;
-            }
-            thread.id
-        }
-    };
-    let run_id = RunId::generate();
-    let mut request = RunRequest::new(thread_id.clone(), messages).with_run_id(run_id.clone());
-    request.agent_id = body.agent_id;
-    request.trace = crate::server::trace::incoming();
-    // Follow first, so not one event is published before the stream listens.
-    let follow = state.control.follow(&thread_id, &run_id, None).await?;
-    // The agent was checked above, before a new thread was created.
-    if let Err(refused) = state
-        .control
-        .submit(request, SubmitOptions::default())
+    let follow = state.runs.start_run(&caller, body).await?;
+    Ok(run_events(follow, state.runs.stopping())
         .await
-    {
-        if new_thread {
-            state
-                .control
-                .runtime()
-                .forget_new_thread(&thread_id)
-                .await?;
-        }
-        return Err(refused.into());
-    }
-    Ok(run_events(follow, state.stopping()).await.into_response())
+        .into_response())
 }
 
 async fn get_run(
@@ -142,30 +88,17 @@ async fn get_run(
     caller: Caller,
     ApiPath(run_id): ApiPath<RunId>,
 ) -> Result<Response, ApiError> {
-    if let Some(record) = state.control.store().load_run(&run_id).await? {
-        state
-            .runs
-            .check_run_thread(&caller, &run_id, &record.thread_id)
-            .await?;
-        return Ok(Json(record).into_response());
-    }
-    match state.control.accepted_run(&run_id).await? {
-        Some(request) => {
-            state
-                .runs
-                .check_run_thread(&caller, &run_id, &request.thread_id)
-                .await?;
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(serde_json::json!({
-                    "run_id": run_id,
-                    "thread_id": request.thread_id,
-                    "status": "queued",
-                })),
-            )
-                .into_response())
-        }
-        None => Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
+    match state.runs.run(&caller, &run_id).await? {
+        RunLookup::Recorded(record) => Ok(Json(record).into_response()),
+        RunLookup::Queued(request) => Ok((
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({
+                "run_id": run_id,
+                "thread_id": request.thread_id,
+                "status": "queued",
+            })),
+        )
+            .into_response()),
     }
 }
 
@@ -180,21 +113,10 @@ async fn follow_run(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after_seq = last_event_id(&headers)?;
-    let thread_id = state.runs.thread_of_run(&caller, &run_id).await?;
-    let follow = state.control.follow(&thread_id, &run_id, after_seq).await?;
-    // Re-read: the run may have finished between the first read and subscribing.
-    let finished = state
-        .control
-        .store()
-        .load_run(&run_id)
-        .await?
-        .is_some_and(|record| record.status == RunStatus::Done);
-    let follow = if finished {
-        follow.replay_only()
-    } else {
-        follow
-    };
-    Ok(run_events(follow, state.stopping()).await.into_response())
+    let follow = state.runs.follow_run(&caller, &run_id, after_seq).await?;
+    Ok(run_events(follow, state.runs.stopping())
+        .await
+        .into_response())
 }
 
 /// Follow-up input to a run's thread: a continuation run in the background.

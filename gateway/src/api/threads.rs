@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 
 use awaken_actors::ThreadId;
 use awaken_actors::contract::{Thread, ThreadMetadata};
-use awaken_actors::mailbox::DispatchQuery;
 use awaken_actors::store::MessageQuery;
 use awaken_cluster::decisions::DecisionPayload;
-use awaken_cluster::routing::{CallOutcome, ThreadCall};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -19,7 +17,6 @@ use serde_json::Value as JsonValue;
 use super::runs::{RunListQuery, default_limit};
 use crate::runs::handlers::{cancel_thread, interrupt_thread};
 use crate::runs::input::InputBody;
-use crate::runs::unexpected;
 use crate::server::auth::{Caller, TENANT_KEY, refuse_reserved};
 use crate::server::error::ApiError;
 use crate::server::extract::{ApiJson, ApiPath, ApiQuery};
@@ -69,20 +66,10 @@ async fn list_threads(
     caller: Caller,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> Result<Response, ApiError> {
-    let store = state.control.store();
-    let mut threads = store.list_threads(paging.offset, paging.limit()).await?;
-    if caller.is_tenant() {
-        // With API keys, a page shows the caller's threads among those it spans.
-        let mut own = Vec::with_capacity(threads.len());
-        for thread_id in threads {
-            if let Some(thread) = store.load_thread(&thread_id).await?
-                && caller.owns(&thread)
-            {
-                own.push(thread_id);
-            }
-        }
-        threads = own;
-    }
+    let threads = state
+        .runs
+        .thread_ids(&caller, paging.offset, paging.limit())
+        .await?;
     Ok(Json(serde_json::json!({ "threads": threads })).into_response())
 }
 
@@ -91,12 +78,10 @@ async fn list_summaries(
     caller: Caller,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> Result<Response, ApiError> {
-    let mut summaries = state
-        .control
-        .store()
-        .list_thread_summaries(paging.offset, paging.limit())
+    let summaries = state
+        .runs
+        .thread_summaries(&caller, paging.offset, paging.limit())
         .await?;
-    summaries.retain(|summary| caller.owns(&summary.thread));
     Ok(Json(serde_json::json!({ "threads": summaries })).into_response())
 }
 
@@ -122,10 +107,7 @@ async fn create_thread(
     thread.metadata.title = body.title;
     thread.metadata.custom = body.custom.unwrap_or_default();
     refuse_reserved(&thread.metadata.custom)?;
-    caller.stamp(&mut thread);
-    let store = state.control.store();
-    store.create_thread(&thread).await?;
-    let created = store.load_thread(&thread.id).await?.unwrap_or(thread);
+    let created = state.runs.create_thread(&caller, thread).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
@@ -164,48 +146,17 @@ async fn patch_thread(
         custom,
         ..thread.metadata
     };
-    let store = state.control.store();
-    store.update_thread_metadata(&thread_id, metadata).await?;
-    let updated = store
-        .load_thread(&thread_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("thread `{thread_id}` was deleted")))?;
+    let updated = state.runs.update_thread(&thread_id, metadata).await?;
     Ok(Json(updated).into_response())
 }
 
-/// Deletes an idle thread; 409 while it has an active or waiting run.
+/// Deletes an idle thread; 409 while it has an active, waiting or queued run.
 async fn delete_thread(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    state.runs.check_thread(&caller, &thread_id).await?;
-    let answer = state
-        .control
-        .call(ThreadCall::Status {
-            thread_id: thread_id.clone(),
-        })
-        .await?;
-    match answer.outcome {
-        CallOutcome::Status(status) => {
-            if let Some(run) = status.run {
-                return Err(ApiError::Conflict(format!(
-                    "thread `{thread_id}` has run `{}` ({:?}); cancel it first",
-                    run.run_id, run.status
-                )));
-            }
-        }
-        CallOutcome::Failed(refused) => return Err(refused.into()),
-        other => return Err(unexpected("status", &other)),
-    }
-    let queued = state.runs.queued_dispatches(&thread_id).await?;
-    if !queued.is_empty() {
-        return Err(ApiError::Conflict(format!(
-            "thread `{thread_id}` has {} queued run(s); cancel them first",
-            queued.len()
-        )));
-    }
-    state.control.store().delete_thread(&thread_id).await?;
+    state.runs.delete_thread(&caller, &thread_id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -247,17 +198,12 @@ async fn list_messages(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
-    state.runs.check_thread(&caller, &thread_id).await?;
     let query = MessageQuery {
         cursor: query.cursor,
         limit: query.limit,
         include_internal: matches!(query.visibility, Some(VisibilityFilter::All)),
     };
-    let page = state
-        .control
-        .store()
-        .load_messages(&thread_id, &query)
-        .await?;
+    let page = state.runs.messages(&caller, &thread_id, &query).await?;
     Ok(Json(page).into_response())
 }
 
@@ -278,21 +224,10 @@ async fn list_mailbox(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> Result<Response, ApiError> {
-    state.runs.check_thread(&caller, &thread_id).await?;
-    let mut page = state
-        .control
-        .mailbox()
-        .list_dispatches(&DispatchQuery {
-            thread_id: Some(thread_id),
-            statuses: Vec::new(),
-            offset: paging.offset,
-            limit: paging.limit(),
-        })
+    let page = state
+        .runs
+        .mailbox(&caller, &thread_id, paging.offset, paging.limit())
         .await?;
-    // A claim token lets its holder ack or fail the dispatch: never shown.
-    for dispatch in &mut page.dispatches {
-        dispatch.claim_token = None;
-    }
     Ok(Json(serde_json::json!({
         "dispatches": page.dispatches,
         "total": page.total,
@@ -306,12 +241,8 @@ async fn list_thread_runs(
     ApiPath(thread_id): ApiPath<ThreadId>,
     ApiQuery(query): ApiQuery<RunListQuery>,
 ) -> Result<Response, ApiError> {
-    state.runs.check_thread(&caller, &thread_id).await?;
-    let page = state
-        .control
-        .store()
-        .list_runs(&query.into_query(Some(thread_id)))
-        .await?;
+    let query = query.into_query(Some(thread_id.clone()));
+    let page = state.runs.thread_runs(&caller, &thread_id, &query).await?;
     Ok(Json(page).into_response())
 }
 
@@ -320,11 +251,6 @@ async fn latest_run(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    state.runs.check_thread(&caller, &thread_id).await?;
-    match state.control.store().latest_run(&thread_id).await? {
-        Some(run) => Ok(Json(run).into_response()),
-        None => Err(ApiError::NotFound(format!(
-            "thread `{thread_id}` has no runs"
-        ))),
-    }
+    let run = state.runs.latest_run(&caller, &thread_id).await?;
+    Ok(Json(run).into_response())
 }

@@ -10,22 +10,32 @@ mod checks;
 mod decide;
 pub(crate) mod handlers;
 pub(crate) mod input;
+mod records;
 mod stream;
 mod submit;
+mod threads;
 
 use std::sync::Arc;
 
+use awaken_actors::contract::ToolDescriptor;
+use awaken_actors::runtime::RegistrySet;
+use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::RunControl;
+use awaken_cluster::events::RunFollow;
 use tokio::sync::watch;
 
+use crate::server::error::ApiError;
+
 pub(crate) use decide::unexpected;
+pub(crate) use records::RunLookup;
 pub(crate) use stream::{Encoder, RunEvents, visible_state};
 
 /// Runs, threads and decisions on this node, for request handlers.
 #[derive(Clone)]
 pub struct RunService {
-    /// The node: a single one or a cluster member.
-    pub(crate) control: Arc<dyn RunControl>,
+    /// The node: a single one or a cluster member. Only this module reaches
+    /// its store, runtime and mailbox.
+    control: Arc<dyn RunControl>,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: watch::Receiver<bool>,
 }
@@ -40,6 +50,33 @@ impl RunService {
     /// A service over `control` whose streams end when `stopping` turns true.
     pub fn new(control: Arc<dyn RunControl>, stopping: watch::Receiver<bool>) -> Self {
         Self { control, stopping }
+    }
+
+    /// The node's agents, tools and models as they are now.
+    pub(crate) fn registries(&self) -> Arc<RegistrySet> {
+        self.control.runtime().registries()
+    }
+
+    /// The agent a run uses when the request names none.
+    pub(crate) fn default_agent(&self) -> Option<AgentId> {
+        self.control.runtime().default_agent().cloned()
+    }
+
+    /// The tools `agent` offers its model; `None` when it does not resolve.
+    pub(crate) fn agent_tools(&self, agent: &AgentId) -> Option<Arc<[ToolDescriptor]>> {
+        let resolved = self.control.runtime().resolve(agent.as_str()).ok()?;
+        Some(resolved.tool_descriptors)
+    }
+
+    /// Follows the run's events after `after_seq` (from the oldest buffered
+    /// one without), unchecked: the caller checked the run.
+    pub(crate) async fn follow(
+        &self,
+        thread_id: &ThreadId,
+        run_id: &RunId,
+        after_seq: Option<u64>,
+    ) -> Result<RunFollow, ApiError> {
+        Ok(self.control.follow(thread_id, run_id, after_seq).await?)
     }
 
     /// Watches for the server's shutdown.

@@ -12,10 +12,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::RunService;
-use super::input::{InputBody, user_messages};
+use super::input::{InputBody, StartRunBody, user_messages};
 use super::stream::RunEvents;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
+use awaken_cluster::events::RunFollow;
 
 /// What a background submission answers (202).
 #[derive(Debug, Serialize)]
@@ -38,6 +39,50 @@ impl From<RunDispatch> for Accepted {
 }
 
 impl RunService {
+    /// Accepts a run of the Run API's `POST /v1/runs` and follows it from its
+    /// first event: on the named thread (checked), or on a new one for the
+    /// caller. The agent is checked before a new thread is made; a refused
+    /// submission forgets the new thread again.
+    pub(crate) async fn start_run(
+        &self,
+        caller: &Caller,
+        body: StartRunBody,
+    ) -> Result<RunFollow, ApiError> {
+        let messages = user_messages(body.messages)?;
+        if let Some(thread_id) = &body.thread_id {
+            self.check_thread(caller, thread_id).await?;
+        }
+        self.check_agent(body.agent_id.as_ref(), body.thread_id.as_ref())
+            .await?;
+        let new_thread = body.thread_id.is_none();
+        let thread_id = match body.thread_id {
+            Some(thread_id) => thread_id,
+            None => {
+                let mut thread = Thread::new();
+                caller.stamp(&mut thread);
+                // A new id: nothing else can have written the thread, and its
+                // run's first checkpoint may write it.
+                if !self.control.runtime().adopt_new_thread(&thread).await? {
+                    self.control.store().create_thread(&thread).await?;
+                }
+                thread.id
+            }
+        };
+        let run_id = RunId::generate();
+        let mut request = RunRequest::new(thread_id.clone(), messages).with_run_id(run_id.clone());
+        request.agent_id = body.agent_id;
+        request.trace = crate::server::trace::incoming();
+        // Follow first, so not one event is published before the stream listens.
+        let follow = self.control.follow(&thread_id, &run_id, None).await?;
+        if let Err(refused) = self.control.submit(request, SubmitOptions::default()).await {
+            if new_thread {
+                self.control.runtime().forget_new_thread(&thread_id).await?;
+            }
+            return Err(refused.into());
+        }
+        Ok(follow)
+    }
+
     /// Accepts `body` as a background run on `thread_id` (continuing
     /// `parent_run_id` when given): 202 with the run's ids.
     pub(crate) async fn accept_input(

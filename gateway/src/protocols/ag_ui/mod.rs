@@ -116,9 +116,7 @@ async fn respond(
 
 /// The client's run id for a new run: 409 when a run already has it.
 async fn fresh_run_id(runs: &RunService, run_id: RunId) -> Result<RunId, ApiError> {
-    let known = runs.control.store().load_run(&run_id).await?.is_some()
-        || runs.control.accepted_run(&run_id).await?.is_some();
-    if known {
+    if runs.lookup_run(&run_id).await?.is_some() {
         return Err(ApiError::Conflict(format!(
             "run `{run_id}` already exists: a new run needs a new `runId`"
         )));

@@ -36,8 +36,7 @@ pub(crate) fn agent_card(
     headers: &HeaderMap,
     extended: bool,
 ) -> JsonValue {
-    let runtime = state.runs.control.runtime();
-    let registries = runtime.registries();
+    let registries = state.runs.registries();
     let spec = registries.agents.get(scope.agent.as_str()).cloned();
     let url = base_url(headers);
     let interface = |binding: &str| {
@@ -63,8 +62,8 @@ pub(crate) fn agent_card(
         "inputModes": ["text/plain", "application/json"],
         "outputModes": ["text/plain"],
     })];
-    if extended && let Ok(resolved) = runtime.resolve(scope.agent.as_str()) {
-        skills.extend(resolved.tool_descriptors.iter().map(|tool| {
+    if extended && let Some(tools) = state.runs.agent_tools(&scope.agent) {
+        skills.extend(tools.iter().map(|tool| {
             json!({
                 "id": format!("tool:{}", tool.id),
                 "name": tool.name,

@@ -11,7 +11,6 @@ use super::service::{Scope, accept, get_task};
 use super::stream::{Framing, TaskStream};
 use super::wire::SendMessageRequest;
 use crate::runs::RunEvents;
-use crate::server::error::ApiError;
 
 /// `SendMessage` (`stream`: `SendStreamingMessage`).
 pub(crate) async fn send(
@@ -76,10 +75,8 @@ pub(crate) async fn subscribe(
     };
     let follow = state
         .runs
-        .control
         .follow(&thread_id, &run_id, None)
-        .await
-        .map_err(ApiError::from)?
+        .await?
         .skip_backlog();
     // Read after listening, so no change falls between the two.
     let task = get_task(state, scope, task_id, None).await?;

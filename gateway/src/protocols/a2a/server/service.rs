@@ -3,7 +3,6 @@
 
 use awaken_actors::contract::RunDispatchStatus;
 use awaken_actors::contract::{ContentBlock, Message as EngineMessage, RunOrigin, RunStatus};
-use awaken_actors::mailbox::DispatchQuery;
 use awaken_actors::store::RunQuery;
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{AgentId, MessageId, RunId, ThreadId};
@@ -15,8 +14,8 @@ use super::task::{submitted_task, task_of};
 use super::wire::{
     ListTasksResponse, Message, Part, Role, SendMessageRequest, Task, TaskState, TaskStatus,
 };
-use crate::runs::RunEvents;
 use crate::runs::input::check_image;
+use crate::runs::{RunEvents, RunLookup};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 
@@ -43,12 +42,11 @@ impl Scope {
         caller: Caller,
         tenant: Option<&str>,
     ) -> Result<Self, A2aError> {
-        let runtime = state.runs.control.runtime();
         let agent = match tenant {
             Some(tenant) => {
                 let agent = AgentId::new(tenant)
                     .map_err(|e| A2aError::InvalidParams(format!("tenant: {e}")))?;
-                let registries = runtime.registries();
+                let registries = state.runs.registries();
                 match registries.agents.get(agent.as_str()) {
                     Some(spec) if !spec.is_remote() => agent,
                     _ => {
@@ -58,7 +56,7 @@ impl Scope {
                     }
                 }
             }
-            None => runtime.default_agent().cloned().ok_or_else(|| {
+            None => state.runs.default_agent().ok_or_else(|| {
                 A2aError::InvalidParams(
                     "this server has no default agent: address one as a tenant (/v1/a2a/{agent}/...)"
                         .to_owned(),
@@ -224,42 +222,32 @@ enum Loaded {
 async fn load_task(state: &A2aState, scope: &Scope, task_id: &str) -> Result<Loaded, A2aError> {
     let not_found = || A2aError::TaskNotFound(task_id.to_owned());
     let run_id = RunId::new(task_id).map_err(|_| not_found())?;
-    let store = state.runs.control.store();
-    if let Some(record) = store.load_run(&run_id).await.map_err(ApiError::from)? {
-        if record.agent_id != scope.agent {
-            return Err(not_found());
+    match state.runs.lookup_run(&run_id).await? {
+        Some(RunLookup::Recorded(record)) => {
+            if record.agent_id != scope.agent {
+                return Err(not_found());
+            }
+            state
+                .runs
+                .check_thread(&scope.caller, &record.thread_id)
+                .await
+                .map_err(|_| not_found())?;
+            let log = state
+                .runs
+                .thread_snapshot(&record.thread_id)
+                .await?
+                .map(|snapshot| snapshot.messages)
+                .unwrap_or_default();
+            Ok(Loaded::Started { record, log })
         }
-        state
-            .runs
-            .check_thread(&scope.caller, &record.thread_id)
-            .await
-            .map_err(|_| not_found())?;
-        let log = store
-            .load_thread_snapshot(&record.thread_id)
-            .await
-            .map_err(ApiError::from)?
-            .map(|snapshot| snapshot.messages)
-            .unwrap_or_default();
-        return Ok(Loaded::Started {
-            record: Box::new(record),
-            log,
-        });
-    }
-    match state
-        .runs
-        .control
-        .accepted_run(&run_id)
-        .await
-        .map_err(ApiError::from)?
-    {
-        Some(request) if request.agent_id.as_ref() == Some(&scope.agent) => {
+        Some(RunLookup::Queued(request)) if request.agent_id.as_ref() == Some(&scope.agent) => {
             state
                 .runs
                 .check_thread(&scope.caller, &request.thread_id)
                 .await
                 .map_err(|_| not_found())?;
             let state = queued_state(state, &request.thread_id, &run_id).await?;
-            Ok(Loaded::Queued(Box::new(request), state))
+            Ok(Loaded::Queued(request, state))
         }
         _ => Err(not_found()),
     }
@@ -271,13 +259,7 @@ async fn queued_state(
     thread_id: &ThreadId,
     run_id: &RunId,
 ) -> Result<TaskState, A2aError> {
-    let page = state
-        .runs
-        .control
-        .mailbox()
-        .list_dispatches(&DispatchQuery::thread(thread_id.clone()))
-        .await
-        .map_err(ApiError::from)?;
+    let page = state.runs.thread_dispatches(thread_id).await?;
     let status = page
         .dispatches
         .iter()
@@ -381,7 +363,6 @@ pub(crate) async fn list_tasks(
             });
         }
     };
-    let store = state.runs.control.store();
     let query = RunQuery {
         thread_id,
         status,
@@ -389,14 +370,10 @@ pub(crate) async fn list_tasks(
         offset,
         limit: page_size,
     };
-    let page = store.list_runs(&query).await.map_err(ApiError::from)?;
+    let page = state.runs.list_runs(&query).await?;
     let mut tasks = Vec::with_capacity(page.runs.len());
     for record in &page.runs {
-        let Some(snapshot) = store
-            .load_thread_snapshot(&record.thread_id)
-            .await
-            .map_err(ApiError::from)?
-        else {
+        let Some(snapshot) = state.runs.thread_snapshot(&record.thread_id).await? else {
             continue;
         };
         if scope.caller.authorize(&snapshot.thread).is_err() {
@@ -458,10 +435,8 @@ pub(crate) async fn cancel_task(
     };
     let mut follow = state
         .runs
-        .control
         .follow(&thread_id, &run_id, None)
-        .await
-        .map_err(ApiError::from)?
+        .await?
         .skip_backlog();
     cancel_run(state, &thread_id, &run_id).await?;
     // The cancellation ends the run's activation (a waiting run is taken up to

@@ -62,7 +62,7 @@ impl ServerHandler for AgentTools {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let (runs, _) = request_scope(&context)?;
-        let registries = runs.control.runtime().registries();
+        let registries = runs.registries();
         let tools = registries
             .agents
             .iter()
@@ -117,9 +117,7 @@ impl AgentTools {
         let agent = AgentId::new(request.name.as_ref())
             .ok()
             .filter(|id| {
-                runs.control
-                    .runtime()
-                    .registries()
+                runs.registries()
                     .agents
                     .get(id.as_str())
                     .is_some_and(|spec| spec.endpoint.is_none())
