@@ -65,16 +65,7 @@ impl RunService {
         caller: &Caller,
         run_id: &RunId,
     ) -> Result<ThreadId, ApiError> {
-        let thread_id = if let Some(record) = self.control.store().load_run(run_id).await? {
-            record.thread_id
-        } else {
-            match self.control.accepted_run(run_id).await? {
-                Some(request) => request.thread_id,
-                None => return Err(ApiError::NotFound(format!("unknown run `{run_id}`"))),
-            }
-        };
-        self.check_run_thread(caller, run_id, &thread_id).await?;
-        Ok(thread_id)
+        Ok(self.run(caller, run_id).await?.thread_id().clone())
     }
 
     /// 404 `unknown run` unless the caller may touch `thread_id`, the run's thread:

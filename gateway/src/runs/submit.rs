@@ -11,9 +11,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::RunService;
 use super::input::{InputBody, StartRunBody, user_messages};
 use super::stream::RunEvents;
+use super::{RunLookup, RunService};
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use awaken_cluster::events::RunFollow;
@@ -185,9 +185,10 @@ impl RunService {
             .follow(thread_id, run_id, None)
             .await?
             .from_last_activation();
-        let executing = match self.control.store().load_run(run_id).await? {
-            Some(record) => record.status == RunStatus::Running,
-            None => self.control.accepted_run(run_id).await?.is_some(),
+        let executing = match self.lookup_run(run_id).await? {
+            Some(RunLookup::Recorded(record)) => record.status == RunStatus::Running,
+            Some(RunLookup::Queued(_)) => true,
+            None => false,
         };
         Ok(RunEvents::from(if executing {
             follow
