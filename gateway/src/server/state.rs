@@ -1,4 +1,6 @@
-//! `AppState`: what every route handler shares.
+//! `AppState`: what the server holds for its routes. The native API's handlers
+//! extract it whole; the protocols take only their parts of it (the run service,
+//! `A2aState`, `McpEndpoint`) through the `FromRef` implementations here.
 
 use std::sync::Arc;
 
