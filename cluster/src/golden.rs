@@ -322,6 +322,8 @@ fn call_frames_keep_their_wire_form() {
 fn run_events_keep_their_wire_form() {
     pin("stream_event.text_delta", &text_delta());
     pin("stream_event.run_finish", &run_finish());
+    // What a message on `awaken.events.<run_id>` carries (decision 0077).
+    pin("run_events_message", &vec![text_delta(), run_finish()]);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -16,19 +17,25 @@ use awaken_actors::contract::{
     ToolCallOutcome, ToolCallResume,
 };
 use awaken_actors::mailbox::SubmitOptions;
-use awaken_actors::thread::{ControlError, RunRequest};
+use awaken_actors::store::FencingToken;
+use awaken_actors::thread::{ControlError, EventHub, RunRequest};
 use awaken_actors::{AgentId, DecisionId, RunId, ThreadId, ToolCallId};
 use awaken_cluster::codec;
 use awaken_cluster::decisions::{Decision, DecisionTarget, Delivery, RoutedDecisions};
-use awaken_cluster::events::follow_run;
+use awaken_cluster::events::{
+    ClusterEventHub, EventsConfig, decode_events, event_subject, follow_run,
+};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
 use awaken_cluster::routing::{
     CallFrame, CallOutcome, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadHost,
     ThreadRouter, call_subject,
 };
-use awaken_cluster::shards::{LeaseTable, Ownership, ShardCount, ShardOwner, ShardOwnerConfig};
+use awaken_cluster::shards::{
+    LeaseTable, Ownership, ShardCount, ShardEvent, ShardId, ShardOwner, ShardOwnerConfig,
+};
 use awaken_cluster::testing::NatsServer;
+use futures::StreamExt;
 use serde_json::json;
 use support::{CountingEcho, approver_builder};
 
@@ -389,4 +396,60 @@ async fn a_call_for_a_thread_nobody_owns_gives_up_after_the_owner_wait() {
             if thread_id.as_str() == "orphan" && *waited >= Duration::from_millis(300)),
         "{error:?}"
     );
+}
+
+/// A shard owner's events, not needed here.
+struct Unheeded;
+
+#[async_trait::async_trait]
+impl ShardEvent for Unheeded {
+    async fn acquired(&self, _shard: ShardId, _token: FencingToken) {}
+    async fn draining(&self, _shard: ShardId) {}
+    async fn lost(&self, _shard: ShardId) {}
+}
+
+/// Events a thread emits together reach a subscriber of the run's subject as one
+/// message, an array of them in the order emitted (decision 0077). The test runs
+/// on one thread, so the publishing task finds all of a burst queued.
+#[tokio::test]
+async fn events_emitted_together_go_out_as_one_message_in_order() {
+    let server = NatsServer::start().await.unwrap();
+    let client = server.connect().await.unwrap();
+    let table = LeaseTable::open(
+        &async_nats::jetstream::new(client.clone()),
+        "event-leases",
+        Duration::from_secs(5),
+        1,
+    )
+    .await
+    .unwrap();
+    let config = ShardOwnerConfig::default();
+    let shards = config.count.get() as usize;
+    let node = NodeId::new("publisher").unwrap();
+    let mut owner = ShardOwner::new(node.clone(), config, table);
+    let members = tokio::sync::watch::Sender::new(BTreeSet::from([node]));
+    owner.start(members.subscribe(), Arc::new(Unheeded));
+    owner
+        .ownership()
+        .wait_for(|owned| owned.len() == shards)
+        .await
+        .unwrap();
+    let hub = ClusterEventHub::start(client.clone(), &EventsConfig::default(), owner.fence());
+    let (thread, run_id) = (thread("bursts"), RunId::generate());
+    let mut published = client.subscribe(event_subject(&run_id)).await.unwrap();
+    client.flush().await.unwrap();
+    let emit = |seq: u64| {
+        let event = StreamEvent::new(seq, "2026-11-28T00:00:00.000Z", AgentEvent::StepEnd);
+        hub.publish(&thread, &run_id, &Arc::new(event), None);
+    };
+
+    (0..5).for_each(emit);
+    let burst = published.next().await.unwrap();
+    assert_eq!(
+        seqs(&decode_events(&burst.payload).unwrap()),
+        [0, 1, 2, 3, 4]
+    );
+    emit(5);
+    let alone = published.next().await.unwrap();
+    assert_eq!(seqs(&decode_events(&alone.payload).unwrap()), [5]);
 }

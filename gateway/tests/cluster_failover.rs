@@ -17,16 +17,15 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use awaken_actors::contract::{
-    AgentEvent, Message, RunDispatch, RunDispatchStatus, RunStatus, StreamEvent, TraceContext,
+    AgentEvent, Message, RunDispatch, RunDispatchStatus, RunStatus, TraceContext,
 };
 use awaken_actors::delegation::ChildRef;
 use awaken_actors::ids::{AgentId, DispatchId, RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxStore, SubmitOptions, submit};
 use awaken_actors::store::{MessageQuery, PostgresStore, TestSchema, ThreadRunStore};
 use awaken_actors::thread::RunRequest;
-use awaken_cluster::codec;
 use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
-use awaken_cluster::events::event_subject;
+use awaken_cluster::events::{decode_events, event_subject};
 use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use awaken_cluster::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use awaken_cluster::membership::NodeId;
@@ -703,7 +702,7 @@ async fn a_paused_owner_that_comes_back_cannot_commit() {
     // run's events end with the survivor's one `run_finish`.
     let mut events = Vec::new();
     while let Some(Some(message)) = published.next().now_or_never() {
-        events.push(codec::decode::<StreamEvent>(&message.payload).unwrap());
+        events.extend(decode_events(&message.payload).unwrap());
     }
     let finishes: Vec<usize> = events
         .iter()

@@ -495,8 +495,12 @@ impl EventLog {
         let task = tokio::spawn(async move {
             while let Some(message) = events.next().await {
                 let run_id = message.subject.as_str()[EVENTS_SUBJECT_PREFIX.len()..].to_owned();
-                let event: StreamEvent = awaken_cluster::codec::decode(&message.payload).unwrap();
-                sink.lock().unwrap().entry(run_id).or_default().push(event);
+                let events = awaken_cluster::events::decode_events(&message.payload).unwrap();
+                sink.lock()
+                    .unwrap()
+                    .entry(run_id)
+                    .or_default()
+                    .extend(events);
             }
         });
         Self { runs, _task: task }

@@ -9,9 +9,8 @@ use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_actors::{RunId, ThreadId};
 use futures::{FutureExt, StreamExt};
 
-use super::event_subject;
 use super::local::{Fed, LiveSubscription, LocalEventHub};
-use crate::codec;
+use super::{decode_events, event_subject};
 use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
 
 /// How long a follow of an ended run still takes live events once its buffered
@@ -176,15 +175,14 @@ impl RunFollow {
                 // between lacks it, so live events are still taken for a moment.
                 None if self.replay_only => {
                     match tokio::time::timeout(FINISH_GRACE, self.next_live()).await {
-                        Ok(Some(Some(event))) => event,
-                        Ok(Some(None)) => continue,
+                        Ok(Some(())) => continue,
                         Ok(None) | Err(_) => return None,
                     }
                 }
-                None => match self.next_live().await? {
-                    Some(event) => event,
-                    None => continue,
-                },
+                None => {
+                    self.next_live().await?;
+                    continue;
+                }
             };
             if let Some(event) = self.take(event) {
                 return Some(event);
@@ -240,24 +238,23 @@ impl RunFollow {
         self.complete &= !fed.missed;
     }
 
-    /// `None` when the source closed, `Some(None)` when nothing usable arrived
-    /// (an unreadable payload, or a read that filled the backlog).
-    async fn next_live(&mut self) -> Option<Option<Arc<StreamEvent>>> {
+    /// Reads what arrived live into the backlog (a message's events, or a read
+    /// of this node's buffer; an unreadable message adds nothing); `None` when
+    /// the source closed.
+    async fn next_live(&mut self) -> Option<()> {
         match &mut self.live {
             Live::Nats(subscriber) => {
                 let message = subscriber.next().await?;
-                match codec::decode::<StreamEvent>(&message.payload) {
-                    Ok(event) => Some(Some(Arc::new(event))),
-                    Err(error) => {
-                        tracing::debug!(%error, "unreadable run event skipped");
-                        Some(None)
-                    }
+                match decode_events(&message.payload) {
+                    Ok(events) => self.backlog.extend(events.into_iter().map(Arc::new)),
+                    Err(error) => tracing::debug!(%error, "unreadable run events skipped"),
                 }
+                Some(())
             }
             Live::Local(subscription) => {
                 let fed = subscription.read(self.last_seq, &mut self.backlog).await;
                 self.fed(fed);
-                Some(None)
+                Some(())
             }
         }
     }

@@ -5,9 +5,12 @@
 //!
 //! Publishing is core NATS (at most once, no storage): a stream is live output, and
 //! what a follower misses it asks the owner for (`ThreadCall::Replay`); the durable
-//! record of a run is its checkpointed messages in the thread store. An event
-//! emitted in an exported activation carries that span's `traceparent` header.
+//! record of a run is its checkpointed messages in the thread store. A message
+//! holds one or more consecutive events of one run, as an array ([`batch`],
+//! decision 0077); one emitted in an exported activation carries that span's
+//! `traceparent` header.
 
+mod batch;
 mod follow;
 mod local;
 mod replay;
@@ -20,13 +23,14 @@ use awaken_actors::thread::{EventHub, FenceSource};
 use awaken_actors::{RunId, ThreadId};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use bytes::Bytes;
 use tokio::sync::mpsc;
 
+pub use batch::decode_events;
 pub use follow::{RunFollow, follow_local, follow_run};
 pub use local::{Fed, LiveSubscription, LocalEventHub};
 pub use replay::{DEFAULT_REPLAY_CAPACITY, DEFAULT_RETAINED_RUNS, Read, Replay, ReplayBuffers};
 
+use self::batch::{Batch, Outgoing, batches};
 use crate::codec;
 use crate::shards::ShardedFence;
 use crate::trace_headers;
@@ -51,6 +55,10 @@ pub fn event_subject(run_id: &RunId) -> String {
         format!("{EVENTS_SUBJECT_PREFIX}~{}", URL_SAFE_NO_PAD.encode(id))
     }
 }
+
+/// Events the publishing task takes off its queue at most at once: what it
+/// finds queued goes out in as few messages as the runs and traces allow.
+const PUBLISH_BATCH: usize = 256;
 
 /// Tunables of run event publishing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,14 +87,6 @@ impl Default for EventsConfig {
     }
 }
 
-/// An encoded event on its way to NATS.
-#[derive(Debug)]
-struct Outgoing {
-    subject: String,
-    payload: Bytes,
-    trace: Option<TraceContext>,
-}
-
 /// The [`EventHub`] of a cluster node: buffers each event for replay and publishes
 /// it on the run's subject.
 ///
@@ -113,26 +113,34 @@ impl ClusterEventHub {
         let (outbox, mut queued) = mpsc::channel::<Outgoing>(config.publish_queue.max(1));
         let held = fence.clone();
         tokio::spawn(async move {
-            while let Some(Outgoing {
-                subject,
-                payload,
-                trace,
-            }) = queued.recv().await
-            {
+            let mut queued_now = Vec::with_capacity(PUBLISH_BATCH);
+            while queued.recv_many(&mut queued_now, PUBLISH_BATCH).await > 0 {
                 if !held.holds_any() {
-                    tracing::debug!(%subject, "run event of a lapsed tenure dropped");
+                    tracing::debug!(
+                        events = queued_now.len(),
+                        "run events of a lapsed tenure dropped"
+                    );
+                    queued_now.clear();
                     continue;
                 }
-                let published = match trace {
-                    Some(trace) => {
-                        let mut headers = async_nats::HeaderMap::new();
-                        trace_headers::insert(&mut headers, &trace);
-                        client.publish_with_headers(subject, headers, payload).await
+                let max_payload = client.server_info().max_payload;
+                for Batch {
+                    subject,
+                    trace,
+                    payload,
+                } in batches(queued_now.drain(..), max_payload)
+                {
+                    let published = match trace {
+                        Some(trace) => {
+                            let mut headers = async_nats::HeaderMap::new();
+                            trace_headers::insert(&mut headers, &trace);
+                            client.publish_with_headers(subject, headers, payload).await
+                        }
+                        None => client.publish(subject, payload).await,
+                    };
+                    if let Err(error) = published {
+                        tracing::debug!(%error, "run events not published");
                     }
-                    None => client.publish(subject, payload).await,
-                };
-                if let Err(error) = published {
-                    tracing::debug!(%error, "run event not published");
                 }
             }
         });

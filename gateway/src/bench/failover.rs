@@ -26,7 +26,7 @@ use awaken_actors::thread::RunRequest;
 use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::codec;
 use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
-use awaken_cluster::events::{event_subject, follow_run};
+use awaken_cluster::events::{decode_events, event_subject, follow_run};
 use awaken_cluster::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
 use awaken_cluster::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use awaken_cluster::membership::NodeId;
@@ -220,8 +220,12 @@ impl Harness {
                 .await
                 .map_err(|_| "the run was not resumed after the kill")?
                 .ok_or("the connection closed")?;
-            let event: StreamEvent = codec::decode(&message.payload).map_err(|e| e.to_string())?;
-            if let AgentEvent::RunFinish { termination, .. } = event.event {
+            let events = decode_events(&message.payload).map_err(|e| e.to_string())?;
+            let finish = events.into_iter().find_map(|event| match event.event {
+                AgentEvent::RunFinish { termination, .. } => Some(termination),
+                _ => None,
+            });
+            if let Some(termination) = finish {
                 break termination;
             }
         };
