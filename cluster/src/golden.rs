@@ -386,9 +386,10 @@ fn every_command() -> Vec<Op> {
     queued.dispatch_id = dispatch_id();
     let commands = vec![
         Command::Enqueue {
-            dispatch: Box::new(queued),
+            dispatch: Box::new(queued.clone()),
             rules,
             now_ms: AT_MS,
+            input: None,
         },
         Command::Claim {
             thread_id: thread(),
@@ -466,6 +467,13 @@ fn every_command() -> Vec<Op> {
             ttl_ms: 86_400_000,
             now_ms: AT_MS,
         },
+        // The run's input carried with its dispatch (decision 0078).
+        Command::Enqueue {
+            dispatch: Box::new(queued),
+            rules,
+            now_ms: AT_MS,
+            input: Some(Box::new(run_request())),
+        },
     ];
     commands
         .into_iter()
@@ -498,22 +506,33 @@ fn the_mailbox_ledger_keeps_its_wire_form() {
             next_seq: 12_345,
         },
     );
+    let mut queued = RunDispatch::new(thread(), run(), 5, AT_MS);
+    queued.dispatch_id = dispatch_id();
     let part = Part {
-        dispatches: vec![Stored {
-            seq: 7,
-            dispatch: full_dispatch(),
-        }],
+        dispatches: vec![
+            Stored {
+                seq: 7,
+                dispatch: full_dispatch(),
+                input: None,
+            },
+            Stored {
+                seq: 8,
+                dispatch: queued,
+                input: Some(Box::new(run_request())),
+            },
+        ],
         epochs: vec![Epoch {
             thread_id: thread(),
             epoch: 2,
         }],
     };
     pin("ledger.snapshot_part", &part);
-    let spliced = splice_part(
-        &[codec::encode(&part.dispatches[0]).unwrap()],
-        &[codec::encode(&part.epochs[0]).unwrap()],
-    )
-    .unwrap();
+    let dispatches: Vec<_> = part
+        .dispatches
+        .iter()
+        .map(|stored| codec::encode(stored).unwrap())
+        .collect();
+    let spliced = splice_part(&dispatches, &[codec::encode(&part.epochs[0]).unwrap()]).unwrap();
     assert_eq!(
         msgpack_to_json(&spliced),
         read_golden("ledger.snapshot_part")
@@ -568,6 +587,11 @@ fn decisions_and_rejections_keep_their_wire_form() {
 
 #[test]
 fn run_inbox_requests_keep_their_wire_form() {
+    pin("run_request", &run_request());
+}
+
+/// A user's request, as the KV inbox or a carrying enqueue holds it.
+fn run_request() -> RunRequest {
     let message = Message {
         id: MessageId::new("message-1").unwrap(),
         role: Role::User,
@@ -578,9 +602,8 @@ fn run_inbox_requests_keep_their_wire_form() {
         run_id: None,
         created_at: Some(AT_MS),
     };
-    let request = RunRequest::new(thread(), vec![message])
+    RunRequest::new(thread(), vec![message])
         .with_agent_id(AgentId::new("assistant").unwrap())
         .with_run_id(run())
-        .with_origin(RunOrigin::User);
-    pin("run_request", &request);
+        .with_origin(RunOrigin::User)
 }

@@ -49,6 +49,7 @@ use crate::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use crate::node_metrics::NodeGauges;
 use crate::routing::{Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadRouter};
+use crate::run_input::{ClusterRunInbox, RunInputPlacement};
 use crate::shards::{
     DEFAULT_SHARDS_BUCKET, HandOffs, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId,
     ShardOwner, ShardOwnerConfig, ShardPlacement, ShardedFence, quota,
@@ -76,6 +77,8 @@ pub struct NodeConfig {
     pub routing: RouterConfig,
     /// Where this node's gateway listens, published to the other members.
     pub http_url: Option<String>,
+    /// Where the input of runs this node accepts is kept (decision 0078).
+    pub run_input: RunInputPlacement,
 }
 
 impl NodeConfig {
@@ -109,6 +112,7 @@ impl NodeConfig {
             events: EventsConfig::default(),
             routing: RouterConfig::default(),
             http_url: None,
+            run_input: RunInputPlacement::default(),
         }
     }
 }
@@ -118,7 +122,7 @@ pub struct ClusterNode {
     node_id: NodeId,
     runtime: AgentRuntime,
     mailbox: Arc<LedgerMailbox>,
-    inbox: Arc<KvRunInbox>,
+    inbox: Arc<ClusterRunInbox>,
     worker: Arc<MailboxWorker>,
     bus: DecisionBus,
     decisions: DecisionWorker,
@@ -180,11 +184,13 @@ impl ClusterNode {
             .await
             .map_err(|e| e.during("opening the mailbox ledger"))?,
         );
-        let inbox = Arc::new(
+        let inbox = Arc::new(ClusterRunInbox::new(
+            config.run_input,
+            Arc::clone(&mailbox),
             KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas)
                 .await
                 .map_err(|e| e.during("opening the run inbox"))?,
-        );
+        ));
         let config_store = Arc::new(
             NatsConfigStore::open(&js, DEFAULT_CONFIG_BUCKET, config.replicas)
                 .await

@@ -10,6 +10,7 @@ use awaken_actors::contract::{
 };
 use awaken_actors::ids::{DispatchId, ThreadId};
 use awaken_actors::mailbox::{MailboxConfig, MailboxError, MailboxState};
+use awaken_actors::thread::RunRequest;
 use serde::{Deserialize, Serialize};
 
 /// The configuration a command's outcome depends on, taken from the issuing node:
@@ -45,13 +46,17 @@ impl Rules {
 }
 
 /// A change to the mailbox, as the ledger stream carries it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Command {
     Enqueue {
         dispatch: Box<RunDispatch>,
         rules: Rules,
         now_ms: u64,
+        /// The run's input, when it travels with its dispatch rather than in the
+        /// KV inbox (decision 0078); absent in what earlier versions wrote.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<Box<RunRequest>>,
     },
     /// Claims up to `limit`; the first claim takes `token`, the n-th `token.n`.
     Claim {
@@ -147,6 +152,14 @@ fn nth_token(token: &str, index: usize) -> String {
 }
 
 impl Command {
+    /// Takes the run input an enqueue carries, leaving the command without it.
+    pub(crate) fn take_input(&mut self) -> Option<Box<RunRequest>> {
+        match self {
+            Self::Enqueue { input, .. } => input.take(),
+            _ => None,
+        }
+    }
+
     /// Applies the command to `state`; the answer, and the threads that got work
     /// a consumer may claim (for queue watches).
     pub(crate) fn apply(self, state: &mut MailboxState) -> (Outcome, Vec<ThreadId>) {
@@ -164,6 +177,7 @@ impl Command {
                 dispatch,
                 rules,
                 now_ms,
+                input: _,
             } => match state.enqueue(&rules.config(), *dispatch, now_ms) {
                 Ok(stored) => {
                     let woken = queued(&stored);
@@ -283,6 +297,7 @@ mod tests {
             )),
             rules: Rules::of(&MailboxConfig::default()),
             now_ms,
+            input: None,
         }
     }
 

@@ -261,9 +261,10 @@ impl Follower {
         let (covers, snapshotting) = (Arc::clone(&self.covers), Arc::clone(&self.snapshotting));
         let min_interval = self.min_interval;
         tokio::spawn(async move {
-            let (state, at) = replica.copy();
-            let min_gap = snapshot::interval(min_interval, state.len()) / 2;
-            match snapshots.write(&state, at, min_gap).await {
+            let folded = replica.copy();
+            let at = folded.applied;
+            let min_gap = snapshot::interval(min_interval, folded.state.len()) / 2;
+            match snapshots.write(&folded, min_gap).await {
                 Ok(Written::Replaced(previous)) => {
                     covers.fetch_max(at, Ordering::Relaxed);
                     if let Some(previous) = previous

@@ -14,6 +14,7 @@
 
 pub(crate) mod command;
 mod feed;
+mod inputs;
 mod replica;
 mod snapshot;
 pub(crate) mod wire;
@@ -27,11 +28,12 @@ use async_nats::jetstream::{self, stream};
 use async_trait::async_trait;
 use awaken_actors::backoff::Backoff;
 use awaken_actors::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult};
-use awaken_actors::ids::{DispatchId, ThreadId};
+use awaken_actors::ids::{DispatchId, RunId, ThreadId};
 use awaken_actors::mailbox::{
     DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxState,
     MailboxStore, QueueWatch, QueuedThread, transition,
 };
+use awaken_actors::thread::RunRequest;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -111,6 +113,10 @@ struct Inner {
 /// How often the deadline sweeper looks for ops left unanswered.
 const DEADLINE_TICK: Duration = Duration::from_secs(1);
 
+/// How long an input handed over for its run's enqueue waits for it: far longer
+/// than a submission takes, so only a submitter that gave up leaves one behind.
+const STAGED_INPUT_TTL: Duration = Duration::from_secs(600);
+
 /// Refuses, every [`DEADLINE_TICK`], the ops issued more than [`ANSWER_DEADLINE`]
 /// ago that are still waiting (op ids grow with time, so a bound per tick will do).
 async fn sweep_deadlines(replica: std::sync::Weak<Replica>) {
@@ -122,6 +128,9 @@ async fn sweep_deadlines(replica: std::sync::Weak<Replica>) {
             return;
         };
         let now = tokio::time::Instant::now();
+        if let Some(before) = now.checked_sub(STAGED_INPUT_TTL) {
+            replica.drop_staged_before(before);
+        }
         marks.push_back((now, replica.next_op()));
         let mut bound = None;
         while let Some((at, next)) = marks.front().copied() {
@@ -322,6 +331,30 @@ impl LedgerMailbox {
         Rules::of(&self.config)
     }
 
+    /// Carries `input` in the ledger with its run's dispatch: the next enqueue of
+    /// a dispatch for `run_id` on this node takes it (decision 0078).
+    pub fn carry_input(&self, run_id: RunId, input: RunRequest) {
+        self.inner.replica.stage(run_id, input);
+    }
+
+    /// Forgets an input handed to [`Self::carry_input`] whose enqueue will not
+    /// come (the submission failed before it); whether there was one.
+    pub fn drop_carried_input(&self, run_id: &RunId) -> bool {
+        self.inner.replica.take_staged(run_id).is_some()
+    }
+
+    /// The input of `run_id` if it travels in the ledger: as this node's replica
+    /// has it, or as handed over here for an enqueue still to come.
+    pub fn carried_input(&self, run_id: &RunId) -> Option<RunRequest> {
+        self.inner.replica.input(run_id)
+    }
+
+    /// Whether the input of `run_id` came in the ledger with its dispatch (and
+    /// so goes with it, leaving nothing to remove anywhere else).
+    pub fn holds_carried_input(&self, run_id: &RunId) -> bool {
+        self.inner.replica.holds_input(run_id)
+    }
+
     /// Reads this node's replica as it is (no wait for other nodes' changes).
     fn read<R>(&self, read: impl FnOnce(&MailboxState) -> R) -> R {
         self.inner.replica.read(read)
@@ -335,10 +368,12 @@ impl MailboxStore for LedgerMailbox {
         dispatch: RunDispatch,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
+        let input = self.inner.replica.take_staged(&dispatch.run_id);
         self.one(Command::Enqueue {
             dispatch: Box::new(dispatch),
             rules: self.rules(),
             now_ms,
+            input,
         })
         .await
     }

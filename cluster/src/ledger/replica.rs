@@ -5,17 +5,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use awaken_actors::hashing::FastHashMap;
-use awaken_actors::ids::ThreadId;
+use awaken_actors::ids::{RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxError, MailboxState, QueueWatch, QueueWatchers};
+use awaken_actors::thread::RunRequest;
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
-use super::command::{Command, Outcome};
+use super::command::{Answer, Command, Outcome};
+use super::inputs::RunInputs;
 
 /// The state as of a stream sequence.
 #[derive(Debug, Default)]
 pub(crate) struct Folded {
     /// The mailbox after every batch up to `applied`.
     pub(crate) state: MailboxState,
+    /// The run inputs that came with enqueues, while their runs may start.
+    pub(crate) inputs: RunInputs,
     /// The last stream sequence applied (0: none).
     pub(crate) applied: u64,
 }
@@ -37,6 +42,9 @@ pub(crate) struct Replica {
     waiters: Mutex<FastHashMap<u64, oneshot::Sender<Outcome>>>,
     /// This instance's batches in flight, by batch number, with their ops.
     own: Mutex<FastHashMap<u64, Vec<(u64, Command)>>>,
+    /// Inputs handed over for their run's enqueue, not yet taken by it, with
+    /// when they were handed over.
+    staged: Mutex<FastHashMap<RunId, (Instant, Box<RunRequest>)>>,
     /// `watch_queued` subscribers.
     watchers: QueueWatchers,
     /// Whether `broken` holds a reason (read on every op without the lock).
@@ -61,6 +69,7 @@ impl Replica {
             next_op: AtomicU64::new(1),
             waiters: Mutex::default(),
             own: Mutex::default(),
+            staged: Mutex::default(),
             is_broken: AtomicBool::new(false),
             watchers: QueueWatchers::default(),
             broken: Mutex::default(),
@@ -92,10 +101,47 @@ impl Replica {
         self.known.load(Ordering::Relaxed)
     }
 
-    /// A copy of the state and the sequence it is at (for a snapshot).
-    pub(crate) fn copy(&self) -> (MailboxState, u64) {
+    /// A copy of the state, the inputs it still needs and the sequence it is at
+    /// (for a snapshot).
+    pub(crate) fn copy(&self) -> Folded {
         let folded = lock(&self.folded);
-        (folded.state.clone(), folded.applied)
+        Folded {
+            state: folded.state.clone(),
+            inputs: folded.inputs.in_flight(&folded.state),
+            applied: folded.applied,
+        }
+    }
+
+    /// The input of `run_id`: kept since it came with its dispatch, or handed
+    /// over on this node for an enqueue not yet issued.
+    pub(crate) fn input(&self, run_id: &RunId) -> Option<RunRequest> {
+        if let Some(input) = lock(&self.folded).inputs.get(run_id) {
+            return Some(input.clone());
+        }
+        lock(&self.staged)
+            .get(run_id)
+            .map(|(_, input)| (**input).clone())
+    }
+
+    /// Whether the input of `run_id` came with its dispatch and is still kept.
+    pub(crate) fn holds_input(&self, run_id: &RunId) -> bool {
+        lock(&self.folded).inputs.get(run_id).is_some()
+    }
+
+    /// Hands `input` over for the enqueue of its run `run_id`.
+    pub(crate) fn stage(&self, run_id: RunId, input: RunRequest) {
+        lock(&self.staged).insert(run_id, (Instant::now(), Box::new(input)));
+    }
+
+    /// Takes the input handed over for `run_id`'s enqueue, if any.
+    pub(crate) fn take_staged(&self, run_id: &RunId) -> Option<Box<RunRequest>> {
+        lock(&self.staged).remove(run_id).map(|(_, input)| input)
+    }
+
+    /// Forgets inputs handed over before `before` whose enqueue never came (its
+    /// submitter gave up between the two).
+    pub(crate) fn drop_staged_before(&self, before: Instant) {
+        lock(&self.staged).retain(|_, (at, _)| *at >= before);
     }
 
     /// A fresh op id and a receiver for its answer.
@@ -165,13 +211,19 @@ impl Replica {
             if seq <= folded.applied {
                 return;
             }
-            for (id, command) in ops {
-                let (outcome, mut threads) = command.apply(&mut folded.state);
+            let Folded { state, inputs, .. } = &mut *folded;
+            for (id, mut command) in ops {
+                let input = command.take_input();
+                let (outcome, mut threads) = command.apply(state);
+                if let (Some(input), Ok(Answer::Dispatch(accepted))) = (input, &outcome) {
+                    inputs.insert(accepted.run_id.clone(), accepted.dispatch_id.clone(), input);
+                }
                 woken.append(&mut threads);
                 if mine {
                     answers.push((id, outcome));
                 }
             }
+            inputs.batch_applied(state);
             folded.applied = seq;
         }
         self.progress.send_replace(seq);

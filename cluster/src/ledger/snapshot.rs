@@ -12,6 +12,7 @@ use awaken_actors::mailbox::{MailboxState, SequencedDispatch};
 use bytes::Bytes;
 use futures::TryStreamExt;
 
+use super::inputs::RunInputs;
 use super::replica::Folded;
 use super::wire::{
     Epoch, HEAD_KEY, Head, MAX_COMMAND, Part, Stored, part_covers, part_key, splice_part,
@@ -98,6 +99,7 @@ impl Snapshots {
         };
         let mut dispatches = Vec::new();
         let mut epochs = Vec::new();
+        let mut inputs = RunInputs::default();
         for index in 0..head.parts {
             let key = part_key(head.covers, index);
             let value = self
@@ -109,27 +111,37 @@ impl Snapshots {
                     ClusterError::Unexpected(format!("snapshot part {key} is missing"))
                 })?;
             let part: Part = codec::decode(&value)?;
-            dispatches.extend(part.dispatches.into_iter().map(|stored| SequencedDispatch {
-                seq: stored.seq,
-                dispatch: stored.dispatch,
-            }));
+            for stored in part.dispatches {
+                if let Some(input) = stored.input {
+                    inputs.insert(
+                        stored.dispatch.run_id.clone(),
+                        stored.dispatch.dispatch_id.clone(),
+                        input,
+                    );
+                }
+                dispatches.push(SequencedDispatch {
+                    seq: stored.seq,
+                    dispatch: stored.dispatch,
+                });
+            }
             epochs.extend(part.epochs.into_iter().map(|e| (e.thread_id, e.epoch)));
         }
         Ok(Folded {
             state: MailboxState::restore(head.next_seq, dispatches, epochs),
+            inputs,
             applied: head.covers,
         })
     }
 
-    /// Writes `state`, which is the state after stream sequence `covers`, and
+    /// Writes `folded` (the state after stream sequence `folded.applied`) and
     /// moves the head to it — unless the head is less than `min_gap` behind
     /// (another node took a snapshot recently) or another node moves it first.
     pub(crate) async fn write(
         &self,
-        state: &MailboxState,
-        covers: u64,
+        folded: &Folded,
         min_gap: u64,
     ) -> Result<Written, ClusterError> {
+        let (state, covers) = (&folded.state, folded.applied);
         let (previous, revision) = self.head().await?;
         if let Some(head) = &previous
             && head.covers.saturating_add(min_gap) > covers
@@ -138,7 +150,7 @@ impl Snapshots {
                 newest: head.covers,
             });
         }
-        let parts = encode_parts(state)?;
+        let parts = encode_parts(state, &folded.inputs)?;
         let count = u32::try_from(parts.len())
             .map_err(|_| ClusterError::InvalidInput("snapshot has too many parts".into()))?;
         for (index, part) in (0..count).zip(parts) {
@@ -228,9 +240,9 @@ impl Chunk {
     }
 }
 
-/// The state in parts of at most [`MAX_COMMAND`] bytes each (unless a single
-/// dispatch is larger).
-fn encode_parts(state: &MailboxState) -> Result<Vec<Bytes>, ClusterError> {
+/// The state and its runs' inputs in parts of at most [`MAX_COMMAND`] bytes each
+/// (unless a single dispatch is larger).
+fn encode_parts(state: &MailboxState, inputs: &RunInputs) -> Result<Vec<Bytes>, ClusterError> {
     let mut parts = Vec::new();
     let mut chunk = Chunk::default();
     for (thread_id, epoch) in state.epochs() {
@@ -245,6 +257,9 @@ fn encode_parts(state: &MailboxState) -> Result<Vec<Bytes>, ClusterError> {
         let item = codec::encode(&Stored {
             seq,
             dispatch: dispatch.clone(),
+            input: inputs
+                .of_dispatch(&dispatch.run_id, &dispatch.dispatch_id)
+                .map(|input| Box::new(input.clone())),
         })?;
         chunk.make_room(&mut parts, &item)?;
         chunk.dispatches.push(item);

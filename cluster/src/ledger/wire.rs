@@ -11,6 +11,7 @@
 
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::ids::ThreadId;
+use awaken_actors::thread::RunRequest;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +35,7 @@ const ENVELOPE: usize = 1024;
 pub(crate) const MAX_COMMAND: usize = MAX_PAYLOAD - ENVELOPE;
 
 /// One command with the id its issuer waits on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Op {
     /// Unique among the writer's ops.
     pub(crate) id: u64,
@@ -53,7 +54,7 @@ pub(crate) struct OpRef<'a> {
 
 /// Commands one writer published together; the message's stream sequence orders
 /// them among all others.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Batch {
     /// The writing mailbox instance; its ops' answers go to its callers.
     pub(crate) writer: String,
@@ -74,7 +75,7 @@ pub(crate) struct Head {
 }
 
 /// A share of a snapshot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Part {
     /// Dispatches with their enqueue sequence numbers.
     pub(crate) dispatches: Vec<Stored>,
@@ -83,10 +84,13 @@ pub(crate) struct Part {
 }
 
 /// A dispatch as a snapshot keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Stored {
     pub(crate) seq: u64,
     pub(crate) dispatch: RunDispatch,
+    /// The run's input, when it came with the dispatch and the run may still start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) input: Option<Box<RunRequest>>,
 }
 
 /// A thread's raised epoch.
@@ -205,6 +209,7 @@ mod tests {
         let stored = Stored {
             seq: 4,
             dispatch: dispatch(),
+            input: None,
         };
         let epoch = Epoch {
             thread_id: ThreadId::new("t").unwrap(),
