@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use awaken_actors::RunId;
 use awaken_actors::mailbox::{MailboxError, RunInbox};
 use awaken_actors::thread::RunRequest;
+use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::inbox::KvRunInbox;
@@ -25,7 +26,8 @@ use crate::ledger::LedgerMailbox;
 pub const LEDGER_INPUT_LIMIT: usize = 16 * 1024;
 
 /// Where a node puts the input of the runs it accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunInputPlacement {
     /// In the KV inbox: one put, read and purge per run. What every version
     /// reads, so the setting while nodes of earlier versions are in the cluster.

@@ -29,6 +29,7 @@ use awaken_actors::mailbox::SubmitOptions;
 use awaken_actors::store::InMemoryStore;
 use awaken_actors::thread::{RunRequest, ThreadConfig};
 use awaken_actors::{AgentId, RunId, ThreadId};
+use awaken_cluster::RunInputPlacement;
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
 
@@ -47,7 +48,12 @@ fn bench_error(error: impl std::fmt::Display) -> GatewayError {
 }
 
 /// Runs workload W on `nodes` nodes against the server at `nats_url`.
-pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result<BenchReport> {
+pub async fn run(
+    nats_url: &str,
+    nodes: usize,
+    run_input: RunInputPlacement,
+    options: &BenchOptions,
+) -> Result<BenchReport> {
     let nodes = nodes.max(1);
     let store = Arc::new(InMemoryStore::new());
     let mut started = Vec::with_capacity(nodes);
@@ -61,8 +67,10 @@ pub async fn run(nats_url: &str, nodes: usize, options: &BenchOptions) -> Result
         let id =
             NodeId::new(format!("bench-{}", uuid::Uuid::now_v7().simple())).map_err(bench_error)?;
         let client = async_nats::connect(nats_url).await.map_err(bench_error)?;
+        let mut config = NodeConfig::new(id);
+        config.run_input = run_input;
         started.push(
-            ClusterNode::start(client, builder, NodeConfig::new(id))
+            ClusterNode::start(client, builder, config)
                 .await
                 .map_err(bench_error)?,
         );

@@ -18,6 +18,7 @@ use awaken_actors::mailbox::SubmitOptions;
 use awaken_actors::store::InMemoryStore;
 use awaken_actors::thread::{RunRequest, ThreadConfig};
 use awaken_actors::{AgentId, RunId, ThreadId};
+use awaken_cluster::RunInputPlacement;
 use awaken_cluster::decisions::{DecisionBus, DecisionBusConfig, DecisionPayload};
 use awaken_cluster::membership::NodeId;
 use awaken_cluster::node::{ClusterNode, NodeConfig};
@@ -37,7 +38,11 @@ fn bench_error(error: impl std::fmt::Display) -> GatewayError {
 }
 
 /// Runs `options.runs` remote approval round trips against the server at `nats_url`.
-pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> {
+pub async fn run(
+    nats_url: &str,
+    run_input: RunInputPlacement,
+    options: &BenchOptions,
+) -> Result<BenchReport> {
     let builder = demo::builder(
         ThreadConfig::default(),
         Arc::new(FakeFiles::with_demo_files()),
@@ -47,8 +52,10 @@ pub async fn run(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> 
     let node_id =
         NodeId::new(format!("bench-{}", uuid::Uuid::now_v7().simple())).map_err(bench_error)?;
     let client = async_nats::connect(nats_url).await.map_err(bench_error)?;
+    let mut config = NodeConfig::new(node_id);
+    config.run_input = run_input;
     let node = Arc::new(
-        ClusterNode::start(client, builder, NodeConfig::new(node_id))
+        ClusterNode::start(client, builder, config)
             .await
             .map_err(bench_error)?,
     );

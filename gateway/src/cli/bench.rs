@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use awaken_cluster::RunInputPlacement;
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::bench::http::HttpStore;
@@ -115,6 +116,10 @@ pub struct ClusterArgs {
     /// Nodes in this process (`workload-w` only).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
     pub nodes: usize,
+    /// Where the nodes keep runs' input, `inbox` or `ledger` (`workload-w`,
+    /// `hitl-remote`; as `cluster.run_input`).
+    #[arg(long, default_value = "inbox", value_name = "WHERE")]
+    pub run_input: RunInputPlacement,
     /// The nodes' shared thread store (`failover` only; use a scratch database).
     #[arg(long, value_name = "URL", env = "AWAKEN_POSTGRES_URL")]
     pub postgres_url: Option<String>,
@@ -306,9 +311,17 @@ async fn execute_cluster(args: ClusterArgs) -> Result<u8> {
     let options = args.options();
     let report = match args.scenario {
         ClusterScenarioArg::Dispatch => bench::dispatch::run(&args.nats_url, &options).await?,
-        ClusterScenarioArg::HitlRemote => bench::hitl_remote::run(&args.nats_url, &options).await?,
+        ClusterScenarioArg::HitlRemote => {
+            bench::hitl_remote::run(&args.nats_url, args.run_input, &options).await?
+        }
         ClusterScenarioArg::WorkloadW => {
-            Box::pin(bench::cluster_w::run(&args.nats_url, args.nodes, &options)).await?
+            Box::pin(bench::cluster_w::run(
+                &args.nats_url,
+                args.nodes,
+                args.run_input,
+                &options,
+            ))
+            .await?
         }
         ClusterScenarioArg::Delegation => {
             Box::pin(bench::delegation::run_cluster(&args.nats_url, &options)).await?

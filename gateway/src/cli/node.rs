@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use awaken_cluster::RunControl;
 use awaken_cluster::events::EventsConfig;
+use awaken_cluster::{RunControl, RunInputPlacement};
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -56,6 +56,9 @@ pub struct NodeArgs {
     /// How long a graceful shutdown may take (`cluster.drain_timeout_secs`).
     #[arg(long, value_name = "SECONDS")]
     pub drain_timeout_s: Option<u64>,
+    /// Where accepted runs' input is kept, `inbox` or `ledger` (`cluster.run_input`).
+    #[arg(long, value_name = "WHERE")]
+    pub run_input: Option<RunInputPlacement>,
     /// Registers the embedded demo agents and tools (as `demo_agents = true`).
     #[arg(long)]
     pub demo: bool,
@@ -87,6 +90,7 @@ impl NodeArgs {
         set(&mut cluster.claim_lease_ms, &self.claim_lease_ms);
         set(&mut cluster.replicas, &self.replicas);
         set(&mut cluster.drain_timeout_secs, &self.drain_timeout_s);
+        set(&mut cluster.run_input, &self.run_input);
         if let Some(url) = &self.postgres_url {
             match &mut config.store {
                 StoreConfig::Postgres(postgres) => postgres.url = Secret::new(url.clone()),

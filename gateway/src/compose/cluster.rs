@@ -35,6 +35,7 @@ pub async fn join_cluster(
     config.mailbox.lease_ms = cluster.claim_lease_ms;
     config.mailbox.lease_renewal_interval = Duration::from_millis(cluster.claim_lease_ms / 5);
     config.events = events;
+    config.run_input = cluster.run_input;
     let errors = ServerErrors::default();
     let client = nats::connect(cluster, config.node_id.as_str(), errors.clone()).await?;
     tokio::select! {

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use awaken_cluster::RunInputPlacement;
 use serde::{Deserialize, Serialize};
 
 use super::file::ConfigError;
@@ -25,6 +26,9 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// How long leaving the cluster on SIGTERM may take.
     pub drain_timeout_secs: u64,
+    /// Where accepted runs' input is kept: `inbox` (the KV inbox) or `ledger`
+    /// (with the dispatch; only once every node runs a version that reads it).
+    pub run_input: RunInputPlacement,
     /// NATS user (with `nats_password`); or put both in the URL
     /// (`nats://user:password@host:4222`).
     pub nats_user: Option<String>,
@@ -62,6 +66,7 @@ impl Default for ClusterConfig {
             claim_lease_ms: 10_000,
             replicas: 1,
             drain_timeout_secs: 10,
+            run_input: RunInputPlacement::Inbox,
             nats_user: None,
             nats_password: None,
             nats_password_file: None,
