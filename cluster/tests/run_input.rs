@@ -1,0 +1,211 @@
+//! Runs' input carried in the mailbox ledger with their dispatch (decision
+//! 0078), on a real nats-server: every node reads it, a node started from a
+//! snapshot too, and the KV inbox is never written; inputs too large for the
+//! ledger, and those a node of the inbox placement accepted, still go through
+//! the KV inbox and are found from either placement.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use awaken_actors::clock::now_ms;
+use awaken_actors::contract::{Message, RunDispatch};
+use awaken_actors::ids::{RunId, ThreadId};
+use awaken_actors::mailbox::conformance::rules_config;
+use awaken_actors::mailbox::{MailboxError, MailboxStore, RunInbox, SubmitOptions, submit};
+use awaken_actors::thread::RunRequest;
+use awaken_cluster::inbox::DEFAULT_INBOX_BUCKET;
+use awaken_cluster::ledger::{self, DEFAULT_LEDGER_NAME, LedgerOptions};
+use awaken_cluster::run_input::LEDGER_INPUT_LIMIT;
+use awaken_cluster::testing::NatsServer;
+use awaken_cluster::{ClusterRunInbox, KvRunInbox, LedgerMailbox, RunInputPlacement};
+
+const LEASE: u64 = 30_000;
+
+/// Snapshots every few batches, so a short test trims the stream.
+const SNAPSHOT_OFTEN: LedgerOptions = LedgerOptions {
+    replicas: 1,
+    snapshot_interval: 4,
+};
+
+/// One node's mailbox and inbox, on its own connection.
+struct Node {
+    mailbox: Arc<LedgerMailbox>,
+    inbox: ClusterRunInbox,
+}
+
+async fn node(server: &NatsServer, placement: RunInputPlacement) -> Node {
+    let js = jetstream::new(server.connect().await.unwrap());
+    let mailbox = Arc::new(
+        LedgerMailbox::open_with(&js, DEFAULT_LEDGER_NAME, SNAPSHOT_OFTEN, rules_config())
+            .await
+            .unwrap(),
+    );
+    let kv = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
+        .await
+        .unwrap();
+    Node {
+        inbox: ClusterRunInbox::new(placement, Arc::clone(&mailbox), kv),
+        mailbox,
+    }
+}
+
+fn request(thread: &str, text: &str) -> RunRequest {
+    RunRequest::new(ThreadId::new(thread).unwrap(), vec![Message::user(text)])
+}
+
+async fn accept(node: &Node, request: RunRequest, options: SubmitOptions) -> RunDispatch {
+    submit(&*node.mailbox, &node.inbox, request, options)
+        .await
+        .unwrap()
+}
+
+/// Messages the KV inbox's stream has ever stored, and those it holds now.
+async fn inbox_stream(server: &NatsServer) -> (u64, u64) {
+    let js = jetstream::new(server.connect().await.unwrap());
+    let stream = js
+        .get_stream(format!("KV_{DEFAULT_INBOX_BUCKET}"))
+        .await
+        .unwrap();
+    let state = stream.get_info().await.unwrap().state;
+    (state.last_sequence, state.messages)
+}
+
+/// Claims `dispatch` on `node`: once this returns, the node's replica has
+/// applied everything up to the claim, the enqueue included.
+async fn claim(node: &Node, dispatch: &RunDispatch) -> RunDispatch {
+    node.mailbox
+        .claim_dispatch(&dispatch.dispatch_id, "node-b", LEASE, now_ms())
+        .await
+        .unwrap()
+}
+
+/// Waits until the ledger stream no longer holds its first batch.
+async fn trimmed(server: &NatsServer) {
+    let js = jetstream::new(server.connect().await.unwrap());
+    let stream = js
+        .get_stream(ledger::stream_name(DEFAULT_LEDGER_NAME))
+        .await
+        .unwrap();
+    let mut first = 1;
+    for _ in 0..400 {
+        first = stream.get_info().await.unwrap().state.first_sequence;
+        if first > 1 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("the ledger stream was never trimmed (first sequence {first})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_in_the_ledger_is_read_everywhere_and_survives_a_snapshot() {
+    let server = NatsServer::start().await.unwrap();
+    let a = node(&server, RunInputPlacement::Ledger).await;
+    let b = node(&server, RunInputPlacement::Inbox).await;
+    let asked = request("t-carried", "carry me");
+    let queued = accept(&a, asked.clone(), SubmitOptions::default()).await;
+    let run_id = queued.run_id.clone();
+    let expected = asked.with_run_id(run_id.clone());
+
+    let claimed = claim(&b, &queued).await;
+    assert_eq!(b.inbox.get(&run_id).await.unwrap(), Some(expected.clone()));
+    assert_eq!(a.inbox.get(&run_id).await.unwrap(), Some(expected.clone()));
+
+    // Enough batches for a snapshot and a trim: a node starting now loads the
+    // claimed dispatch, and its input, from the snapshot.
+    for i in 0..24 {
+        accept(
+            &a,
+            request("t-filler", &format!("filler {i}")),
+            SubmitOptions::default(),
+        )
+        .await;
+    }
+    trimmed(&server).await;
+    let c = node(&server, RunInputPlacement::Ledger).await;
+    assert_eq!(c.inbox.get(&run_id).await.unwrap(), Some(expected));
+
+    // The run ends: its input goes with the dispatch; the KV inbox never held one.
+    b.mailbox
+        .ack(
+            &claimed.dispatch_id,
+            claimed.claim_token.as_deref().unwrap(),
+            now_ms(),
+        )
+        .await
+        .unwrap();
+    b.inbox.remove(&run_id).await.unwrap();
+    assert_eq!(inbox_stream(&server).await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_too_large_for_the_ledger_goes_through_the_inbox() {
+    let server = NatsServer::start().await.unwrap();
+    let a = node(&server, RunInputPlacement::Ledger).await;
+    let b = node(&server, RunInputPlacement::Ledger).await;
+    let large = request("t-large", &"x".repeat(LEDGER_INPUT_LIMIT + 1));
+    let queued = accept(&a, large.clone(), SubmitOptions::default()).await;
+    let run_id = queued.run_id.clone();
+    assert_eq!(inbox_stream(&server).await, (1, 1), "one put in the inbox");
+
+    let claimed = claim(&b, &queued).await;
+    assert_eq!(
+        b.inbox.get(&run_id).await.unwrap(),
+        Some(large.with_run_id(run_id.clone()))
+    );
+    b.mailbox
+        .ack(
+            &claimed.dispatch_id,
+            claimed.claim_token.as_deref().unwrap(),
+            now_ms(),
+        )
+        .await
+        .unwrap();
+    b.inbox.remove(&run_id).await.unwrap();
+    assert_eq!(inbox_stream(&server).await, (1, 0), "purged after the run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_keeping_inputs_in_the_ledger_reads_those_accepted_into_the_inbox() {
+    let server = NatsServer::start().await.unwrap();
+    let old = node(&server, RunInputPlacement::Inbox).await;
+    let new = node(&server, RunInputPlacement::Ledger).await;
+    let asked = request("t-mixed", "from the inbox");
+    let queued = accept(&old, asked.clone(), SubmitOptions::default()).await;
+    let run_id = queued.run_id.clone();
+    claim(&new, &queued).await;
+    assert_eq!(
+        new.inbox.get(&run_id).await.unwrap(),
+        Some(asked.with_run_id(run_id.clone()))
+    );
+    new.inbox.remove(&run_id).await.unwrap();
+    assert_eq!(inbox_stream(&server).await, (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_enqueue_leaves_no_input_behind() {
+    let server = NatsServer::start().await.unwrap();
+    let a = node(&server, RunInputPlacement::Ledger).await;
+    let once = SubmitOptions {
+        dedupe_key: Some("message-1".into()),
+        ..SubmitOptions::default()
+    };
+    accept(&a, request("t-dup", "first"), once.clone()).await;
+    let again = RunId::generate();
+    let refused = submit(
+        &*a.mailbox,
+        &a.inbox,
+        request("t-dup", "second").with_run_id(again.clone()),
+        once,
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(MailboxError::Duplicate(_))),
+        "{refused:?}"
+    );
+    assert_eq!(a.inbox.get(&again).await.unwrap(), None);
+    assert_eq!(a.mailbox.carried_input(&again), None);
+    assert_eq!(inbox_stream(&server).await, (0, 0));
+}
