@@ -334,6 +334,7 @@ fn members_and_shard_leases_keep_their_wire_form() {
             node_id: node(),
             joined_at_ms: AT_MS,
             http_url: None,
+            features: Vec::new(),
         },
     );
     pin(
@@ -342,6 +343,7 @@ fn members_and_shard_leases_keep_their_wire_form() {
             node_id: node(),
             joined_at_ms: AT_MS,
             http_url: Some("http://10.0.0.1:8080".into()),
+            features: vec![crate::run_input::RUN_INPUT_IN_LEDGER.into()],
         },
     );
     pin(

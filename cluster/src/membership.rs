@@ -89,6 +89,11 @@ pub struct MemberRecord {
     /// Where the node's gateway listens, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_url: Option<String>,
+    /// What this node's version understands that earlier ones do not (e.g.
+    /// [`RUN_INPUT_IN_LEDGER`](crate::run_input::RUN_INPUT_IN_LEDGER)): a node
+    /// uses a newer form only once every member lists it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 /// Membership settings.
@@ -117,6 +122,7 @@ pub struct Membership {
     node_id: NodeId,
     bucket: kv::Store,
     view: watch::Receiver<BTreeSet<NodeId>>,
+    features: watch::Receiver<BTreeMap<NodeId, Vec<String>>>,
     heartbeat: AbortOnDropHandle<()>,
     watcher: AbortOnDropHandle<()>,
 }
@@ -134,18 +140,24 @@ impl Membership {
         let node_id = record.node_id;
         Box::pin(first_put(&bucket, node_id.as_str(), &payload)).await?;
         let (sender, view) = watch::channel(scan(&bucket).await?);
+        let (feature_sender, features) = watch::channel(BTreeMap::new());
         let heartbeat = AbortOnDropHandle::new(tokio::spawn(heartbeat(
             bucket.clone(),
             node_id.clone(),
             payload,
             config.ttl / 3,
         )));
-        let watcher =
-            AbortOnDropHandle::new(tokio::spawn(keep_view(bucket.clone(), sender, config.ttl)));
+        let watcher = AbortOnDropHandle::new(tokio::spawn(keep_view(
+            bucket.clone(),
+            sender,
+            feature_sender,
+            config.ttl,
+        )));
         Ok(Self {
             node_id,
             bucket,
             view,
+            features,
             heartbeat,
             watcher,
         })
@@ -159,6 +171,14 @@ impl Membership {
     /// The nodes alive now, this one included.
     pub fn members(&self) -> BTreeSet<NodeId> {
         self.view.borrow().clone()
+    }
+
+    /// What the members' versions understand, as their records say.
+    pub fn features(&self) -> MemberFeatures {
+        MemberFeatures {
+            members: self.view.clone(),
+            features: self.features.clone(),
+        }
     }
 
     /// A receiver that sees every change of the member set from now on.
@@ -190,10 +210,46 @@ async fn heartbeat(bucket: kv::Store, node_id: NodeId, payload: bytes::Bytes, ev
     }
 }
 
+/// Which features every member of the cluster has, as the members' records say.
+#[derive(Debug, Clone)]
+pub struct MemberFeatures {
+    members: watch::Receiver<BTreeSet<NodeId>>,
+    features: watch::Receiver<BTreeMap<NodeId, Vec<String>>>,
+}
+
+impl MemberFeatures {
+    /// Whether every member alive now lists `feature`. A member whose record was
+    /// not read yet counts as lacking it.
+    pub fn everyone_has(&self, feature: &str) -> bool {
+        let features = self.features.borrow();
+        self.members.borrow().iter().all(|member| {
+            features
+                .get(member)
+                .is_some_and(|listed| listed.iter().any(|f| f == feature))
+        })
+    }
+
+    /// Waits until the members or their features change (an error once the
+    /// membership stopped).
+    pub async fn changed(&mut self) -> Result<(), ClusterError> {
+        let changed = tokio::select! {
+            changed = self.members.changed() => changed,
+            changed = self.features.changed() => changed,
+        };
+        changed.map_err(|_| ClusterError::Unexpected("the membership view stopped".into()))
+    }
+}
+
 /// Applies watch events as they come, reads a member's entry when it is due to
 /// expire (expired entries leave no event) and rebuilds the set from the key list
-/// every `ttl / 4`.
-async fn keep_view(bucket: kv::Store, view: watch::Sender<BTreeSet<NodeId>>, ttl: Duration) {
+/// every `ttl / 4`. The features of a member are those of the last record the
+/// watch brought (a rescan lists keys only).
+async fn keep_view(
+    bucket: kv::Store,
+    view: watch::Sender<BTreeSet<NodeId>>,
+    features: watch::Sender<BTreeMap<NodeId, Vec<String>>>,
+    ttl: Duration,
+) {
     // With history: the members present now come with their write times too.
     let mut events = match bucket.watch_with_history(">").await {
         Ok(events) => Some(events),
@@ -225,10 +281,17 @@ async fn keep_view(bucket: kv::Store, view: watch::Sender<BTreeSet<NodeId>>, ttl
                             // Already past by this node's clock: look it up at once.
                             let at = expiry_of(&entry, ttl).unwrap_or_else(Instant::now);
                             expiries.heard(node.clone(), at);
+                            let listed = codec::decode::<MemberRecord>(&entry.value)
+                                .map(|record| record.features)
+                                .unwrap_or_default();
+                            features.send_if_modified(|known| {
+                                known.insert(node.clone(), listed.clone()).as_ref() != Some(&listed)
+                            });
                             view.send_if_modified(|members| members.insert(node));
                         }
                         kv::Operation::Delete | kv::Operation::Purge => {
                             expiries.forget(&node);
+                            features.send_if_modified(|known| known.remove(&node).is_some());
                             view.send_if_modified(|members| members.remove(&node));
                         }
                     }

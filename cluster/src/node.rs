@@ -49,7 +49,7 @@ use crate::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use crate::node_metrics::NodeGauges;
 use crate::routing::{Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadRouter};
-use crate::run_input::{ClusterRunInbox, RunInputPlacement};
+use crate::run_input::{ClusterRunInbox, RUN_INPUT_IN_LEDGER, RunInputPlacement};
 use crate::shards::{
     DEFAULT_SHARDS_BUCKET, HandOffs, LeaseTable, Ownership, RuntimeShards, ShardEvent, ShardId,
     ShardOwner, ShardOwnerConfig, ShardPlacement, ShardedFence, quota,
@@ -184,13 +184,9 @@ impl ClusterNode {
             .await
             .map_err(|e| e.during("opening the mailbox ledger"))?,
         );
-        let inbox = Arc::new(ClusterRunInbox::new(
-            config.run_input,
-            Arc::clone(&mailbox),
-            KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas)
-                .await
-                .map_err(|e| e.during("opening the run inbox"))?,
-        ));
+        let kv_inbox = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas)
+            .await
+            .map_err(|e| e.during("opening the run inbox"))?;
         let config_store = Arc::new(
             NatsConfigStore::open(&js, DEFAULT_CONFIG_BUCKET, config.replicas)
                 .await
@@ -203,10 +199,15 @@ impl ClusterNode {
                 node_id: node_id.clone(),
                 joined_at_ms: now_ms(),
                 http_url: config.http_url.clone(),
+                features: vec![RUN_INPUT_IN_LEDGER.to_owned()],
             },
         )
         .await
         .map_err(|e| e.during("joining the membership bucket"))?;
+        let inbox = Arc::new(
+            ClusterRunInbox::new(config.run_input, Arc::clone(&mailbox), kv_inbox)
+                .with_members(membership.features()),
+        );
         let handoffs = Arc::new(HandOffs::default());
         let placement = Arc::new(ShardPlacement::new(fence.clone(), Arc::clone(&handoffs)));
         let live = {

@@ -8,6 +8,11 @@
 //! go to the KV inbox, so replicas and snapshots stay small. Whichever way a run
 //! came in, a node finds its input: it looks in its replica first, then in the
 //! KV inbox.
+//!
+//! Nodes of earlier versions look in the KV inbox only, so by default
+//! ([`RunInputPlacement::Auto`]) a node carries inputs in the ledger only while
+//! every member's record lists [`RUN_INPUT_IN_LEDGER`]: during a rolling update
+//! from such a version, inputs go to the KV inbox until the last old node left.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -21,20 +26,25 @@ use serde::{Deserialize, Serialize};
 use crate::codec;
 use crate::inbox::KvRunInbox;
 use crate::ledger::LedgerMailbox;
+use crate::membership::MemberFeatures;
 
 /// Largest input (encoded) carried in the ledger; larger ones go to the KV inbox.
 pub const LEDGER_INPUT_LIMIT: usize = 16 * 1024;
+
+/// The membership feature of nodes that read inputs carried in the ledger.
+pub const RUN_INPUT_IN_LEDGER: &str = "run_input_in_ledger";
 
 /// Where a node puts the input of the runs it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunInputPlacement {
-    /// In the KV inbox: one put, read and purge per run. What every version
-    /// reads, so the setting while nodes of earlier versions are in the cluster.
+    /// In the ledger while every member reads it there, else in the KV inbox.
     #[default]
+    Auto,
+    /// In the KV inbox: one put, read and purge per run; what every version reads.
     Inbox,
-    /// With the dispatch in the mailbox ledger (up to [`LEDGER_INPUT_LIMIT`]).
-    /// Nodes of versions before it cannot read such inputs.
+    /// With the dispatch in the mailbox ledger (up to [`LEDGER_INPUT_LIMIT`]),
+    /// whoever else is in the cluster: nodes of earlier versions cannot read it.
     Ledger,
 }
 
@@ -42,6 +52,7 @@ impl RunInputPlacement {
     /// The setting's name in configuration.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Auto => "auto",
             Self::Inbox => "inbox",
             Self::Ledger => "ledger",
         }
@@ -53,10 +64,11 @@ impl FromStr for RunInputPlacement {
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         match value {
+            "auto" => Ok(Self::Auto),
             "inbox" => Ok(Self::Inbox),
             "ledger" => Ok(Self::Ledger),
             other => Err(format!(
-                "unknown run input placement {other:?}: use \"inbox\" or \"ledger\""
+                "unknown run input placement {other:?}: use \"auto\", \"inbox\" or \"ledger\""
             )),
         }
     }
@@ -68,15 +80,37 @@ pub struct ClusterRunInbox {
     placement: RunInputPlacement,
     ledger: Arc<LedgerMailbox>,
     kv: KvRunInbox,
+    members: Option<MemberFeatures>,
 }
 
 impl ClusterRunInbox {
-    /// Puts new inputs where `placement` says; reads from both.
+    /// Puts new inputs where `placement` says; reads from both. Without
+    /// [`Self::with_members`], `Auto` keeps inputs in the KV inbox.
     pub fn new(placement: RunInputPlacement, ledger: Arc<LedgerMailbox>, kv: KvRunInbox) -> Self {
         Self {
             placement,
             ledger,
             kv,
+            members: None,
+        }
+    }
+
+    /// Lets `Auto` carry inputs in the ledger while all of `members` read them there.
+    #[must_use]
+    pub fn with_members(mut self, members: MemberFeatures) -> Self {
+        self.members = Some(members);
+        self
+    }
+
+    /// Whether a new input goes in the ledger (if small enough).
+    fn carries(&self) -> bool {
+        match self.placement {
+            RunInputPlacement::Ledger => true,
+            RunInputPlacement::Inbox => false,
+            RunInputPlacement::Auto => self
+                .members
+                .as_ref()
+                .is_some_and(|members| members.everyone_has(RUN_INPUT_IN_LEDGER)),
         }
     }
 }
@@ -88,7 +122,7 @@ fn unavailable(error: impl std::fmt::Display) -> MailboxError {
 #[async_trait]
 impl RunInbox for ClusterRunInbox {
     async fn put(&self, run_id: &RunId, request: &RunRequest) -> Result<(), MailboxError> {
-        if self.placement == RunInputPlacement::Ledger {
+        if self.carries() {
             let size = codec::encode(request).map_err(unavailable)?.len();
             if size <= LEDGER_INPUT_LIMIT {
                 self.ledger.carry_input(run_id.clone(), request.clone());
@@ -121,7 +155,11 @@ mod tests {
 
     #[test]
     fn placements_parse_from_their_names_and_nothing_else() {
-        for placement in [RunInputPlacement::Inbox, RunInputPlacement::Ledger] {
+        for placement in [
+            RunInputPlacement::Auto,
+            RunInputPlacement::Inbox,
+            RunInputPlacement::Ledger,
+        ] {
             assert_eq!(placement.as_str().parse(), Ok(placement));
         }
         let refused = "kv".parse::<RunInputPlacement>().unwrap_err();

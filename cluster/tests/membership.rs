@@ -28,6 +28,7 @@ async fn join(server: &NatsServer, id: &str) -> Membership {
         node_id: node(id),
         joined_at_ms: 0,
         http_url: None,
+        features: Vec::new(),
     };
     Membership::join(&js, &config(), record).await.unwrap()
 }

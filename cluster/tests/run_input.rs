@@ -2,7 +2,8 @@
 //! 0078), on a real nats-server: every node reads it, a node started from a
 //! snapshot too, and the KV inbox is never written; inputs too large for the
 //! ledger, and those a node of the inbox placement accepted, still go through
-//! the KV inbox and are found from either placement.
+//! the KV inbox and are found from either placement; by default a node carries
+//! inputs in the ledger only while every member reads them there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
@@ -17,7 +18,10 @@ use awaken_actors::mailbox::{MailboxError, MailboxStore, RunInbox, SubmitOptions
 use awaken_actors::thread::RunRequest;
 use awaken_cluster::inbox::DEFAULT_INBOX_BUCKET;
 use awaken_cluster::ledger::{self, DEFAULT_LEDGER_NAME, LedgerOptions};
-use awaken_cluster::run_input::LEDGER_INPUT_LIMIT;
+use awaken_cluster::membership::{
+    MemberFeatures, MemberRecord, Membership, MembershipConfig, NodeId,
+};
+use awaken_cluster::run_input::{LEDGER_INPUT_LIMIT, RUN_INPUT_IN_LEDGER};
 use awaken_cluster::testing::NatsServer;
 use awaken_cluster::{ClusterRunInbox, KvRunInbox, LedgerMailbox, RunInputPlacement};
 
@@ -208,4 +212,63 @@ async fn a_refused_enqueue_leaves_no_input_behind() {
     assert_eq!(a.inbox.get(&again).await.unwrap(), None);
     assert_eq!(a.mailbox.carried_input(&again), None);
     assert_eq!(inbox_stream(&server).await, (0, 0));
+}
+
+/// A member of the membership bucket, listing `features`.
+async fn member(server: &NatsServer, name: &str, features: &[&str]) -> Membership {
+    let js = jetstream::new(server.connect().await.unwrap());
+    Membership::join(
+        &js,
+        &MembershipConfig::default(),
+        MemberRecord {
+            node_id: NodeId::new(name).unwrap(),
+            joined_at_ms: now_ms(),
+            http_url: None,
+            features: features.iter().map(|f| (*f).to_owned()).collect(),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Waits until `features` says every member has the ledger feature or not.
+async fn everyone_reads_the_ledger(features: &MemberFeatures, wanted: bool) {
+    let mut changes = features.clone();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while features.everyone_has(RUN_INPUT_IN_LEDGER) != wanted {
+        tokio::time::timeout_at(deadline, changes.changed())
+            .await
+            .expect("the membership view never changed as expected")
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_carries_inputs_in_the_ledger_once_every_member_reads_them_there() {
+    let server = NatsServer::start().await.unwrap();
+    let new = member(&server, "new", &[RUN_INPUT_IN_LEDGER]).await;
+    let features = new.features();
+    everyone_reads_the_ledger(&features, true).await;
+    let a = node(&server, RunInputPlacement::Auto).await;
+    let a = Node {
+        inbox: a.inbox.with_members(features.clone()),
+        mailbox: a.mailbox,
+    };
+
+    // A node of an earlier version joins: inputs go where it can read them.
+    let old = member(&server, "old", &[]).await;
+    everyone_reads_the_ledger(&features, false).await;
+    accept(&a, request("t-auto", "while old"), SubmitOptions::default()).await;
+    assert_eq!(inbox_stream(&server).await, (1, 1));
+
+    // It left: inputs travel with their dispatch again.
+    old.leave().await.unwrap();
+    everyone_reads_the_ledger(&features, true).await;
+    let queued = accept(&a, request("t-auto", "all new"), SubmitOptions::default()).await;
+    assert_eq!(
+        inbox_stream(&server).await,
+        (1, 1),
+        "nothing more in the inbox"
+    );
+    assert!(a.mailbox.holds_carried_input(&queued.run_id));
 }

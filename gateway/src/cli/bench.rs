@@ -116,9 +116,9 @@ pub struct ClusterArgs {
     /// Nodes in this process (`workload-w` only).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
     pub nodes: usize,
-    /// Where the nodes keep runs' input, `inbox` or `ledger` (`workload-w`,
-    /// `hitl-remote`; as `cluster.run_input`).
-    #[arg(long, default_value = "inbox", value_name = "WHERE")]
+    /// Where the nodes keep runs' input: `auto`, `inbox` or `ledger`
+    /// (`workload-w`, `hitl-remote`; as `cluster.run_input`).
+    #[arg(long, default_value = "auto", value_name = "WHERE")]
     pub run_input: RunInputPlacement,
     /// The nodes' shared thread store (`failover` only; use a scratch database).
     #[arg(long, value_name = "URL", env = "AWAKEN_POSTGRES_URL")]

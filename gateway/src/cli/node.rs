@@ -56,7 +56,7 @@ pub struct NodeArgs {
     /// How long a graceful shutdown may take (`cluster.drain_timeout_secs`).
     #[arg(long, value_name = "SECONDS")]
     pub drain_timeout_s: Option<u64>,
-    /// Where accepted runs' input is kept, `inbox` or `ledger` (`cluster.run_input`).
+    /// Where accepted runs' input is kept: `auto`, `inbox` or `ledger` (`cluster.run_input`).
     #[arg(long, value_name = "WHERE")]
     pub run_input: Option<RunInputPlacement>,
     /// Registers the embedded demo agents and tools (as `demo_agents = true`).

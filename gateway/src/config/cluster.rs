@@ -26,8 +26,9 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// How long leaving the cluster on SIGTERM may take.
     pub drain_timeout_secs: u64,
-    /// Where accepted runs' input is kept: `inbox` (the KV inbox) or `ledger`
-    /// (with the dispatch; only once every node runs a version that reads it).
+    /// Where accepted runs' input is kept: `auto` (with the dispatch in the
+    /// ledger while every member reads it there), `inbox` (the KV inbox) or
+    /// `ledger` (always with the dispatch).
     pub run_input: RunInputPlacement,
     /// NATS user (with `nats_password`); or put both in the URL
     /// (`nats://user:password@host:4222`).
@@ -66,7 +67,7 @@ impl Default for ClusterConfig {
             claim_lease_ms: 10_000,
             replicas: 1,
             drain_timeout_secs: 10,
-            run_input: RunInputPlacement::Inbox,
+            run_input: RunInputPlacement::Auto,
             nats_user: None,
             nats_password: None,
             nats_password_file: None,
