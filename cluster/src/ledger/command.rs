@@ -312,6 +312,41 @@ mod tests {
         }
     }
 
+    /// An enqueue as versions before carried inputs (decision 0078) decode it.
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum EarlierCommand {
+        Enqueue {
+            dispatch: Box<RunDispatch>,
+            now_ms: u64,
+        },
+    }
+
+    #[test]
+    fn earlier_versions_read_an_enqueue_that_carries_an_input() {
+        let Command::Enqueue {
+            dispatch, now_ms, ..
+        } = enqueue("t", 7)
+        else {
+            unreachable!("an enqueue");
+        };
+        let carrying = Command::Enqueue {
+            dispatch: dispatch.clone(),
+            rules: Rules::of(&MailboxConfig::default()),
+            now_ms,
+            input: Some(Box::new(RunRequest::new(
+                ThreadId::new("t").unwrap(),
+                Vec::new(),
+            ))),
+        };
+        let encoded = awaken_actors::codec::encode(&carrying).unwrap();
+        let EarlierCommand::Enqueue {
+            dispatch: read,
+            now_ms: read_at,
+        } = awaken_actors::codec::decode(&encoded).unwrap();
+        assert_eq!((read, read_at), (dispatch, 7));
+    }
+
     #[test]
     fn replicas_applying_the_same_commands_agree() {
         let commands = [

@@ -92,7 +92,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- $rendered := dict "server" $server "store" $store -}}
 {{- if eq .Values.mode "cluster" -}}
-{{- $cluster := dict "nats_url" .Values.nats.url "replicas" (int .Values.nats.replicas) "shards" (int .Values.cluster.shards) "lease_ttl_secs" (int .Values.cluster.leaseTtlSecs) "claim_lease_ms" (int .Values.cluster.claimLeaseMs) "drain_timeout_secs" (int .Values.cluster.drainTimeoutSecs) -}}
+{{- $cluster := dict "nats_url" .Values.nats.url "replicas" (int .Values.nats.replicas) "shards" (int .Values.cluster.shards) "lease_ttl_secs" (int .Values.cluster.leaseTtlSecs) "claim_lease_ms" (int .Values.cluster.claimLeaseMs) "drain_timeout_secs" (int .Values.cluster.drainTimeoutSecs) "run_input" .Values.cluster.runInput -}}
 {{- $cluster = merge $cluster (include "awaken.natsLogin" . | fromJson) -}}
 {{- $_ := set $rendered "cluster" $cluster -}}
 {{- end -}}
