@@ -273,6 +273,8 @@ async fn the_chart_in_cluster_mode_with_every_option_renders_valid_objects_that_
         "metrics.prometheusRule.enabled=true",
         "--set",
         "metrics.grafanaDashboard.enabled=true",
+        "--set",
+        "cluster.runInput=inbox",
         "--set-string",
         "configToml=[permissions]\ndefault_behavior = \"ask\"\n",
     ]);
@@ -357,6 +359,7 @@ fn the_chart_refuses_values_its_schema_forbids() {
         ("nats.url=http://nats:4222", "url"),
         ("postgres.poolSize=0", "poolSize"),
         ("postgres.sslMode=maybe", "sslMode"),
+        ("cluster.runInput=kv", "runInput"),
         (
             "nats.auth.user=node",
             "nats.auth.user needs nats.auth.passwordKey",
