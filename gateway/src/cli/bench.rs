@@ -380,7 +380,13 @@ mod tests {
         assert_eq!(cluster.scenario, ClusterScenarioArg::Dispatch);
         assert_eq!(cluster.nats_url, "nats://127.0.0.1:4222");
         assert_eq!(cluster.options().runs, 5);
+        assert_eq!(cluster.run_input, RunInputPlacement::Auto);
         assert!(Cli::try_parse_from(["awaken", "bench", "cluster", "--runs", "0"]).is_err());
+        let Err(refused) = Cli::try_parse_from(["awaken", "bench", "cluster", "--run-input", "kv"])
+        else {
+            panic!("--run-input kv was accepted");
+        };
+        assert!(refused.to_string().contains("\"kv\""), "{refused}");
     }
 
     #[test]

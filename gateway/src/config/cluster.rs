@@ -137,6 +137,8 @@ impl ClusterConfig {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use awaken_cluster::RunInputPlacement;
+
     use crate::config::ServeConfig;
     use crate::config::file::tests::file;
 
@@ -145,6 +147,25 @@ mod tests {
             "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\n\n[cluster]\n{cluster}\n"
         ));
         ServeConfig::load(Some(toml.path()), Vec::new()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn run_input_takes_its_three_names_and_refuses_others() {
+        assert_eq!(
+            load("").unwrap().cluster.unwrap().run_input,
+            RunInputPlacement::Auto
+        );
+        for placement in [RunInputPlacement::Ledger, RunInputPlacement::Inbox] {
+            let config = load(&format!("run_input = \"{}\"", placement.as_str())).unwrap();
+            assert_eq!(config.cluster.unwrap().run_input, placement);
+        }
+        let refused = load("run_input = \"kv\"").unwrap_err();
+        assert!(
+            refused.contains("run_input") && refused.contains("kv"),
+            "{refused}"
+        );
+        let refused = load("run_input = 1").unwrap_err();
+        assert!(refused.contains("run_input"), "{refused}");
     }
 
     #[test]
