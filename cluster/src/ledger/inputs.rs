@@ -9,7 +9,7 @@
 //! Sweeps run every [`SWEEP_EVERY`] applied batches: the cost is the inputs held,
 //! not the commands applied.
 
-use awaken_actors::contract::RunDispatchStatus;
+use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
 use awaken_actors::hashing::FastHashMap;
 use awaken_actors::ids::{DispatchId, RunId};
 use awaken_actors::mailbox::MailboxState;
@@ -45,6 +45,20 @@ fn in_flight(state: &MailboxState, dispatch_id: &DispatchId) -> bool {
 }
 
 impl RunInputs {
+    /// Takes note of the accepted enqueue of `dispatch`: keeps the input it
+    /// carried, or forgets an earlier dispatch's input for the same run when it
+    /// carried none (that run's input is now in the KV inbox).
+    pub(crate) fn accepted(&mut self, dispatch: &RunDispatch, input: Option<Box<RunRequest>>) {
+        match input {
+            Some(input) => {
+                self.insert(dispatch.run_id.clone(), dispatch.dispatch_id.clone(), input)
+            }
+            None => {
+                self.held.remove(&dispatch.run_id);
+            }
+        }
+    }
+
     /// Keeps `input` for the run of the accepted dispatch `dispatch_id`.
     pub(crate) fn insert(
         &mut self,
@@ -127,7 +141,6 @@ impl RunInputs {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use awaken_actors::contract::RunDispatch;
     use awaken_actors::ids::ThreadId;
     use awaken_actors::mailbox::MailboxConfig;
 
@@ -171,6 +184,24 @@ mod tests {
         assert!(
             inputs.get(&dispatch.run_id).is_none(),
             "settled twice: dropped"
+        );
+    }
+
+    #[test]
+    fn a_later_enqueue_of_the_run_without_an_input_forgets_the_carried_one() {
+        let mut state = MailboxState::default();
+        let first = queued(&mut state, "r1");
+        let mut inputs = RunInputs::default();
+        inputs.accepted(&first, Some(request("r1")));
+        assert!(inputs.get(&first.run_id).is_some());
+        state.cancel(&first.dispatch_id, 2).unwrap();
+        let mut again = RunDispatch::new(ThreadId::new("t").unwrap(), first.run_id.clone(), 0, 3);
+        again.dispatch_id = DispatchId::new("again").unwrap();
+        let again = state.enqueue(&MailboxConfig::default(), again, 3).unwrap();
+        inputs.accepted(&again, None);
+        assert!(
+            inputs.get(&first.run_id).is_none(),
+            "the run's input is where the new dispatch put it, not with the old one"
         );
     }
 

@@ -213,10 +213,11 @@ impl Replica {
             }
             let Folded { state, inputs, .. } = &mut *folded;
             for (id, mut command) in ops {
+                let enqueue = matches!(command, Command::Enqueue { .. });
                 let input = command.take_input();
                 let (outcome, mut threads) = command.apply(state);
-                if let (Some(input), Ok(Answer::Dispatch(accepted))) = (input, &outcome) {
-                    inputs.insert(accepted.run_id.clone(), accepted.dispatch_id.clone(), input);
+                if let (true, Ok(Answer::Dispatch(accepted))) = (enqueue, &outcome) {
+                    inputs.accepted(accepted, input);
                 }
                 woken.append(&mut threads);
                 if mine {
