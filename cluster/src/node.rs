@@ -424,8 +424,8 @@ impl ShardEvent for NodeShards {
         self.runtime.handing_off(shards).await;
     }
 
-    async fn draining(&self, shard: ShardId) {
-        self.runtime.draining(shard).await;
+    async fn draining(&self, shards: &[ShardId]) {
+        self.runtime.draining(shards).await;
     }
 
     async fn lost(&self, shard: ShardId) {

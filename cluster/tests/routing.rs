@@ -404,7 +404,7 @@ struct Unheeded;
 #[async_trait::async_trait]
 impl ShardEvent for Unheeded {
     async fn acquired(&self, _shard: ShardId, _token: FencingToken) {}
-    async fn draining(&self, _shard: ShardId) {}
+    async fn draining(&self, _shards: &[ShardId]) {}
     async fn lost(&self, _shard: ShardId) {}
 }
 

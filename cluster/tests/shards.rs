@@ -120,8 +120,9 @@ impl ShardEvent for Recorder {
     async fn acquired(&self, shard: ShardId, _token: FencingToken) {
         self.events.lock().unwrap().push(("acquired", shard));
     }
-    async fn draining(&self, shard: ShardId) {
-        self.events.lock().unwrap().push(("draining", shard));
+    async fn draining(&self, shards: &[ShardId]) {
+        let mut events = self.events.lock().unwrap();
+        events.extend(shards.iter().map(|shard| ("draining", *shard)));
     }
     async fn lost(&self, shard: ShardId) {
         self.events.lock().unwrap().push(("lost", shard));
@@ -383,7 +384,7 @@ struct Busy {
 #[async_trait]
 impl ShardEvent for Busy {
     async fn acquired(&self, _shard: ShardId, _token: FencingToken) {}
-    async fn draining(&self, _shard: ShardId) {}
+    async fn draining(&self, _shards: &[ShardId]) {}
     async fn lost(&self, _shard: ShardId) {}
     async fn handing_off(&self, _shards: &[ShardId]) {
         self.asked.notify_one();

@@ -22,9 +22,10 @@ pub trait ShardEvent: Send + Sync + 'static {
     /// their threads and resolve once none runs here any more. The keeper renews
     /// its leases meanwhile and stops waiting after two lease TTLs.
     async fn handing_off(&self, _shards: &[ShardId]) {}
-    /// The node is about to give `shard` up: stop its threads (checkpoint and
-    /// passivate) before the lease is released.
-    async fn draining(&self, shard: ShardId);
+    /// The node is about to give `shards` up: stop their threads (checkpoint and
+    /// passivate) before the leases are released. One call for all the shards
+    /// given up together, so the node's threads are looked at once.
+    async fn draining(&self, shards: &[ShardId]);
     /// The node lost `shard` without draining (lease expired or taken): drop its
     /// threads' memory now.
     async fn lost(&self, shard: ShardId);

@@ -147,9 +147,7 @@ impl Keeper {
                 .take(self.held.len() - quota)
                 .collect();
             self.hand_off(&surplus, stop.clone()).await;
-            for shard in surplus {
-                self.release(shard).await?;
-            }
+            self.release(&surplus).await?;
         }
         if self.held.len() < quota {
             let free = self
@@ -273,21 +271,21 @@ impl Keeper {
         }
     }
 
-    async fn release(&mut self, shard: ShardId) -> Result<(), ClusterError> {
-        self.events.draining(shard).await;
-        if let Some((lease, _)) = self.held.remove(&shard) {
-            self.publish();
-            self.table.release(lease).await?;
+    /// Stops the threads of `shards`, then releases their leases.
+    async fn release(&mut self, shards: &[ShardId]) -> Result<(), ClusterError> {
+        self.events.draining(shards).await;
+        for shard in shards {
+            if let Some((lease, _)) = self.held.remove(shard) {
+                self.publish();
+                self.table.release(lease).await?;
+            }
         }
         Ok(())
     }
 
     pub(super) async fn release_all(&mut self) -> Result<(), ClusterError> {
         let shards: Vec<ShardId> = self.held.keys().copied().collect();
-        for shard in shards {
-            self.release(shard).await?;
-        }
-        Ok(())
+        self.release(&shards).await
     }
 
     /// Moves the tenure to the deadline of the earliest written lease.

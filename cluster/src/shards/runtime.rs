@@ -33,10 +33,13 @@ impl RuntimeShards {
         }
     }
 
-    async fn evict(&self, shard: ShardId) {
+    /// Evicts the threads of `shards`, hashing each thread of the node once
+    /// whatever the number of shards: a node leaving gives up all of its shards
+    /// together, and a scan per shard would hash every thread that many times.
+    async fn evict(&self, shards: &[ShardId]) {
         let count = self.count;
         self.runtime
-            .evict_threads(|thread_id| count.shard_of(thread_id) == shard)
+            .evict_threads(|thread_id| shards.contains(&count.shard_of(thread_id)))
             .await;
     }
 }
@@ -61,17 +64,19 @@ impl ShardEvent for RuntimeShards {
         }
     }
 
-    async fn draining(&self, shard: ShardId) {
+    async fn draining(&self, shards: &[ShardId]) {
         // Idle threads are checkpointed already; a step still running (the
         // hand-off gave up on it) is stopped and resumed by the next owner from
         // its last checkpoint.
-        self.evict(shard).await;
-        self.handoffs.end(shard);
+        self.evict(shards).await;
+        for shard in shards {
+            self.handoffs.end(*shard);
+        }
     }
 
     async fn lost(&self, shard: ShardId) {
         self.handoffs.end(shard);
-        self.evict(shard).await;
+        self.evict(&[shard]).await;
         tracing::warn!(%shard, "lost shard evicted: none of its threads is left on this node");
     }
 }
