@@ -199,6 +199,29 @@ impl Membership {
     }
 }
 
+/// The members registered in `bucket` now, without joining: none when the bucket
+/// does not exist (no cluster ever used this server under that name).
+pub async fn registered(
+    js: &jetstream::Context,
+    bucket: &str,
+) -> Result<BTreeSet<NodeId>, ClusterError> {
+    use jetstream::ErrorCode;
+    use jetstream::context::GetStreamErrorKind;
+
+    match js.get_stream(format!("KV_{bucket}")).await {
+        Ok(_) => {}
+        Err(error)
+            if matches!(error.kind(), GetStreamErrorKind::JetStream(ref e)
+                if e.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            return Ok(BTreeSet::new());
+        }
+        Err(error) => return Err(ClusterError::nats(error)),
+    }
+    let store = js.get_key_value(bucket).await.map_err(ClusterError::nats)?;
+    scan(&store).await
+}
+
 async fn heartbeat(bucket: kv::Store, node_id: NodeId, payload: bytes::Bytes, every: Duration) {
     let mut ticks = tokio::time::interval(every.max(Duration::from_millis(10)));
     ticks.tick().await;

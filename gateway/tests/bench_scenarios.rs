@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use awaken_cluster::RunInputPlacement;
+use awaken_cluster::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use awaken_cluster::testing::NatsServer;
 use awaken_gateway::bench::{self, BenchOptions, Scenario};
 use serde_json::Value;
@@ -166,4 +167,45 @@ async fn with_inputs_in_the_ledger_no_run_touches_the_inbox() {
         0,
         "every input went with its dispatch"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_scenarios_refuse_a_server_a_cluster_uses() {
+    let server = NatsServer::start().await.unwrap();
+    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let _live = Membership::join(
+        &js,
+        &MembershipConfig::default(),
+        MemberRecord {
+            node_id: NodeId::new("production-node").unwrap(),
+            joined_at_ms: 0,
+            http_url: None,
+            features: Vec::new(),
+        },
+    )
+    .await
+    .unwrap();
+
+    let refused = Box::pin(bench::cluster_w::run(
+        &server.url(),
+        1,
+        RunInputPlacement::Auto,
+        &tiny(),
+    ))
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("production-node"), "{refused}");
+    let refused = bench::hitl_remote::run(&server.url(), RunInputPlacement::Auto, &tiny())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("cluster members"), "{refused}");
+    let refused = Box::pin(bench::delegation::run_cluster(&server.url(), &tiny()))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("cluster members"), "{refused}");
+    // Nothing of the cluster's was touched: no mailbox ledger was even opened.
+    assert!(js.get_stream("LEDGER_awaken_mailbox").await.is_err());
 }

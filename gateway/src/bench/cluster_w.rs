@@ -35,7 +35,7 @@ use awaken_cluster::node::{ClusterNode, NodeConfig};
 
 use super::BenchOptions;
 use super::driver::{RunSample, drive};
-use super::jetstream::{raw_publishes, stream_writes};
+use super::jetstream::{raw_publishes, refuse_a_used_server, stream_writes};
 use super::report::BenchReport;
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
@@ -54,6 +54,7 @@ pub async fn run(
     run_input: RunInputPlacement,
     options: &BenchOptions,
 ) -> Result<BenchReport> {
+    refuse_a_used_server(nats_url).await?;
     let nodes = nodes.max(1);
     let store = Arc::new(InMemoryStore::new());
     let mut started = Vec::with_capacity(nodes);

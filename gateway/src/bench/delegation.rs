@@ -70,6 +70,7 @@ pub async fn run_local(options: &BenchOptions) -> Result<BenchReport> {
 /// Runs `options.runs` delegating runs one at a time on two nodes of a cluster on
 /// the NATS server at `nats_url`: parents on the first, children on the second.
 pub async fn run_cluster(nats_url: &str, options: &BenchOptions) -> Result<BenchReport> {
+    super::jetstream::refuse_a_used_server(nats_url).await?;
     let store = Arc::new(InMemoryStore::new());
     let tag = uuid::Uuid::now_v7().simple().to_string();
     let mut nodes = Vec::new();

@@ -64,6 +64,7 @@ pub async fn run(
     node_exe: &Path,
     options: &BenchOptions,
 ) -> Result<BenchReport> {
+    super::jetstream::refuse_a_used_server(nats_url).await?;
     let setup = NodeSetup {
         exe: node_exe.to_owned(),
         nats_url: nats_url.to_owned(),

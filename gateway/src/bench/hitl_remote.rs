@@ -43,6 +43,7 @@ pub async fn run(
     run_input: RunInputPlacement,
     options: &BenchOptions,
 ) -> Result<BenchReport> {
+    super::jetstream::refuse_a_used_server(nats_url).await?;
     let builder = demo::builder(
         ThreadConfig::default(),
         Arc::new(FakeFiles::with_demo_files()),

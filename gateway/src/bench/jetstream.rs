@@ -17,6 +17,32 @@ fn bench_error(error: impl std::fmt::Display) -> GatewayError {
     GatewayError::Bench(error.to_string())
 }
 
+/// Refuses a server some cluster uses: the cluster scenarios start nodes under
+/// the default bucket and stream names, so on such a server they would claim
+/// its runs and its nodes theirs. Members that crashed count until their entry
+/// expires (one lease TTL).
+pub(crate) async fn refuse_a_used_server(nats_url: &str) -> Result<()> {
+    let client = async_nats::connect(nats_url).await.map_err(bench_error)?;
+    let js = jetstream::new(client);
+    let members = awaken_cluster::membership::registered(
+        &js,
+        awaken_cluster::membership::DEFAULT_MEMBERS_BUCKET,
+    )
+    .await
+    .map_err(bench_error)?;
+    if members.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = members.iter().map(|member| member.as_str()).collect();
+    Err(GatewayError::Bench(format!(
+        "the NATS server at {nats_url} has cluster members ({}): the cluster \
+         scenarios run nodes under the cluster's own names, so point them at a \
+         server no cluster uses (a node that crashed stays listed for one lease \
+         TTL, 5 s by default)",
+        names.join(", ")
+    )))
+}
+
 /// Messages every stream on the server has taken so far (the sum of their last
 /// sequence numbers): the difference across a scenario is its stream writes.
 /// Purges and deleted streams are not writes; streams of other users of the
