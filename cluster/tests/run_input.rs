@@ -85,6 +85,17 @@ async fn claim(node: &Node, dispatch: &RunDispatch) -> RunDispatch {
         .unwrap()
 }
 
+/// Ends `claimed`'s run on `node` as the mailbox worker does: acks the
+/// dispatch, then lets go of the run's input.
+async fn finish(node: &Node, claimed: &RunDispatch) {
+    let token = claimed.claim_token.as_deref().unwrap();
+    node.mailbox
+        .ack(&claimed.dispatch_id, token, now_ms())
+        .await
+        .unwrap();
+    node.inbox.remove(&claimed.run_id).await.unwrap();
+}
+
 /// Waits until the ledger stream no longer holds its first batch.
 async fn trimmed(server: &NatsServer) {
     let js = jetstream::new(server.connect().await.unwrap());
@@ -132,15 +143,7 @@ async fn an_input_in_the_ledger_is_read_everywhere_and_survives_a_snapshot() {
     assert_eq!(c.inbox.get(&run_id).await.unwrap(), Some(expected));
 
     // The run ends: its input goes with the dispatch; the KV inbox never held one.
-    b.mailbox
-        .ack(
-            &claimed.dispatch_id,
-            claimed.claim_token.as_deref().unwrap(),
-            now_ms(),
-        )
-        .await
-        .unwrap();
-    b.inbox.remove(&run_id).await.unwrap();
+    finish(&b, &claimed).await;
     assert_eq!(inbox_stream(&server).await, (0, 0));
 }
 
@@ -159,15 +162,7 @@ async fn an_input_too_large_for_the_ledger_goes_through_the_inbox() {
         b.inbox.get(&run_id).await.unwrap(),
         Some(large.with_run_id(run_id.clone()))
     );
-    b.mailbox
-        .ack(
-            &claimed.dispatch_id,
-            claimed.claim_token.as_deref().unwrap(),
-            now_ms(),
-        )
-        .await
-        .unwrap();
-    b.inbox.remove(&run_id).await.unwrap();
+    finish(&b, &claimed).await;
     assert_eq!(inbox_stream(&server).await, (1, 0), "purged after the run");
 }
 
