@@ -131,8 +131,12 @@ async fn two_node_workload_w(server: &NatsServer, run_input: RunInputPlacement) 
             .unwrap_or_else(|| panic!("{name} in {json}"))
     };
     assert!(field("raw_publish_per_s") > 0.0, "{json}");
-    let expected =
-        field("runs_per_s") * field("stream_writes_per_run") / field("raw_publish_per_s");
+    let per_raw = field("runs_per_s") / field("raw_publish_per_s");
+    assert!(
+        (field("runs_per_raw_publish") - per_raw).abs() < 0.001,
+        "{json}"
+    );
+    let expected = per_raw * field("stream_writes_per_run");
     assert!((field("ratio_to_raw") - expected).abs() < 0.001, "{json}");
     json
 }
