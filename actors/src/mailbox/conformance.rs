@@ -545,8 +545,16 @@ pub async fn projection_is_a_separate_track(store: &dyn MailboxStore) {
     ));
     assert_eq!(
         store.load_dispatch(&d.dispatch_id).await.unwrap(),
-        Some(acked)
+        Some(acked.clone())
     );
+
+    // The worker does not wait for the start's record; one that lands once the
+    // dispatch settled does not turn its result back into `Running`.
+    let late = store
+        .record_dispatch_start(&d.dispatch_id, "exec-1", T0 + 5)
+        .await
+        .unwrap();
+    assert_eq!(late, acked, "a late start record changes nothing");
 }
 
 /// Listing filters by thread and status, pages in enqueue order and clamps `limit`.

@@ -146,8 +146,14 @@ pub fn collectable(dispatch: &RunDispatch, gc_ttl_ms: u64, now_ms: u64) -> bool 
     dispatch.status.is_terminal() && dispatch.updated_at.saturating_add(gc_ttl_ms) <= now_ms
 }
 
-/// Projection: the run behind the dispatch started.
+/// Projection: the run behind the dispatch started. A settled dispatch keeps
+/// its projection: the worker does not wait for the start's record before the
+/// run goes on, so on a store that does not keep its callers' order the record
+/// could come after the result.
 pub fn record_start(dispatch: &mut RunDispatch, dispatch_instance_id: &str, now_ms: u64) {
+    if dispatch.status.is_terminal() {
+        return;
+    }
     dispatch.dispatch_instance_id = Some(dispatch_instance_id.to_owned());
     dispatch.run_status = Some(RunStatus::Running);
     dispatch.updated_at = now_ms;

@@ -398,15 +398,27 @@ impl Shared {
         }
     }
 
+    /// Delivers a claimed dispatch. Its start is recorded beside the
+    /// activation, not before it: the record is a projection for readers of the
+    /// dispatch, and on a replicated mailbox waiting for it would cost every run
+    /// a round trip. It is submitted first (the join polls it first), so an
+    /// ordered store applies it before anything the delivery writes after.
     async fn deliver(self: &Arc<Self>, dispatch: RunDispatch) {
+        let id = dispatch.dispatch_id.clone();
+        let record = async {
+            if let Err(error) = self
+                .mailbox
+                .record_dispatch_start(&id, &self.consumer, now_ms())
+                .await
+            {
+                tracing::warn!(dispatch_id = %id, %error, "recording the dispatch start failed");
+            }
+        };
+        futures::join!(record, self.activate(dispatch));
+    }
+
+    async fn activate(self: &Arc<Self>, dispatch: RunDispatch) {
         let id = &dispatch.dispatch_id;
-        if let Err(error) = self
-            .mailbox
-            .record_dispatch_start(id, &self.consumer, now_ms())
-            .await
-        {
-            tracing::warn!(dispatch_id = %id, %error, "recording the dispatch start failed");
-        }
         tracing::debug!(dispatch_id = %id, run_id = %dispatch.run_id, attempt = dispatch.attempt_count, "delivering a dispatch");
         if dispatch.attempt_count > 1 && self.ended_before(&dispatch).await {
             return;
