@@ -392,6 +392,37 @@ mod cluster {
         );
     }
 
+    /// A node's own enqueue tells its queue watchers as it is submitted, so the
+    /// node's claim follows it in the writer's order instead of a round trip
+    /// later; applying it does not tell them again. Another node hears of it
+    /// when it applies it.
+    #[tokio::test]
+    async fn an_enqueue_tells_its_own_node_at_once_and_others_when_applied() {
+        let (a, server) = ledger_fixture().await;
+        let b = node(&server, LedgerOptions::default()).await;
+        let mut heard_a = watch(&a).await;
+        let mut heard_b = watch(&b).await;
+
+        let mut enqueue = std::pin::pin!(a.enqueue(dispatch("t1", "r1"), T0));
+        assert!(
+            futures::poll!(enqueue.as_mut()).is_pending(),
+            "the answer needs the stream"
+        );
+        assert_eq!(
+            heard_a.try_recv().ok(),
+            Some(thread("t1")),
+            "told as it was submitted"
+        );
+        enqueue.await.unwrap();
+        // A later command's answer comes after the enqueue's batch was applied
+        // whole, watchers included.
+        a.claim(&thread("other"), "node-a", 1, LEASE, T0)
+            .await
+            .unwrap();
+        assert!(heard_a.try_recv().is_err(), "applying it told nobody again");
+        assert_eq!(next_queued(&mut heard_b).await, thread("t1"));
+    }
+
     /// Tells the test when the ledger logs that its open is being retried.
     struct RetrySeen(tokio::sync::mpsc::UnboundedSender<()>);
 

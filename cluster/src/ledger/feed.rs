@@ -17,8 +17,7 @@ use awaken_actors::backoff::Backoff;
 use futures::StreamExt;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::command::Command;
-use super::replica::Replica;
+use super::replica::{LedgerOp, Replica};
 use super::snapshot::{self, Snapshots, Written};
 use super::wire::{BATCH_HEADER, Batch, WRITER_HEADER};
 use crate::codec;
@@ -196,7 +195,10 @@ impl Follower {
             match codec::decode::<Batch>(&message.payload) {
                 Ok(batch) => {
                     let mine = batch.writer == self.replica.writer();
-                    let ops = batch.ops.into_iter().map(|op| (op.id, op.command));
+                    let ops = batch
+                        .ops
+                        .into_iter()
+                        .map(|op| LedgerOp::read(op.id, op.command));
                     self.replica.apply(seq, mine, ops);
                     if mine {
                         self.maybe_snapshot(seq);
@@ -211,7 +213,7 @@ impl Follower {
     }
 
     /// The ops of a batch this instance wrote and still holds, by its headers.
-    fn own_batch(&self, message: &async_nats::jetstream::Message) -> Option<Vec<(u64, Command)>> {
+    fn own_batch(&self, message: &async_nats::jetstream::Message) -> Option<Vec<LedgerOp>> {
         let headers = message.headers.as_ref()?;
         if headers.get(WRITER_HEADER)?.as_str() != self.replica.writer() {
             return None;

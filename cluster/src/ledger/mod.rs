@@ -277,6 +277,16 @@ impl LedgerMailbox {
     /// not timed one by one: the deadline sweeper refuses the ops left waiting
     /// past [`ANSWER_DEADLINE`].
     async fn submit(&self, command: Command) -> Result<Answer, MailboxError> {
+        self.submit_telling(command, None).await
+    }
+
+    /// [`Self::submit`]; once the command is on its way to the writer, this
+    /// node's queue watchers hear of `queued` (see [`Replica::tell_watchers`]).
+    async fn submit_telling(
+        &self,
+        command: Command,
+        queued: Option<&ThreadId>,
+    ) -> Result<Answer, MailboxError> {
         let replica = &self.inner.replica;
         if let Some(reason) = replica.broken() {
             return Err(MailboxError::Unavailable(reason));
@@ -299,14 +309,18 @@ impl LedgerMailbox {
                 return Err(MailboxError::InvalidInput(error.to_string()));
             }
         };
-        if self
-            .inner
-            .writer
-            .send(Submission { id, op, command })
-            .is_err()
-        {
+        let submission = Submission {
+            id,
+            op,
+            command,
+            watchers_told: queued.is_some(),
+        };
+        if self.inner.writer.send(submission).is_err() {
             replica.forget(id);
             return Err(unavailable("the mailbox ledger's writer stopped"));
+        }
+        if let Some(thread_id) = queued {
+            replica.tell_watchers(thread_id);
         }
         answer
             .await
@@ -369,13 +383,17 @@ impl MailboxStore for LedgerMailbox {
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
         let input = self.inner.replica.take_staged(&dispatch.run_id);
-        self.one(Command::Enqueue {
+        let thread_id = dispatch.thread_id.clone();
+        let command = Command::Enqueue {
             dispatch: Box::new(dispatch),
             rules: self.rules(),
             now_ms,
             input,
-        })
-        .await
+        };
+        match self.submit_telling(command, Some(&thread_id)).await? {
+            Answer::Dispatch(dispatch) => Ok(dispatch),
+            other => Err(unexpected(&other)),
+        }
     }
 
     async fn claim(

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::command::Command;
-use super::replica::Replica;
+use super::replica::{LedgerOp, Replica};
 use super::wire::{BATCH_HEADER, MAX_COMMAND, WRITER_HEADER, splice_batch};
 
 /// How many times the writer yields while commands keep joining a batch.
@@ -36,6 +36,8 @@ pub(crate) struct Submission {
     pub(crate) op: Bytes,
     /// The command, applied from here when the batch comes back.
     pub(crate) command: Command,
+    /// Whether this node's queue watchers were told of it already.
+    pub(crate) watchers_told: bool,
 }
 
 /// Starts the writer; it stops when every sender is dropped.
@@ -86,10 +88,20 @@ impl Writer {
         let mut ids = Vec::with_capacity(batch.len());
         let mut ops = Vec::with_capacity(batch.len());
         let mut commands = Vec::with_capacity(batch.len());
-        for Submission { id, op, command } in batch {
+        for Submission {
+            id,
+            op,
+            command,
+            watchers_told,
+        } in batch
+        {
             ids.push(id);
             ops.push(op);
-            commands.push((id, command));
+            commands.push(LedgerOp {
+                id,
+                command,
+                watchers_told,
+            });
         }
         let refuse = |error: &dyn std::fmt::Display| {
             self.replica.take_own(number);
