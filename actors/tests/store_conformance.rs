@@ -22,3 +22,11 @@ mod postgres {
     );
     awaken_actors::profile_store_conformance!(awaken_actors::store::conformance::postgres_fixture());
 }
+
+/// Tables created by an earlier version (`jsonb` records, foreign keys): a
+/// deployment that upgrades keeps its database as it is.
+mod postgres_earlier_tables {
+    awaken_actors::thread_run_store_conformance!(
+        awaken_actors::store::conformance::postgres_earlier_tables_fixture()
+    );
+}

@@ -164,6 +164,16 @@ pub async fn postgres_fixture() -> (super::PostgresStore, super::TestSchema) {
     super::PostgresStore::for_tests().await
 }
 
+/// A fresh [`PostgresStore`](super::PostgresStore) on tables an earlier version
+/// created, in its own schema, dropped with the guard.
+///
+/// # Panics
+/// When PostgreSQL is unreachable (see [`PostgresStore::for_tests`](super::PostgresStore::for_tests)).
+#[cfg(feature = "postgres")]
+pub async fn postgres_earlier_tables_fixture() -> (super::PostgresStore, super::TestSchema) {
+    super::PostgresStore::for_tests_on_earlier_tables().await
+}
+
 /// A directory under the system's temporary directory, removed with its contents on drop.
 #[derive(Debug)]
 pub struct TempDir {

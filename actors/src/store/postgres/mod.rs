@@ -15,11 +15,13 @@
 //! | `{prefix}_profiles` | `(namespace, key)` | `data` (the value) |
 //! | `{prefix}_webhooks` | `(run_id, id)` | `config`, `progress`, `dead_letters` (JSONB), `thread_id`, `done`, `lease_holder`, `lease_until`, `created_at` (module `webhooks`) |
 //!
-//! Records are JSONB; the columns beside them exist for filtering, ordering and the
-//! checkpoint checks. Every table has `updated_at TIMESTAMPTZ`. Id columns use the `"C"`
-//! collation so runs order by id exactly as the other stores order them. Messages, runs
-//! and state reference their thread `ON DELETE CASCADE`; webhooks reference nothing (one
-//! may be stored before its run) and are deleted with their thread by the same statement.
+//! Records are `json` (profiles and webhooks `jsonb`); the columns beside them exist
+//! for filtering, ordering and the checkpoint checks. Every table has `updated_at
+//! TIMESTAMPTZ`. Id columns use the `"C"` collation so runs order by id exactly as the
+//! other stores order them. No table has a foreign key: the checkpoint statement
+//! writes a thread's rows only under its thread row's lock, and deleting a thread
+//! deletes them under the same lock (decision 0080). Tables an earlier version created
+//! (`jsonb` records, messages, runs and state referencing their thread) keep working.
 //!
 //! # Checkpoints
 //!
@@ -62,6 +64,7 @@ macro_rules! statement {
 
 mod group;
 mod held;
+mod json_text;
 mod monitor;
 mod nodelay;
 mod stats;
@@ -90,6 +93,7 @@ use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 use group::GroupCommit;
 use held::{HeldConnections, Lease};
+use json_text::JsonText;
 use monitor::Monitor;
 use stats::StoreStats;
 
@@ -161,6 +165,8 @@ struct Statements {
     insert_thread: String,
     load_thread: String,
     lock_thread_data: String,
+    /// Locks a thread's row before [`Self::delete_thread`] (decision 0080).
+    lock_thread: String,
     update_thread_data: String,
     delete_thread: String,
     list_threads: String,
@@ -204,29 +210,27 @@ impl Statements {
                     "CREATE TABLE IF NOT EXISTS {p}_threads (
                         id TEXT COLLATE \"C\" PRIMARY KEY,
                         seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
-                        data JSONB NOT NULL,
+                        data JSON NOT NULL,
                         fence BIGINT NOT NULL DEFAULT 0,
                         message_count BIGINT NOT NULL DEFAULT 0,
                         updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
                 ),
                 format!(
                     "CREATE TABLE IF NOT EXISTS {p}_messages (
-                        thread_id TEXT COLLATE \"C\" NOT NULL
-                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        thread_id TEXT COLLATE \"C\" NOT NULL,
                         seq BIGINT NOT NULL,
                         internal BOOLEAN NOT NULL,
-                        data JSONB NOT NULL,
+                        data JSON NOT NULL,
                         updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
                         PRIMARY KEY (thread_id, seq))"
                 ),
                 format!(
                     "CREATE TABLE IF NOT EXISTS {p}_runs (
                         id TEXT COLLATE \"C\" PRIMARY KEY,
-                        thread_id TEXT COLLATE \"C\" NOT NULL
-                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        thread_id TEXT COLLATE \"C\" NOT NULL,
                         status TEXT NOT NULL,
                         created_at BIGINT NOT NULL,
-                        data JSONB NOT NULL,
+                        data JSON NOT NULL,
                         updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
                 ),
                 format!(
@@ -241,9 +245,8 @@ impl Statements {
                 ),
                 format!(
                     "CREATE TABLE IF NOT EXISTS {p}_state (
-                        thread_id TEXT COLLATE \"C\" PRIMARY KEY
-                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
-                        data JSONB NOT NULL,
+                        thread_id TEXT COLLATE \"C\" PRIMARY KEY,
+                        data JSON NOT NULL,
                         updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
                 ),
                 format!(
@@ -263,7 +266,14 @@ impl Statements {
             update_thread_data: format!(
                 "UPDATE {p}_threads SET data = $2, updated_at = now() WHERE id = $1"
             ),
-            delete_thread: webhooks::delete_thread_statement(p),
+            lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR UPDATE"),
+            delete_thread: format!(
+                "WITH messages AS (DELETE FROM {p}_messages WHERE thread_id = $1),
+                      runs AS (DELETE FROM {p}_runs WHERE thread_id = $1),
+                      state AS (DELETE FROM {p}_state WHERE thread_id = $1),
+                      webhooks AS (DELETE FROM {p}_webhooks WHERE thread_id = $1)
+                 DELETE FROM {p}_threads WHERE id = $1"
+            ),
             list_threads: format!("SELECT id FROM {p}_threads ORDER BY seq OFFSET $1 LIMIT $2"),
             list_summaries: format!(
                 "SELECT t.data, t.message_count, r.data FROM {p}_threads t
@@ -585,7 +595,7 @@ impl ThreadRunStore for PostgresStore {
             self,
             sqlx::query(sql(&self.sql.insert_thread))
                 .bind(thread.id.as_str())
-                .bind(Json(stamped_new_thread(thread, now_millis()))),
+                .bind(JsonText(stamped_new_thread(thread, now_millis()))),
             execute
         )
         .map_err(db_error)?;
@@ -626,7 +636,7 @@ impl ThreadRunStore for PostgresStore {
                 thread.metadata = updated_metadata(&thread.metadata, metadata, now_millis());
                 sqlx::query(sql(&self.sql.update_thread_data))
                     .bind(id.as_str())
-                    .bind(Json(&thread))
+                    .bind(JsonText(&thread))
                     .execute(self.send_in(&mut tx))
                     .await
                     .map_err(db_error)?;
@@ -637,17 +647,28 @@ impl ThreadRunStore for PostgresStore {
     }
 
     async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
-        self.ready().await?;
-        let deleted: i64 = statement!(
-            self,
-            sqlx::query_scalar(sql(&self.sql.delete_thread)).bind(id.as_str()),
-            fetch_one
-        )
-        .map_err(db_error)?;
-        if deleted == 0 {
-            return Err(thread_not_found(id));
-        }
-        Ok(())
+        let mut tx = self.begin().await?;
+        in_transaction!(self, tx, {
+            async {
+                // Locked first, the rows are deleted with a snapshot taken after
+                // any checkpoint of the thread committed, so none is left behind.
+                let found: Option<i32> = sqlx::query_scalar(sql(&self.sql.lock_thread))
+                    .bind(id.as_str())
+                    .fetch_optional(self.send_in(&mut tx))
+                    .await
+                    .map_err(db_error)?;
+                if found.is_none() {
+                    return Err(thread_not_found(id));
+                }
+                sqlx::query(sql(&self.sql.delete_thread))
+                    .bind(id.as_str())
+                    .execute(self.send_in(&mut tx))
+                    .await
+                    .map_err(db_error)?;
+                Ok(())
+            }
+            .await
+        })
     }
 
     async fn list_threads(
@@ -775,7 +796,7 @@ impl ThreadRunStore for PostgresStore {
                     .bind(record.thread_id.as_str())
                     .bind(record.status.as_str())
                     .bind(created_at)
-                    .bind(Json(record))
+                    .bind(JsonText(record))
                     .execute(self.send_in(&mut tx))
                     .await
                     .map_err(db_error)?;
@@ -1059,6 +1080,60 @@ mod testing {
                 .await
                 .unwrap_or_else(|err| unreachable(&err));
             (PostgresStore::new(pool), guard)
+        }
+
+        /// A store as [`Self::for_tests`] gives, on tables an earlier version
+        /// created: `jsonb` records, and messages, runs and state referencing
+        /// their thread `ON DELETE CASCADE` (decision 0080). The store must work
+        /// on them as on its own.
+        pub async fn for_tests_on_earlier_tables() -> (PostgresStore, TestSchema) {
+            let (store, guard) = Self::for_tests().await;
+            let p = Self::DEFAULT_PREFIX;
+            let tables = [
+                format!(
+                    "CREATE TABLE {p}_threads (
+                        id TEXT COLLATE \"C\" PRIMARY KEY,
+                        seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                        data JSONB NOT NULL,
+                        fence BIGINT NOT NULL DEFAULT 0,
+                        message_count BIGINT NOT NULL DEFAULT 0,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE TABLE {p}_messages (
+                        thread_id TEXT COLLATE \"C\" NOT NULL
+                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        seq BIGINT NOT NULL,
+                        internal BOOLEAN NOT NULL,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                        PRIMARY KEY (thread_id, seq))"
+                ),
+                format!(
+                    "CREATE TABLE {p}_runs (
+                        id TEXT COLLATE \"C\" PRIMARY KEY,
+                        thread_id TEXT COLLATE \"C\" NOT NULL
+                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        status TEXT NOT NULL,
+                        created_at BIGINT NOT NULL,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE TABLE {p}_state (
+                        thread_id TEXT COLLATE \"C\" PRIMARY KEY
+                            REFERENCES {p}_threads (id) ON DELETE CASCADE,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+            ];
+            for table in tables {
+                sqlx::query(sql(&table))
+                    .execute(store.pool())
+                    .await
+                    .unwrap_or_else(|err| panic!("cannot create the earlier tables: {err}"));
+            }
+            (store, guard)
         }
     }
 
@@ -1356,8 +1431,8 @@ mod tests {
         store.delete_thread(&id).await.unwrap();
         assert_eq!(
             sent(before),
-            (0, 1, 1),
-            "a thread and its webhooks, one statement"
+            (0, 4, 5),
+            "BEGIN, lock the thread, delete its rows, COMMIT, the pool's test"
         );
         assert!(hooks.load_webhooks(&rid("r2")).await.unwrap().is_empty());
     }

@@ -131,16 +131,6 @@ fn schema(p: &str) -> Vec<String> {
     ]
 }
 
-/// Deletes thread `$1` (its messages, runs and state cascade) and, only if it
-/// existed, its webhooks, in one statement; returns how many threads it deleted.
-pub(super) fn delete_thread_statement(p: &str) -> String {
-    format!(
-        "WITH thread AS (DELETE FROM {p}_threads WHERE id = $1 RETURNING id),
-              webhooks AS (DELETE FROM {p}_webhooks WHERE thread_id IN (SELECT id FROM thread))
-         SELECT count(*) FROM thread"
-    )
-}
-
 /// A row read back as a webhook.
 fn webhook_of(
     (run_id, thread_id, id, Json(config), Json(progress), done, Json(dead_letters), created_at): WebhookRow,

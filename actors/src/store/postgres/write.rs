@@ -27,8 +27,7 @@
 //! the presented one is at least as high; a new owner's fence can carry the
 //! snapshot read with it ([`fenced_snapshot_statement`], decision 0054).
 
-use sqlx::types::Json;
-
+use super::json_text::JsonText;
 use super::{PostgresStore, SnapshotRow, bigint, db_error, snapshot_of, sql, unsigned};
 use crate::contract::{Message, Thread};
 use crate::error::StorageError;
@@ -52,9 +51,9 @@ use crate::store::{
 pub(super) fn checkpoint_statement(p: &str) -> String {
     format!(
         "WITH input AS (
-             SELECT * FROM UNNEST($1::text[], $2::jsonb[], $3::bigint[], $4::bigint[],
+             SELECT * FROM UNNEST($1::text[], $2::json[], $3::bigint[], $4::bigint[],
                                   $5::bigint[], $6::text[], $7::text[], $8::bigint[],
-                                  $9::jsonb[], $10::jsonb[])
+                                  $9::json[], $10::json[])
                  WITH ORDINALITY AS i(id, thread, fence, expected, added, run_id, status,
                                       created_at, run, state, n)
          ), locked AS (
@@ -86,7 +85,7 @@ pub(super) fn checkpoint_statement(p: &str) -> String {
          ), messages AS (
              INSERT INTO {p}_messages (thread_id, seq, internal, data)
              SELECT ok.id, ok.expected + m.ord, m.internal, m.data
-             FROM UNNEST($11::bigint[], $12::bigint[], $13::jsonb[], $14::bool[])
+             FROM UNNEST($11::bigint[], $12::bigint[], $13::json[], $14::bool[])
                  AS m(n, ord, data, internal)
              JOIN ok ON ok.n = m.n
          ), run AS (
@@ -122,14 +121,14 @@ pub(super) fn one_checkpoint_statement(p: &str) -> String {
              SELECT thread_id FROM {p}_runs WHERE id = $7 AND thread_id <> $1
          ), created AS (
              INSERT INTO {p}_threads (id, data, fence, message_count)
-             SELECT $1, $2, $3, $4 + cardinality($5::jsonb[])
+             SELECT $1, $2, $3, $4 + cardinality($5::json[])
              WHERE $4 = 0 AND NOT EXISTS (SELECT 1 FROM locked)
                AND NOT EXISTS (SELECT 1 FROM elsewhere)
              ON CONFLICT (id) DO NOTHING
              RETURNING id
          ), counted AS (
              UPDATE {p}_threads
-             SET fence = $3, message_count = $4 + cardinality($5::jsonb[]), updated_at = now()
+             SET fence = $3, message_count = $4 + cardinality($5::json[]), updated_at = now()
              WHERE id = $1
                AND EXISTS (SELECT 1 FROM locked WHERE fence <= $3 AND message_count = $4)
                AND NOT EXISTS (SELECT 1 FROM elsewhere)
@@ -139,7 +138,7 @@ pub(super) fn one_checkpoint_statement(p: &str) -> String {
          ), messages AS (
              INSERT INTO {p}_messages (thread_id, seq, internal, data)
              SELECT ok.id, $4 + m.ord, m.internal, m.data
-             FROM ok, UNNEST($5::jsonb[], $6::bool[]) WITH ORDINALITY AS m(data, internal, ord)
+             FROM ok, UNNEST($5::json[], $6::bool[]) WITH ORDINALITY AS m(data, internal, ord)
          ), run AS (
              INSERT INTO {p}_runs AS r (id, thread_id, status, created_at, data)
              SELECT $7, ok.id, $8, $9, $10 FROM ok
@@ -240,18 +239,18 @@ pub(super) enum Outcome {
 #[derive(Default)]
 struct Columns<'a> {
     ids: Vec<&'a str>,
-    threads: Vec<Json<Thread>>,
+    threads: Vec<JsonText<Thread>>,
     fences: Vec<i64>,
     expected: Vec<i64>,
     added: Vec<i64>,
     run_ids: Vec<&'a str>,
     statuses: Vec<&'static str>,
     created_at: Vec<i64>,
-    runs: Vec<Json<&'a crate::contract::RunRecord>>,
-    states: Vec<Json<&'a crate::state::PersistedState>>,
+    runs: Vec<JsonText<&'a crate::contract::RunRecord>>,
+    states: Vec<JsonText<&'a crate::state::PersistedState>>,
     message_of: Vec<i64>,
     message_ord: Vec<i64>,
-    messages: Vec<Json<&'a Message>>,
+    messages: Vec<JsonText<&'a Message>>,
     internal: Vec<bool>,
 }
 
@@ -267,19 +266,19 @@ impl<'a> Columns<'a> {
             .map_err(|_| StorageError::InvalidInput("too many messages".to_owned()))?;
         self.ids.push(checkpoint.thread_id.as_str());
         self.threads
-            .push(Json(checkpointed_thread(checkpoint, now)));
+            .push(JsonText(checkpointed_thread(checkpoint, now)));
         self.fences.push(fence);
         self.expected.push(expected);
         self.added.push(added);
         self.run_ids.push(run.run_id.as_str());
         self.statuses.push(run.status.as_str());
         self.created_at.push(created_at);
-        self.runs.push(Json(run));
-        self.states.push(Json(&checkpoint.state));
+        self.runs.push(JsonText(run));
+        self.states.push(JsonText(&checkpoint.state));
         for (ord, message) in (1..).zip(&checkpoint.new_messages) {
             self.message_of.push(n);
             self.message_ord.push(ord);
-            self.messages.push(Json(message));
+            self.messages.push(JsonText(message));
             self.internal.push(message.is_internal());
         }
         Ok(())
@@ -466,10 +465,10 @@ impl PostgresStore {
 fn fence_parameters(
     id: &ThreadId,
     token: FencingToken,
-) -> Result<(i64, Json<Thread>), StorageError> {
+) -> Result<(i64, JsonText<Thread>), StorageError> {
     Ok((
         bigint("fencing token", token.0)?,
-        Json(implicit_thread(id, now_millis())),
+        JsonText(implicit_thread(id, now_millis())),
     ))
 }
 
@@ -558,5 +557,72 @@ mod tests {
             "the committed checkpoint is read"
         );
         assert_eq!(snapshot.fence, FencingToken(2));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thread_deleted_under_a_checkpoint_leaves_no_row_behind() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let id = tid("t-deleted");
+        store
+            .checkpoint(checkpoint(
+                &id,
+                1,
+                0,
+                user_messages("m", 1),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        // A checkpoint caught between its lock and its commit, adding a message.
+        let mut writer = store.pool().begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM awaken_threads WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .execute(&mut *writer)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO awaken_messages (thread_id, seq, internal, data) VALUES ($1, 2, false, $2)")
+            .bind(id.as_str())
+            .bind(Json(Message::user("m2")))
+            .execute(&mut *writer)
+            .await
+            .unwrap();
+
+        let deleting = {
+            let store = store.clone();
+            let id = id.clone();
+            tokio::spawn(async move { store.delete_thread(&id).await })
+        };
+        until_blocked(&store, schema.name()).await;
+        writer.commit().await.unwrap();
+        deleting.await.unwrap().unwrap();
+
+        for table in ["awaken_messages", "awaken_runs", "awaken_state"] {
+            let left: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {table} WHERE thread_id = $1"
+            )))
+            .bind(id.as_str())
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            assert_eq!(left, 0, "{table} keeps rows of the deleted thread");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_holding_a_nul_is_kept_as_written() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let id = tid("t-nul");
+        store
+            .checkpoint(checkpoint(
+                &id,
+                1,
+                0,
+                vec![Message::user("a\u{0}b")],
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        let snapshot = store.load_thread_snapshot(&id).await.unwrap().unwrap();
+        assert_eq!(snapshot.messages[0].text(), "a\u{0}b");
     }
 }
