@@ -165,7 +165,7 @@ struct Statements {
     insert_thread: String,
     load_thread: String,
     lock_thread_data: String,
-    /// Locks a thread's row before [`Self::delete_thread`] (decision 0080).
+    /// Locks a thread's row before `delete_thread` deletes its rows (decision 0080).
     lock_thread: String,
     update_thread_data: String,
     delete_thread: String,
