@@ -23,7 +23,7 @@ pub fn now_nanos() -> u64 {
 
 /// A source of wall-clock time in unix milliseconds.
 ///
-/// [`StopConditionPlugin`](super::StopConditionPlugin) reads it at run start and at
+/// [`StopConditionPlugin`](crate::policies::StopConditionPlugin) reads it at run start and at
 /// every step end; tests hand it a manual clock instead of sleeping.
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since the unix epoch.

@@ -7,7 +7,7 @@
 //! with export off every span is disabled and costs nothing but the check that
 //! there is no tracer.
 //!
-//! A run's spans hang off the run's [`TraceContext`] (decision 0060), which is in
+//! A run's spans hang off the run's [`TraceContext`](crate::contract::TraceContext) (decision 0060), which is in
 //! its record: an activation on another node, after a failover or a decision
 //! that came a day later, joins the same trace. Prompt and completion content are
 //! recorded only when an operator turns capture on (`content`).

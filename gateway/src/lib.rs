@@ -1,5 +1,5 @@
 //! The `awaken` binary's library: the embedded single-node runtime ([`demo`]), the
-//! `run` command ([`run_cmd`]), the load generator ([`bench`]) and the command line
+//! `run` command ([`run_cmd`]), the load generator ([`bench`](mod@bench)) and the command line
 //! that dispatches to them ([`cli`]).
 //!
 //! Everything the binary does is reachable from here, so tests drive the commands

@@ -222,7 +222,7 @@ pub struct ThreadSnapshot {
 
 /// Persistence of threads, their message logs, runs and persistent state.
 ///
-/// Every implementation passes [`conformance`] (feature `testsuite`). Errors: unknown
+/// Every implementation passes the `conformance` suite (feature `testsuite`). Errors: unknown
 /// ids give `Ok(None)` from `load_*`/`latest_run` and [`StorageError::NotFound`] from
 /// operations that need the record; duplicates give [`StorageError::AlreadyExists`].
 #[async_trait]

@@ -82,7 +82,7 @@ pub struct WebhookAdvance {
 }
 
 /// Persistence of webhooks and their delivery leases. Every implementation passes
-/// the webhook part of [`conformance`](super::conformance).
+/// the webhook part of the `conformance` suite (feature `testsuite`).
 #[async_trait]
 pub trait WebhookStore: Send + Sync {
     /// Stores a new webhook, or replaces the config of the run's webhook with the

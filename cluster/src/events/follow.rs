@@ -112,7 +112,7 @@ impl RunFollow {
     }
 
     /// Stops after the buffered events instead of waiting for live ones (but for
-    /// a `RunFinish` in flight, [`FINISH_GRACE`] at most): for a run that is not
+    /// a `RunFinish` in flight, `FINISH_GRACE` at most): for a run that is not
     /// executing, whose buffer may no longer hold its `RunFinish`.
     pub fn replay_only(mut self) -> Self {
         self.replay_only = true;

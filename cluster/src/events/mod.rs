@@ -6,7 +6,7 @@
 //! Publishing is core NATS (at most once, no storage): a stream is live output, and
 //! what a follower misses it asks the owner for (`ThreadCall::Replay`); the durable
 //! record of a run is its checkpointed messages in the thread store. A message
-//! holds one or more consecutive events of one run, as an array ([`batch`],
+//! holds one or more consecutive events of one run, as an array (`batch`,
 //! decision 0077); one emitted in an exported activation carries that span's
 //! `traceparent` header.
 

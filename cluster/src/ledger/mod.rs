@@ -1,7 +1,7 @@
 //! `LedgerMailbox`: the [`MailboxStore`] of a cluster as a replicated state
 //! machine over one JetStream stream (decision 0034).
 //!
-//! Every changing operation becomes a [`Command`](command::Command) that carries
+//! Every changing operation becomes a `Command` that carries
 //! everything its outcome depends on (time, rules, claim token). A node's writer
 //! publishes its commands in batches to the ledger stream; every node applies
 //! every batch in stream order to its own [`MailboxState`], so all nodes hold the

@@ -12,7 +12,7 @@
 //!
 //! Beside it, in the same process run: `stream_writes_per_run`, the messages the
 //! server's streams took during the measured runs (a KV put counts one; see
-//! [`stream_writes`]) per run, counted rather than estimated;
+//! `stream_writes`) per run, counted rather than estimated;
 //! `raw_publish_per_s`, raw JetStream publishes on the same server at the same
 //! concurrency, measured after the runs; and `ratio_to_raw` = runs/s × stream
 //! writes per run ÷ raw publishes/s (1.0: the runs' writes come as fast as bare
