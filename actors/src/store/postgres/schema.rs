@@ -1,0 +1,420 @@
+//! The store's tables and the text of every statement, with the prefix filled in.
+
+use super::{PostgresStore, db_error, sql, webhooks, write};
+use crate::error::StorageError;
+
+/// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
+const MAX_PREFIX_LEN: usize = 40;
+
+/// Every statement, with the table prefix filled in once.
+#[derive(Debug)]
+pub(super) struct Statements {
+    pub(super) prefix: String,
+    pub(super) schema: Vec<String>,
+    pub(super) insert_thread: String,
+    pub(super) load_thread: String,
+    pub(super) lock_thread_data: String,
+    /// Locks a thread's row before `delete_thread` deletes its rows (decision 0080).
+    pub(super) lock_thread: String,
+    pub(super) update_thread_data: String,
+    pub(super) delete_thread: String,
+    pub(super) list_threads: String,
+    pub(super) list_summaries: String,
+    pub(super) checkpoint: String,
+    pub(super) one_checkpoint: String,
+    pub(super) fence: String,
+    pub(super) current_fence: String,
+    pub(super) share_lock_thread: String,
+    pub(super) thread_exists: String,
+    pub(super) snapshot: String,
+    pub(super) fenced_snapshot: String,
+    pub(super) page_messages: String,
+    pub(super) insert_run: String,
+    pub(super) load_run: String,
+    pub(super) latest_run: String,
+    pub(super) count_runs: String,
+    pub(super) page_runs: String,
+    pub(super) waiting_runs: String,
+    pub(super) get_profile: String,
+    pub(super) put_profile: String,
+    pub(super) delete_profile: String,
+    pub(super) webhooks: webhooks::WebhookStatements,
+}
+
+impl Statements {
+    /// The statements for tables `{p}_…`.
+    pub(super) fn new(p: &str) -> Self {
+        let latest = latest_run_of(p, "$1");
+        // A thread's snapshot, as columns over its row `t` (a `SnapshotRow`).
+        let snapshot_columns = format!(
+            "t.data, t.fence,
+             ARRAY(SELECT m.data FROM {p}_messages m WHERE m.thread_id = t.id ORDER BY m.seq),
+             (SELECT s.data FROM {p}_state s WHERE s.thread_id = t.id),
+             ({latest_of_t})",
+            latest_of_t = latest_run_of(p, "t.id"),
+        );
+        Self {
+            prefix: p.to_owned(),
+            schema: vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_threads (
+                        id TEXT COLLATE \"C\" PRIMARY KEY,
+                        seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                        data JSON NOT NULL,
+                        fence BIGINT NOT NULL DEFAULT 0,
+                        message_count BIGINT NOT NULL DEFAULT 0,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_messages (
+                        thread_id TEXT COLLATE \"C\" NOT NULL,
+                        seq BIGINT NOT NULL,
+                        internal BOOLEAN NOT NULL,
+                        data JSON NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                        PRIMARY KEY (thread_id, seq))"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_runs (
+                        id TEXT COLLATE \"C\" PRIMARY KEY,
+                        thread_id TEXT COLLATE \"C\" NOT NULL,
+                        status TEXT NOT NULL,
+                        created_at BIGINT NOT NULL,
+                        data JSON NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE INDEX IF NOT EXISTS {p}_runs_by_thread ON {p}_runs (thread_id, created_at, id)"
+                ),
+                format!(
+                    "CREATE INDEX IF NOT EXISTS {p}_runs_by_creation ON {p}_runs (created_at, id)"
+                ),
+                format!(
+                    "CREATE INDEX IF NOT EXISTS {p}_runs_unfinished
+                     ON {p}_runs (thread_id, created_at, id) WHERE status <> 'done'"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_state (
+                        thread_id TEXT COLLATE \"C\" PRIMARY KEY,
+                        data JSON NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {p}_profiles (
+                        namespace TEXT COLLATE \"C\" NOT NULL,
+                        key TEXT COLLATE \"C\" NOT NULL,
+                        data JSONB NOT NULL,
+                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                        PRIMARY KEY (namespace, key))"
+                ),
+            ],
+            insert_thread: format!(
+                "INSERT INTO {p}_threads (id, data) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING"
+            ),
+            load_thread: format!("SELECT data FROM {p}_threads WHERE id = $1"),
+            lock_thread_data: format!("SELECT data FROM {p}_threads WHERE id = $1 FOR UPDATE"),
+            update_thread_data: format!(
+                "UPDATE {p}_threads SET data = $2, updated_at = now() WHERE id = $1"
+            ),
+            lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR UPDATE"),
+            delete_thread: format!(
+                "WITH messages AS (DELETE FROM {p}_messages WHERE thread_id = $1),
+                      runs AS (DELETE FROM {p}_runs WHERE thread_id = $1),
+                      state AS (DELETE FROM {p}_state WHERE thread_id = $1),
+                      webhooks AS (DELETE FROM {p}_webhooks WHERE thread_id = $1)
+                 DELETE FROM {p}_threads WHERE id = $1"
+            ),
+            list_threads: format!("SELECT id FROM {p}_threads ORDER BY seq OFFSET $1 LIMIT $2"),
+            list_summaries: format!(
+                "SELECT t.data, t.message_count, r.data FROM {p}_threads t
+                 LEFT JOIN LATERAL ({latest_of_t}) r ON true
+                 ORDER BY t.seq OFFSET $1 LIMIT $2",
+                latest_of_t = latest_run_of(p, "t.id"),
+            ),
+            checkpoint: write::checkpoint_statement(p),
+            one_checkpoint: write::one_checkpoint_statement(p),
+            fence: write::fence_statement(p),
+            current_fence: format!("SELECT fence FROM {p}_threads WHERE id = $1"),
+            share_lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR SHARE"),
+            thread_exists: format!("SELECT EXISTS (SELECT 1 FROM {p}_threads WHERE id = $1)"),
+            snapshot: format!("SELECT {snapshot_columns} FROM {p}_threads t WHERE t.id = $1"),
+            fenced_snapshot: write::fenced_snapshot_statement(p, &snapshot_columns),
+            page_messages: format!(
+                "SELECT seq, data FROM {p}_messages
+                 WHERE thread_id = $1 AND seq > $2 AND ($3 OR NOT internal)
+                 ORDER BY seq LIMIT $4"
+            ),
+            insert_run: format!(
+                "INSERT INTO {p}_runs (id, thread_id, status, created_at, data)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING"
+            ),
+            load_run: format!("SELECT data FROM {p}_runs WHERE id = $1"),
+            latest_run: latest,
+            count_runs: format!(
+                "SELECT count(*) FROM {p}_runs
+                 WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
+                   AND ($3::text IS NULL OR data->>'agent_id' = $3)"
+            ),
+            // On the partial index of unfinished runs.
+            waiting_runs: format!(
+                "SELECT count(*), min((data->>'updated_at')::bigint) FROM {p}_runs
+                 WHERE status = 'waiting'"
+            ),
+            page_runs: format!(
+                "SELECT data FROM {p}_runs
+                 WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
+                   AND ($3::text IS NULL OR data->>'agent_id' = $3)
+                 ORDER BY created_at, id OFFSET $4 LIMIT $5"
+            ),
+            get_profile: format!(
+                "SELECT data FROM {p}_profiles WHERE namespace = $1 AND key = $2"
+            ),
+            put_profile: format!(
+                "INSERT INTO {p}_profiles (namespace, key, data) VALUES ($1, $2, $3)
+                 ON CONFLICT (namespace, key) DO UPDATE SET data = EXCLUDED.data, updated_at = now()"
+            ),
+            delete_profile: format!(
+                "DELETE FROM {p}_profiles WHERE namespace = $1 AND key = $2"
+            ),
+            webhooks: webhooks::WebhookStatements::new(p),
+        }
+    }
+}
+
+/// The latest run of thread `thread` (a parameter or column), as
+/// `ThreadRunStore::latest_run` defines it: its unfinished run if any, else the
+/// greatest by `created_at` and id; each part one index read.
+fn latest_run_of(p: &str, thread: &str) -> String {
+    format!(
+        "SELECT data FROM (
+             (SELECT data, 0 AS part FROM {p}_runs WHERE thread_id = {thread} AND status <> 'done'
+              ORDER BY created_at DESC, id DESC LIMIT 1)
+             UNION ALL
+             (SELECT data, 1 AS part FROM {p}_runs WHERE thread_id = {thread}
+              ORDER BY created_at DESC, id DESC LIMIT 1)
+         ) latest ORDER BY part LIMIT 1"
+    )
+}
+
+/// Refuses a prefix that is not a plain SQL identifier.
+pub(super) fn validate_prefix(prefix: &str) -> Result<(), StorageError> {
+    let mut chars = prefix.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && prefix.len() <= MAX_PREFIX_LEN;
+    if valid {
+        Ok(())
+    } else {
+        Err(StorageError::InvalidInput(format!(
+            "table prefix `{}` must be an SQL identifier (ASCII letters, digits and `_`, \
+             not starting with a digit, at most {MAX_PREFIX_LEN} bytes)",
+            prefix.escape_debug()
+        )))
+    }
+}
+
+/// The first schema a `search_path` setting names, unquoted (`$user` skipped).
+fn first_schema(search_path: &str) -> Option<String> {
+    search_path
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty() && *name != "\"$user\"" && *name != "$user")
+        .map(
+            |name| match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+                Some(quoted) => quoted.replace("\"\"", "\""),
+                None => name.to_owned(),
+            },
+        )
+        .next()
+}
+
+/// `name` as a quoted SQL identifier.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl PostgresStore {
+    /// Creates the tables and indexes if absent. Idempotent; safe to run from several
+    /// processes at once. Operations call it themselves before their first query;
+    /// a store creates them once (a second call, or the first operation after it,
+    /// sends nothing).
+    pub async fn ensure_schema(&self) -> Result<(), StorageError> {
+        self.ready().await
+    }
+
+    async fn create_schema(&self) -> Result<(), StorageError> {
+        let mut tx = self.begin_with("BEGIN").await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("awaken-schema:{}", self.sql.prefix))
+            .execute(self.send_in(&mut tx))
+            .await
+            .map_err(db_error)?;
+        // The URL may name a schema (`search_path`) that does not exist yet:
+        // PostgreSQL then has nowhere to create the tables, so create it first.
+        let (missing, search_path): (bool, String) =
+            sqlx::query_as("SELECT current_schema() IS NULL, current_setting('search_path')")
+                .fetch_one(self.send_in(&mut tx))
+                .await
+                .map_err(db_error)?;
+        if missing {
+            let schema = first_schema(&search_path).ok_or_else(|| {
+                StorageError::InvalidInput(format!(
+                    "the search_path `{search_path}` names no schema to create the tables in: \
+                     name one (`?options=-c%20search_path%3DNAME`)"
+                ))
+            })?;
+            sqlx::query(sql(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                quote_identifier(&schema)
+            )))
+            .execute(self.send_in(&mut tx))
+            .await
+            .map_err(db_error)?;
+        }
+        for statement in self.sql.schema.iter().chain(&self.sql.webhooks.schema) {
+            sqlx::query(sql(statement))
+                .execute(self.send_in(&mut tx))
+                .await
+                .map_err(db_error)?;
+        }
+        self.stats.statement();
+        tx.commit().await.map_err(db_error)
+    }
+
+    /// Creates the schema once per store, before the first statement needs it.
+    pub(super) async fn ready(&self) -> Result<(), StorageError> {
+        self.schema_ready
+            .get_or_try_init(|| self.create_schema())
+            .await
+            .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::postgres::PgPoolOptions;
+
+    use super::*;
+    use crate::contract::Thread;
+    use crate::ids::ThreadId;
+    use crate::store::ThreadRunStore;
+    use crate::store::postgres::connect::connect_options;
+
+    #[test]
+    fn the_first_schema_of_a_search_path_is_found_and_quoted() {
+        assert_eq!(first_schema("tenant_a").as_deref(), Some("tenant_a"));
+        assert_eq!(first_schema("\"$user\", public").as_deref(), Some("public"));
+        assert_eq!(
+            first_schema("\"My \"\"App\"\"\"").as_deref(),
+            Some("My \"App\"")
+        );
+        assert_eq!(first_schema("\"$user\""), None);
+        assert_eq!(quote_identifier("My \"App\""), "\"My \"\"App\"\"\"");
+    }
+
+    #[tokio::test]
+    async fn a_schema_named_by_the_search_path_is_created_when_missing() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let missing = format!("{}_fresh", schema.name());
+        let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let options = connect_options(&url)
+            .unwrap()
+            .options([("search_path", missing.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let fresh = PostgresStore::new(pool.clone());
+        let result = fresh.ensure_schema().await;
+        // Dropped whatever happened, before the assertions.
+        let _ = sqlx::query(sql(&format!("DROP SCHEMA IF EXISTS {missing} CASCADE")))
+            .execute(store.pool())
+            .await;
+        result.unwrap();
+        drop(fresh);
+        pool.close().await;
+    }
+
+    #[test]
+    fn prefixes_must_be_identifiers() {
+        for good in ["awaken", "my_app2", "_x", "A"] {
+            assert!(validate_prefix(good).is_ok(), "{good}");
+        }
+        for bad in ["", "2fast", "a-b", "a b", "a;drop", "é", &"x".repeat(41)] {
+            assert!(
+                matches!(validate_prefix(bad), Err(StorageError::InvalidInput(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    async fn tables(store: &PostgresStore) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() ORDER BY table_name",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn schema_is_created_once_per_prefix_and_prefixes_are_independent() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        store.ensure_schema().await.unwrap();
+        store.ensure_schema().await.expect("idempotent");
+        let custom = PostgresStore::with_prefix(store.pool().clone(), "myapp").unwrap();
+        custom.ensure_schema().await.unwrap();
+        assert_eq!(
+            tables(&store).await,
+            [
+                "awaken_messages",
+                "awaken_profiles",
+                "awaken_runs",
+                "awaken_state",
+                "awaken_threads",
+                "awaken_webhooks",
+                "myapp_messages",
+                "myapp_profiles",
+                "myapp_runs",
+                "myapp_state",
+                "myapp_threads",
+                "myapp_webhooks",
+            ]
+        );
+
+        let id = ThreadId::new("t").unwrap();
+        custom
+            .create_thread(&Thread::with_id(id.clone()))
+            .await
+            .unwrap();
+        assert!(custom.load_thread(&id).await.unwrap().is_some());
+        assert_eq!(store.load_thread(&id).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn concurrent_schema_creation_succeeds() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let racers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = PostgresStore::new(store.pool().clone());
+                tokio::spawn(async move { store.ensure_schema().await })
+            })
+            .collect();
+        for racer in racers {
+            racer.await.unwrap().unwrap();
+        }
+        assert_eq!(tables(&store).await.len(), 6);
+    }
+
+    #[tokio::test]
+    async fn a_bad_prefix_is_refused() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let err = PostgresStore::with_prefix(store.pool().clone(), "x; DROP TABLE y").unwrap_err();
+        assert!(matches!(err, StorageError::InvalidInput(_)), "{err:?}");
+    }
+}
