@@ -4,7 +4,8 @@
 //!
 //! Tables are named `{prefix}_…` (prefix `awaken` by default) and created by
 //! [`PostgresStore::ensure_schema`], which every operation runs once before its first
-//! query (idempotent, serialized across processes by an advisory lock):
+//! query (idempotent, serialized across processes by an advisory lock on the schema and
+//! prefix, so stores in other schemas of the database never wait on it):
 //!
 //! | table | key | holds |
 //! |---|---|---|

@@ -246,25 +246,32 @@ impl PostgresStore {
 
     async fn create_schema(&self) -> Result<(), StorageError> {
         let mut tx = self.begin_with("BEGIN").await?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(format!("awaken-schema:{}", self.sql.prefix))
-            .execute(self.send_in(&mut tx))
-            .await
-            .map_err(db_error)?;
         // The URL may name a schema (`search_path`) that does not exist yet:
         // PostgreSQL then has nowhere to create the tables, so create it first.
-        let (missing, search_path): (bool, String) =
-            sqlx::query_as("SELECT current_schema() IS NULL, current_setting('search_path')")
+        let (current, search_path): (Option<String>, String) =
+            sqlx::query_as("SELECT current_schema()::text, current_setting('search_path')")
                 .fetch_one(self.send_in(&mut tx))
                 .await
                 .map_err(db_error)?;
-        if missing {
-            let schema = first_schema(&search_path).ok_or_else(|| {
+        let missing = current.is_none();
+        let schema = match current {
+            Some(schema) => schema,
+            None => first_schema(&search_path).ok_or_else(|| {
                 StorageError::InvalidInput(format!(
                     "the search_path `{search_path}` names no schema to create the tables in: \
                      name one (`?options=-c%20search_path%3DNAME`)"
                 ))
-            })?;
+            })?,
+        };
+        // Creators of the same tables queue here, so `IF NOT EXISTS` never races;
+        // the key names the schema, so stores in the database's other schemas
+        // (tenants, tests) never wait behind a creation stuck in this one.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!("awaken-schema:{schema}:{}", self.sql.prefix))
+            .execute(self.send_in(&mut tx))
+            .await
+            .map_err(db_error)?;
+        if missing {
             sqlx::query(sql(&format!(
                 "CREATE SCHEMA IF NOT EXISTS {}",
                 quote_identifier(&schema)
@@ -294,6 +301,8 @@ impl PostgresStore {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use sqlx::postgres::PgPoolOptions;
 
     use super::*;
@@ -394,6 +403,52 @@ mod tests {
             .unwrap();
         assert!(custom.load_thread(&id).await.unwrap().is_some());
         assert_eq!(store.load_thread(&id).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_creation_stuck_in_one_schema_holds_up_no_other() {
+        let (stuck, stuck_schema) = PostgresStore::for_tests().await;
+        let (other, _other_schema) = PostgresStore::for_tests().await;
+        // A transaction left open after creating one of the tables: `stuck`'s
+        // creation waits on it, holding its lock on creating these tables.
+        let mut blocker = stuck.pool().begin().await.unwrap();
+        sqlx::query("CREATE TABLE awaken_threads (id TEXT)")
+            .execute(&mut *blocker)
+            .await
+            .unwrap();
+        let creating = tokio::spawn({
+            let stuck = stuck.clone();
+            async move { stuck.ensure_schema().await }
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
+            )
+            .bind(stuck_schema.name())
+            .fetch_one(other.pool())
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the stuck creation never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        tokio::time::timeout(Duration::from_secs(10), other.ensure_schema())
+            .await
+            .expect("a store in another schema creates its tables meanwhile")
+            .unwrap();
+        assert_eq!(tables(&other).await.len(), 6);
+
+        blocker.rollback().await.unwrap();
+        creating.await.unwrap().unwrap();
+        assert_eq!(tables(&stuck).await.len(), 6);
     }
 
     #[tokio::test]
