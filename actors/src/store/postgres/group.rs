@@ -205,7 +205,9 @@ impl GroupCommit {
     /// Writes `batch` and answers each caller. A statement the database refused
     /// wrote nothing, so its checkpoints are tried again one by one: one bad
     /// checkpoint (or a deadlock with another node's batch) fails only itself.
-    /// When the database cannot be reached, every caller gets that error at once.
+    /// When the database cannot be reached, or ended the session under the
+    /// statement (which may have committed or not), every caller gets that error
+    /// at once.
     async fn write(&self, store: &PostgresStore, batch: Vec<Pending>) {
         let _in_flight = InFlight {
             commits: self,
@@ -283,6 +285,7 @@ mod tests {
 
     use crate::contract::Message;
     use crate::error::StorageError;
+    use crate::state::EncodedValue;
     use crate::store::conformance::{checkpoint, run, tid, user_messages};
     use crate::store::postgres::PostgresStore;
     use crate::store::{Checkpoint, ThreadRunStore};
@@ -313,9 +316,11 @@ mod tests {
     /// A store whose batches count as stuck after `stuck_after`, whose thread
     /// `t-held` has a checkpoint in flight that waits for the row lock of the
     /// returned transaction, the task waiting for it, and the store's statements
-    /// before it.
+    /// before it. `setup` runs on the store's tables before that checkpoint
+    /// (which holds them against changes of their definition).
     async fn held_batch(
         stuck_after: Duration,
+        setup: &[&'static str],
     ) -> (
         PostgresStore,
         crate::store::postgres::TestSchema,
@@ -326,6 +331,9 @@ mod tests {
         let (mut store, schema) = PostgresStore::for_tests().await;
         store.commits = Arc::new(GroupCommit::with_stuck_after(2, stuck_after));
         store.checkpoint(first("t-held")).await.unwrap();
+        for statement in setup {
+            sqlx::query(*statement).execute(store.pool()).await.unwrap();
+        }
         let mut locker = store.pool().begin().await.unwrap();
         sqlx::query("SELECT 1 FROM awaken_threads WHERE id = 't-held' FOR UPDATE")
             .execute(&mut *locker)
@@ -353,7 +361,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_checkpoint_arriving_while_a_batch_is_written_waits_for_that_writers_next_batch() {
-        let (store, _schema, locker, blocked, before) = held_batch(Duration::MAX).await;
+        let (store, _schema, locker, blocked, before) = held_batch(Duration::MAX, &[]).await;
 
         let later: Vec<_> = (0..3)
             .map(|i| {
@@ -383,10 +391,116 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_checkpoint_that_cannot_be_serialized_fails_alone_in_its_batch() {
+        let (store, _schema, locker, blocked, before) = held_batch(Duration::MAX, &[]).await;
+        let mut arrivals: Vec<Checkpoint> = (0..4).map(|i| first(&format!("t-next-{i}"))).collect();
+        // A plugin's value whose encoding fails only when the checkpoint is written.
+        arrivals[2].state.extensions.insert(
+            "plugin.unencodable".to_owned(),
+            EncodedValue::deferred(Arc::new(()), |_| Err("a map keyed by a tuple".to_owned())),
+        );
+        let answers: Vec<_> = arrivals
+            .into_iter()
+            .map(|next| {
+                let store = store.clone();
+                tokio::spawn(async move { store.checkpoint(next).await })
+            })
+            .collect();
+        until("four checkpoints queued", || {
+            store.commits.lock().waiting.len() == 4
+        })
+        .await;
+        locker.commit().await.unwrap();
+        blocked.await.unwrap().unwrap();
+        let mut answered = Vec::new();
+        for answer in answers {
+            answered.push(answer.await.unwrap());
+        }
+
+        assert!(
+            matches!(&answered[2], Err(StorageError::Serialization(_))),
+            "{:?}",
+            answered[2]
+        );
+        for (i, answer) in answered.iter().enumerate().filter(|(i, _)| *i != 2) {
+            assert!(answer.is_ok(), "{i}: {answer:?}");
+        }
+        assert_eq!(
+            store.io_counts().unwrap().statements - before,
+            2,
+            "the held batch, then the other three together"
+        );
+        assert!(store.load_thread(&tid("t-next-2")).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_batch_whose_session_the_server_ended_is_answered_at_once_not_retried() {
+        // The server ends the session in the middle of the next batch's statement.
+        let ender = [
+            "CREATE FUNCTION end_the_session() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.data::text LIKE '%end the session%' THEN
+                     PERFORM pg_terminate_backend(pg_backend_pid());
+                     PERFORM pg_sleep(1);
+                 END IF;
+                 RETURN NEW;
+             END $$",
+            "CREATE TRIGGER end_the_session BEFORE INSERT ON awaken_messages
+             FOR EACH ROW EXECUTE FUNCTION end_the_session()",
+        ];
+        let (store, _schema, locker, blocked, before) = held_batch(Duration::MAX, &ender).await;
+        let mut arrivals: Vec<Checkpoint> = (0..4).map(|i| first(&format!("t-next-{i}"))).collect();
+        let ender = tid("t-next-1");
+        arrivals[1] = checkpoint(
+            &ender,
+            1,
+            0,
+            vec![Message::user("end the session")],
+            run(&ender, "r-ender", 1),
+        );
+        let answers: Vec<_> = arrivals
+            .into_iter()
+            .map(|next| {
+                let store = store.clone();
+                tokio::spawn(async move { store.checkpoint(next).await })
+            })
+            .collect();
+        until("four checkpoints queued", || {
+            store.commits.lock().waiting.len() == 4
+        })
+        .await;
+        locker.commit().await.unwrap();
+        blocked.await.unwrap().unwrap();
+        let mut answered = Vec::new();
+        for answer in answers {
+            answered.push(answer.await.unwrap());
+        }
+
+        // Whether such a statement committed cannot be known: every caller hears
+        // so, and none is tried again one by one, which could only wait on a
+        // database that is going away or refuse what had committed.
+        for (i, answer) in answered.iter().enumerate() {
+            assert!(
+                matches!(answer, Err(StorageError::Io(_))),
+                "{i}: {answer:?}"
+            );
+        }
+        assert_eq!(
+            store.io_counts().unwrap().statements - before,
+            2,
+            "the held batch, then the four together"
+        );
+        for i in 0..4 {
+            let id = tid(&format!("t-next-{i}"));
+            assert!(store.load_thread(&id).await.unwrap().is_none(), "{i}");
+        }
+    }
+
     /// `count` new threads' checkpoints are written while `t-held`'s batch,
     /// stuck after `stuck_after`, still waits for its lock.
     async fn written_beside_the_held_batch(stuck_after: Duration, count: usize) {
-        let (store, _schema, locker, blocked, _) = held_batch(stuck_after).await;
+        let (store, _schema, locker, blocked, _) = held_batch(stuck_after, &[]).await;
 
         let arrivals = join_all((0..count).map(|i| store.checkpoint(first(&format!("t-b-{i}")))));
         let answers = tokio::time::timeout(Duration::from_secs(20), arrivals)

@@ -31,6 +31,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
 
+use super::ends_the_session;
 use super::stats::StoreStats;
 
 /// How long an unused connection is trusted without a test: a kept one idle
@@ -180,12 +181,16 @@ impl Lease<'_> {
     }
 
     /// Puts the connection back among the kept ones if `result` shows the
-    /// statement completed: answered, or refused by the server. An error on the
-    /// socket or in the protocol sends it back to the pool instead.
+    /// statement completed: answered, or refused by the server with the session
+    /// still open. An error on the socket or in the protocol, or one that ended
+    /// the session, sends it back to the pool instead.
     pub(super) fn settle<T>(mut self, result: &Result<T, sqlx::Error>) {
         let completed = match result {
             Ok(_) => true,
-            Err(error) => matches!(error, sqlx::Error::Database(_) | sqlx::Error::RowNotFound),
+            Err(error) => {
+                matches!(error, sqlx::Error::Database(_) | sqlx::Error::RowNotFound)
+                    && !ends_the_session(error)
+            }
         };
         if let Some(held) = self.held.take() {
             if completed {
@@ -264,6 +269,29 @@ mod tests {
         let mut again = held.lease(stats).await.unwrap();
         let answered: i32 = sqlx::query_scalar("SELECT 41 + 1")
             .fetch_one(again.connection())
+            .await
+            .unwrap();
+        assert_eq!(answered, 42);
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_session_the_server_ended_is_not_kept() {
+        let (store, _schema) = PostgresStore::for_tests().await;
+        let (held, stats) = (&store.held, &store.stats);
+        let mut lease = held.lease(stats).await.unwrap();
+        // The server ends the session while it runs the statement (a restart,
+        // `pg_terminate_backend`): a `FATAL` answer, then the socket closes.
+        let ended = sqlx::query("SELECT pg_terminate_backend(pg_backend_pid()), pg_sleep(1)")
+            .execute(lease.connection())
+            .await;
+        assert!(matches!(ended, Err(sqlx::Error::Database(_))), "{ended:?}");
+        assert!(super::ends_the_session(ended.as_ref().unwrap_err()));
+        lease.settle(&ended);
+        assert_eq!(held.kept(), 0, "the dead connection went back to the pool");
+
+        let mut next = held.lease(stats).await.unwrap();
+        let answered: i32 = sqlx::query_scalar("SELECT 41 + 1")
+            .fetch_one(next.connection())
             .await
             .unwrap();
         assert_eq!(answered, 42);

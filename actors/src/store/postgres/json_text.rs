@@ -14,6 +14,8 @@ use sqlx::postgres::types::Oid;
 use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo};
 use sqlx::{Encode, Postgres, Type};
 
+use crate::error::StorageError;
+
 /// PostgreSQL's type id of `json`.
 const JSON: Oid = Oid(114);
 /// PostgreSQL's type id of `json[]`.
@@ -39,6 +41,40 @@ impl<T: Serialize> Encode<'_, Postgres> for JsonText<T> {
     fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
         // `json`'s binary form is its text.
         serde_json::to_writer(&mut **buf, &self.0)?;
+        Ok(IsNull::No)
+    }
+}
+
+/// A record serialized ahead of its statement, sent as a `json` parameter: a
+/// batch's checkpoints are encoded one by one, so one that cannot be is refused
+/// alone instead of failing the statement of every checkpoint beside it.
+#[derive(Debug, Clone)]
+pub(super) struct EncodedJson(String);
+
+impl EncodedJson {
+    /// `value` serialized, or why it cannot be.
+    pub(super) fn of<T: Serialize + ?Sized>(value: &T) -> Result<Self, StorageError> {
+        serde_json::to_string(value)
+            .map(Self)
+            .map_err(|err| StorageError::Serialization(err.to_string()))
+    }
+}
+
+impl Type<Postgres> for EncodedJson {
+    fn type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(JSON)
+    }
+}
+
+impl PgHasArrayType for EncodedJson {
+    fn array_type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(JSON_ARRAY)
+    }
+}
+
+impl Encode<'_, Postgres> for EncodedJson {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        buf.extend_from_slice(self.0.as_bytes());
         Ok(IsNull::No)
     }
 }

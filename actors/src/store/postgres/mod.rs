@@ -78,7 +78,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnection, PgDatabaseError, PgPool, PgPoolOptions, PgSeverity};
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
 use tokio::sync::OnceCell;
@@ -118,6 +118,16 @@ pub struct PostgresStore {
 /// A statement text, marked safe: it is built from constants and a validated prefix.
 fn sql(statement: &str) -> AssertSqlSafe<String> {
     AssertSqlSafe(statement.to_owned())
+}
+
+/// Whether the server ended the session with `error` (a `FATAL` or `PANIC`:
+/// shutdown, restart, `pg_terminate_backend`): the connection is gone, and a
+/// statement sent on it may or may not have committed.
+fn ends_the_session(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|error| error.try_downcast_ref::<PgDatabaseError>())
+        .is_some_and(|error| matches!(error.severity(), PgSeverity::Fatal | PgSeverity::Panic))
 }
 
 fn db_error(err: sqlx::Error) -> StorageError {

@@ -27,9 +27,11 @@
 //! the presented one is at least as high; a new owner's fence can carry the
 //! snapshot read with it ([`fenced_snapshot_statement`], decision 0054).
 
-use super::json_text::JsonText;
-use super::{PostgresStore, SnapshotRow, bigint, db_error, snapshot_of, sql, unsigned};
-use crate::contract::{Message, Thread};
+use super::json_text::{EncodedJson, JsonText};
+use super::{
+    PostgresStore, SnapshotRow, bigint, db_error, ends_the_session, snapshot_of, sql, unsigned,
+};
+use crate::contract::Thread;
 use crate::error::StorageError;
 use crate::ids::ThreadId;
 use crate::store::{
@@ -239,23 +241,24 @@ pub(super) enum Outcome {
 #[derive(Default)]
 struct Columns<'a> {
     ids: Vec<&'a str>,
-    threads: Vec<JsonText<Thread>>,
+    threads: Vec<EncodedJson>,
     fences: Vec<i64>,
     expected: Vec<i64>,
     added: Vec<i64>,
     run_ids: Vec<&'a str>,
     statuses: Vec<&'static str>,
     created_at: Vec<i64>,
-    runs: Vec<JsonText<&'a crate::contract::RunRecord>>,
-    states: Vec<JsonText<&'a crate::state::PersistedState>>,
+    runs: Vec<EncodedJson>,
+    states: Vec<EncodedJson>,
     message_of: Vec<i64>,
     message_ord: Vec<i64>,
-    messages: Vec<JsonText<&'a Message>>,
+    messages: Vec<EncodedJson>,
     internal: Vec<bool>,
 }
 
 impl<'a> Columns<'a> {
-    /// Adds `checkpoint` as checkpoint number `n` (1-based).
+    /// Adds `checkpoint` as checkpoint number `n` (1-based), or nothing if it
+    /// cannot be written (a value out of range, a record that does not serialize).
     fn push(&mut self, n: i64, checkpoint: &'a Checkpoint, now: u64) -> Result<(), StorageError> {
         let run = &checkpoint.run;
         check_run_thread(run, &checkpoint.thread_id)?;
@@ -264,21 +267,28 @@ impl<'a> Columns<'a> {
         let created_at = bigint("run created_at", run.created_at)?;
         let added = i64::try_from(checkpoint.new_messages.len())
             .map_err(|_| StorageError::InvalidInput("too many messages".to_owned()))?;
+        let thread = EncodedJson::of(&checkpointed_thread(checkpoint, now))?;
+        let run_record = EncodedJson::of(run)?;
+        let state = EncodedJson::of(&checkpoint.state)?;
+        let messages = checkpoint
+            .new_messages
+            .iter()
+            .map(EncodedJson::of)
+            .collect::<Result<Vec<_>, _>>()?;
         self.ids.push(checkpoint.thread_id.as_str());
-        self.threads
-            .push(JsonText(checkpointed_thread(checkpoint, now)));
+        self.threads.push(thread);
         self.fences.push(fence);
         self.expected.push(expected);
         self.added.push(added);
         self.run_ids.push(run.run_id.as_str());
         self.statuses.push(run.status.as_str());
         self.created_at.push(created_at);
-        self.runs.push(JsonText(run));
-        self.states.push(JsonText(&checkpoint.state));
-        for (ord, message) in (1..).zip(&checkpoint.new_messages) {
+        self.runs.push(run_record);
+        self.states.push(state);
+        for ((ord, message), encoded) in (1..).zip(&checkpoint.new_messages).zip(messages) {
             self.message_of.push(n);
             self.message_ord.push(ord);
-            self.messages.push(JsonText(message));
+            self.messages.push(encoded);
             self.internal.push(message.is_internal());
         }
         Ok(())
@@ -308,7 +318,7 @@ impl From<StorageError> for BatchFailed {
 impl From<sqlx::Error> for BatchFailed {
     fn from(error: sqlx::Error) -> Self {
         Self {
-            by_the_database: matches!(error, sqlx::Error::Database(_)),
+            by_the_database: matches!(error, sqlx::Error::Database(_)) && !ends_the_session(&error),
             error: db_error(error),
         }
     }
@@ -388,8 +398,8 @@ impl PostgresStore {
                 .bind(columns.run_ids[0])
                 .bind(columns.statuses[0])
                 .bind(columns.created_at[0])
-                .bind(columns.runs[0])
-                .bind(columns.states[0]),
+                .bind(&columns.runs[0])
+                .bind(&columns.states[0]),
             fetch_one
         )
     }
