@@ -504,7 +504,7 @@ impl ThreadRunStore for PostgresStore {
         let mut tx = self.begin().await?;
         in_transaction!(self, tx, {
             async {
-                let thread: Option<i32> = sqlx::query_scalar(sql(&self.sql.share_lock_thread))
+                let thread: Option<i32> = sqlx::query_scalar(sql(&self.sql.touch_thread))
                     .bind(record.thread_id.as_str())
                     .fetch_optional(self.send_in(&mut tx))
                     .await

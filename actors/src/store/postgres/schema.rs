@@ -24,7 +24,9 @@ pub(super) struct Statements {
     pub(super) one_checkpoint: String,
     pub(super) fence: String,
     pub(super) current_fence: String,
-    pub(super) share_lock_thread: String,
+    /// Locks a thread's row and gives it a new version, so that a fenced read
+    /// waiting on it knows its snapshot missed the write (`create_run`).
+    pub(super) touch_thread: String,
     pub(super) thread_exists: String,
     pub(super) snapshot: String,
     pub(super) fenced_snapshot: String,
@@ -135,7 +137,9 @@ impl Statements {
             one_checkpoint: write::one_checkpoint_statement(p),
             fence: write::fence_statement(p),
             current_fence: format!("SELECT fence FROM {p}_threads WHERE id = $1"),
-            share_lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR SHARE"),
+            touch_thread: format!(
+                "UPDATE {p}_threads SET updated_at = now() WHERE id = $1 RETURNING 1"
+            ),
             thread_exists: format!("SELECT EXISTS (SELECT 1 FROM {p}_threads WHERE id = $1)"),
             snapshot: format!("SELECT {snapshot_columns} FROM {p}_threads t WHERE t.id = $1"),
             fenced_snapshot: write::fenced_snapshot_statement(p, &snapshot_columns),

@@ -171,24 +171,29 @@ pub(super) fn fence_statement(p: &str) -> String {
 /// The fence statement that also reads the snapshot, for tables `{p}_…`: `$1`
 /// thread id, `$2` the thread's data if it must be created, `$3` the token.
 ///
-/// It raises the fence only if the thread row is the version this statement's
-/// snapshot saw (`xmin`): the upsert waits for a concurrent checkpoint's row lock
-/// and then sees its commit, but the snapshot the messages, state and latest run
-/// are read from was taken before, and would miss that checkpoint. Then, or when
-/// the token is too low, it returns no row and changes nothing; the caller
-/// fences and reads in two statements instead. `snapshot_columns` is the
-/// thread-snapshot statement's column list over the fenced row `t`.
+/// It answers only if the thread row is the version this statement's snapshot
+/// saw: the upsert waits for a concurrent writer's row lock and then sees its
+/// commit, but the snapshot the messages, state and latest run are read from was
+/// taken before, and would miss that write. So it raises the fence only over the
+/// row version it saw (`xmin`; every write of a thread's rows gives its thread
+/// row a new version), and answers for a row it created only if it saw none (a
+/// thread deleted under it is created anew, with a new `seq`, and its old rows
+/// must not be read as the new thread's). Otherwise, or when the token is too
+/// low, it returns no row; the caller fences and reads in two statements
+/// instead. `snapshot_columns` is the thread-snapshot statement's column list
+/// over the fenced row `t`.
 pub(super) fn fenced_snapshot_statement(p: &str, snapshot_columns: &str) -> String {
     format!(
         "WITH seen AS (
-             SELECT xmin AS version FROM {p}_threads WHERE id = $1
+             SELECT xmin AS version, seq FROM {p}_threads WHERE id = $1
          ), t AS (
              INSERT INTO {p}_threads AS t (id, data, fence) VALUES ($1, $2, $3)
              ON CONFLICT (id) DO UPDATE SET fence = EXCLUDED.fence, updated_at = now()
              WHERE t.fence <= EXCLUDED.fence AND t.xmin = (SELECT version FROM seen)
-             RETURNING t.id, t.data, t.fence
+             RETURNING t.id, t.data, t.fence, t.seq
          )
-         SELECT {snapshot_columns} FROM t"
+         SELECT {snapshot_columns} FROM t
+         WHERE NOT EXISTS (SELECT 1 FROM seen) OR t.seq = (SELECT seq FROM seen)"
     )
 }
 
@@ -500,6 +505,11 @@ mod tests {
 
     /// Waits until a session of this test's pool waits for a lock.
     async fn until_blocked(store: &PostgresStore, application: &str) {
+        until_waiting(store, application, 1).await;
+    }
+
+    /// Waits until `count` sessions of this test's pool wait for a lock.
+    async fn until_waiting(store: &PostgresStore, application: &str, count: i64) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let waiting: i64 = sqlx::query_scalar(
@@ -510,15 +520,117 @@ mod tests {
             .fetch_one(store.pool())
             .await
             .unwrap();
-            if waiting > 0 {
+            if waiting >= count {
                 return;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "nobody waited for the lock"
+                "fewer than {count} sessions waited for a lock"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fenced_read_that_waited_for_a_delete_reads_the_thread_anew() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let id = tid("t-deleted-under-the-read");
+        store
+            .checkpoint(checkpoint(
+                &id,
+                1,
+                0,
+                user_messages("m", 3),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        // Holds `delete_thread` after it locked the thread row, before it commits.
+        let mut blocker = store.pool().begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM awaken_state WHERE thread_id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .execute(&mut *blocker)
+            .await
+            .unwrap();
+        let deleting = tokio::spawn({
+            let (store, id) = (store.clone(), id.clone());
+            async move { store.delete_thread(&id).await }
+        });
+        until_waiting(&store, schema.name(), 1).await;
+        let taken = tokio::spawn({
+            let (store, id) = (store.clone(), id.clone());
+            async move { store.fence_and_load(&id, FencingToken(2)).await }
+        });
+        until_waiting(&store, schema.name(), 2).await;
+        blocker.rollback().await.unwrap();
+        deleting.await.unwrap().unwrap();
+
+        let snapshot = taken.await.unwrap().unwrap().unwrap();
+        assert!(
+            snapshot.messages.is_empty(),
+            "the deleted thread's messages are not the new one's: {:?}",
+            snapshot.messages
+        );
+        assert_eq!(snapshot.latest_run, None);
+        assert_eq!(snapshot.state, None);
+        assert_eq!(snapshot.fence, FencingToken(2));
+        store
+            .checkpoint(checkpoint(
+                &id,
+                2,
+                0,
+                user_messages("n", 1),
+                run(&id, "r2", 2),
+            ))
+            .await
+            .expect("the next checkpoint follows the snapshot");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fenced_read_that_waited_for_a_new_run_sees_it() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let id = tid("t-run-created-under-the-read");
+        store
+            .checkpoint(checkpoint(
+                &id,
+                1,
+                0,
+                user_messages("m", 1),
+                run(&id, "r1", 1),
+            ))
+            .await
+            .unwrap();
+        // Holds `create_run` after it locked the thread row, before it commits:
+        // its run id is being inserted, uncommitted, by another transaction.
+        let mut blocker = store.pool().begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO awaken_runs (id, thread_id, status, created_at, data)
+             VALUES ('r2', 'elsewhere', 'running', 0, '{}')",
+        )
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+        let creating = tokio::spawn({
+            let store = store.clone();
+            let record = run(&id, "r2", 2);
+            async move { store.create_run(&record).await }
+        });
+        until_waiting(&store, schema.name(), 1).await;
+        let taken = tokio::spawn({
+            let (store, id) = (store.clone(), id.clone());
+            async move { store.fence_and_load(&id, FencingToken(2)).await }
+        });
+        until_waiting(&store, schema.name(), 2).await;
+        blocker.rollback().await.unwrap();
+        creating.await.unwrap().unwrap();
+
+        let snapshot = taken.await.unwrap().unwrap().unwrap();
+        let latest = snapshot.latest_run.map(|run| run.run_id);
+        assert_eq!(
+            latest,
+            store.latest_run(&id).await.unwrap().map(|r| r.run_id)
+        );
+        assert_eq!(latest.as_ref().map(|r| r.as_str()), Some("r2"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
