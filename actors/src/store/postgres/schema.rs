@@ -219,7 +219,8 @@ pub(super) fn validate_prefix(prefix: &str) -> Result<(), StorageError> {
     }
 }
 
-/// The first schema a `search_path` setting names, unquoted (`$user` skipped).
+/// The first schema a `search_path` setting names, as PostgreSQL resolves it
+/// (`$user` skipped): quoted as written, unquoted folded to lower case.
 fn first_schema(search_path: &str) -> Option<String> {
     search_path
         .split(',')
@@ -228,10 +229,16 @@ fn first_schema(search_path: &str) -> Option<String> {
         .map(
             |name| match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
                 Some(quoted) => quoted.replace("\"\"", "\""),
-                None => name.to_owned(),
+                None => name.to_ascii_lowercase(),
             },
         )
         .next()
+}
+
+/// The table or index a schema statement creates (`CREATE … IF NOT EXISTS name`).
+fn created_relation(statement: &str) -> Option<&str> {
+    let (_, rest) = statement.split_once("IF NOT EXISTS")?;
+    rest.split_whitespace().next()
 }
 
 /// `name` as a quoted SQL identifier.
@@ -252,11 +259,30 @@ impl PostgresStore {
         let mut tx = self.begin_with("BEGIN").await?;
         // The URL may name a schema (`search_path`) that does not exist yet:
         // PostgreSQL then has nowhere to create the tables, so create it first.
-        let (current, search_path): (Option<String>, String) =
-            sqlx::query_as("SELECT current_schema()::text, current_setting('search_path')")
-                .fetch_one(self.send_in(&mut tx))
-                .await
-                .map_err(db_error)?;
+        let relations: Vec<&str> = self
+            .sql
+            .schema
+            .iter()
+            .chain(&self.sql.webhooks.schema)
+            .filter_map(|statement| created_relation(statement))
+            .collect();
+        let (current, search_path, present): (Option<String>, String, i64) = sqlx::query_as(
+            "SELECT current_schema()::text, current_setting('search_path'),
+                    (SELECT count(*) FROM pg_class c
+                     JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = current_schema() AND c.relname = ANY($1))",
+        )
+        .bind(&relations)
+        .fetch_one(self.send_in(&mut tx))
+        .await
+        .map_err(db_error)?;
+        // All there (every start but a cluster's first): no DDL, whose
+        // `CREATE INDEX IF NOT EXISTS` would lock the tables against every
+        // node's writes while it checks, even for an index that exists.
+        if usize::try_from(present).is_ok_and(|present| present == relations.len()) {
+            self.stats.statement();
+            return tx.commit().await.map_err(db_error);
+        }
         let missing = current.is_none();
         let schema = match current {
             Some(schema) => schema,
@@ -313,6 +339,7 @@ mod tests {
     use crate::contract::Thread;
     use crate::ids::ThreadId;
     use crate::store::ThreadRunStore;
+    use crate::store::postgres::PoolSettings;
     use crate::store::postgres::connect::connect_options;
 
     #[test]
@@ -324,13 +351,16 @@ mod tests {
             Some("My \"App\"")
         );
         assert_eq!(first_schema("\"$user\""), None);
+        assert_eq!(first_schema("Tenant_A").as_deref(), Some("tenant_a"));
+        assert_eq!(first_schema("\"Tenant_A\"").as_deref(), Some("Tenant_A"));
         assert_eq!(quote_identifier("My \"App\""), "\"My \"\"App\"\"\"");
     }
 
     #[tokio::test]
     async fn a_schema_named_by_the_search_path_is_created_when_missing() {
         let (store, schema) = PostgresStore::for_tests().await;
-        let missing = format!("{}_fresh", schema.name());
+        // Unquoted, as users write it: PostgreSQL folds it to lower case.
+        let missing = format!("{}_Fresh", schema.name());
         let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let options = connect_options(&url)
@@ -343,11 +373,20 @@ mod tests {
             .unwrap();
         let fresh = PostgresStore::new(pool.clone());
         let result = fresh.ensure_schema().await;
+        let created = if result.is_ok() {
+            tables(&fresh).await.len()
+        } else {
+            0
+        };
         // Dropped whatever happened, before the assertions.
         let _ = sqlx::query(sql(&format!("DROP SCHEMA IF EXISTS {missing} CASCADE")))
             .execute(store.pool())
             .await;
         result.unwrap();
+        assert_eq!(
+            created, 6,
+            "the tables are in the schema the search_path names"
+        );
         drop(fresh);
         pool.close().await;
     }
@@ -407,6 +446,52 @@ mod tests {
             .unwrap();
         assert!(custom.load_thread(&id).await.unwrap().is_some());
         assert_eq!(store.load_thread(&id).await.unwrap(), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_starting_on_existing_tables_waits_for_no_write() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        store.ensure_schema().await.unwrap();
+        // Another node's write, not yet committed, on a table with indexes.
+        let mut writing = store.pool().begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO awaken_runs (id, thread_id, status, created_at, data)
+             VALUES ('r-busy', 't-busy', 'running', 0, '{}')",
+        )
+        .execute(&mut *writing)
+        .await
+        .unwrap();
+        let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let options = connect_options(&url)
+            .unwrap()
+            .options([("search_path", schema.name())]);
+        let starting = PostgresStore::connect_with(options, PoolSettings::default())
+            .await
+            .unwrap();
+
+        let ready = starting.ensure_schema().await;
+
+        writing.rollback().await.unwrap();
+        starting.pool().close().await;
+        ready.expect("ready without waiting for the write (nor its lock timeout)");
+    }
+
+    #[test]
+    fn every_schema_statement_names_what_it_creates() {
+        let statements = Statements::new("awaken");
+        let created: Vec<&str> = statements
+            .schema
+            .iter()
+            .chain(&statements.webhooks.schema)
+            .map(|statement| created_relation(statement).unwrap_or_else(|| panic!("{statement}")))
+            .collect();
+        assert!(created.contains(&"awaken_threads"), "{created:?}");
+        assert!(created.contains(&"awaken_runs_unfinished"), "{created:?}");
+        assert!(
+            created.iter().all(|name| name.starts_with("awaken_")),
+            "{created:?}"
+        );
     }
 
     #[tokio::test]
