@@ -13,9 +13,12 @@
 //! on each that lacks it, through a duplicate of the descriptor taken with
 //! `pidfd_getfd` (Linux 5.6 and later; no unsafe code). Inspecting the duplicate
 //! itself, never a descriptor number that might be reused meanwhile, means only
-//! a TCP socket whose peer has that port is ever changed. Where this is not
-//! permitted (a seccomp profile without `pidfd_getfd`), it says so once and the
-//! connections keep Nagle's algorithm.
+//! a TCP socket whose peer has that port is ever changed. Only descriptors
+//! `/proc` shows as sockets are duplicated: closing a duplicate of a file would
+//! release the process's POSIX record locks on it (`fcntl`), which a library
+//! embedding the store (SQLite, say) may hold. Where this is not permitted (a
+//! seccomp profile without `pidfd_getfd`), it says so once and the connections
+//! keep Nagle's algorithm.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -43,6 +46,8 @@ pub(super) fn on_connections_to(port: u16) -> usize {
 mod sockets {
     use std::net::SocketAddr;
     use std::os::fd::{OwnedFd, RawFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
 
     use rustix::io::Errno;
     use rustix::net::{SocketType, getpeername, sockopt};
@@ -53,13 +58,17 @@ mod sockets {
         let this_process = pidfd_open(getpid(), PidfdFlags::empty())?;
         let mut changed = 0;
         for entry in std::fs::read_dir("/proc/self/fd")? {
-            let Some(fd) = entry?
+            let entry = entry?;
+            let Some(fd) = entry
                 .file_name()
                 .to_str()
                 .and_then(|name| name.parse::<RawFd>().ok())
             else {
                 continue;
             };
+            if !is_socket(&entry.path()) {
+                continue;
+            }
             let socket = match pidfd_getfd(&this_process, fd, PidfdGetfdFlags::empty()) {
                 Ok(socket) => socket,
                 // Closed since the listing: nothing to do for it.
@@ -73,6 +82,13 @@ mod sockets {
             }
         }
         Ok(changed)
+    }
+
+    /// Whether the descriptor `/proc/self/fd` lists at `link` is a socket (its
+    /// link reads `socket:[inode]`); one closed since the listing is not.
+    pub(super) fn is_socket(link: &Path) -> bool {
+        std::fs::read_link(link)
+            .is_ok_and(|target| target.as_os_str().as_bytes().starts_with(b"socket:"))
     }
 
     /// Whether `socket` is a TCP connection to `port` without `TCP_NODELAY`.
@@ -101,11 +117,12 @@ mod sockets {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use std::os::fd::AsFd;
+    use std::os::fd::{AsFd, AsRawFd};
 
     use rustix::net::sockopt;
 
     use super::on_connections_to;
+    use super::sockets::is_socket;
 
     #[tokio::test]
     async fn sets_nodelay_on_connections_to_the_port_and_no_others() {
@@ -129,5 +146,18 @@ mod tests {
             "the accepting side's peer port differs"
         );
         assert_eq!(on_connections_to(port), 0, "nothing left to change");
+    }
+
+    #[tokio::test]
+    async fn only_sockets_are_duplicated() {
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fd_link = |fd: i32| std::path::PathBuf::from(format!("/proc/self/fd/{fd}"));
+        assert!(
+            !is_socket(&fd_link(file.as_raw_fd())),
+            "a file is left alone"
+        );
+        assert!(is_socket(&fd_link(listener.as_raw_fd())));
+        assert!(!is_socket(&fd_link(-1)), "nor is a descriptor that is gone");
     }
 }
