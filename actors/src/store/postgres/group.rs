@@ -203,8 +203,10 @@ impl GroupCommit {
     }
 
     /// Writes `batch` and answers each caller. A statement the database refused
-    /// wrote nothing, so its checkpoints are tried again one by one: one bad
-    /// checkpoint (or a deadlock with another node's batch) fails only itself.
+    /// wrote nothing, so its checkpoints are tried again one by one (a lone one
+    /// once more): one bad checkpoint (or a deadlock with another node's batch,
+    /// or a run another node took meanwhile) fails only itself, with the error
+    /// its own statement gets.
     /// When the database cannot be reached, or ended the session under the
     /// statement (which may have committed or not), every caller gets that error
     /// at once.
@@ -219,7 +221,7 @@ impl GroupCommit {
         let checkpoints: Vec<&Checkpoint> = batch.iter().map(|p| &p.checkpoint).collect();
         let outcomes = match store.write_checkpoints(&checkpoints).await {
             Ok(outcomes) => outcomes,
-            Err(failed) if failed.by_the_database && batch.len() > 1 => {
+            Err(failed) if failed.by_the_database => {
                 let mut outcomes = Vec::with_capacity(batch.len());
                 for checkpoint in &checkpoints {
                     outcomes.push(match store.write_checkpoints(&[checkpoint]).await {

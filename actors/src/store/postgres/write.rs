@@ -39,6 +39,15 @@ use crate::store::{
     check_run_thread, checkpointed_thread, implicit_thread, now_millis,
 };
 
+/// The run upsert's guard against a run of another thread: `elsewhere` refuses
+/// one the statement's snapshot shows, but another node may commit the same run
+/// id for its thread while this statement waits for its row lock. The upsert
+/// then meets that run, and setting its thread to null makes the statement
+/// fail whole (`thread_id` is `NOT NULL`) instead of writing the checkpoint
+/// without its run; tried again, the checkpoint is refused by `elsewhere`.
+const KEEP_THE_RUNS_THREAD: &str =
+    "thread_id = CASE WHEN r.thread_id = EXCLUDED.thread_id THEN r.thread_id END";
+
 /// The checkpoint statement for tables `{p}_…`, for a batch of checkpoints given
 /// as parallel arrays, one element per checkpoint:
 ///
@@ -93,9 +102,8 @@ pub(super) fn checkpoint_statement(p: &str) -> String {
          ), run AS (
              INSERT INTO {p}_runs AS r (id, thread_id, status, created_at, data)
              SELECT ok.run_id, ok.id, ok.status, ok.created_at, ok.run FROM ok
-             ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,
+             ON CONFLICT (id) DO UPDATE SET {KEEP_THE_RUNS_THREAD}, status = EXCLUDED.status,
                  created_at = EXCLUDED.created_at, data = EXCLUDED.data, updated_at = now()
-             WHERE r.thread_id = EXCLUDED.thread_id
          ), state AS (
              INSERT INTO {p}_state (thread_id, data) SELECT ok.id, ok.state FROM ok
              ON CONFLICT (thread_id) DO UPDATE SET data = EXCLUDED.data, updated_at = now()
@@ -144,9 +152,8 @@ pub(super) fn one_checkpoint_statement(p: &str) -> String {
          ), run AS (
              INSERT INTO {p}_runs AS r (id, thread_id, status, created_at, data)
              SELECT $7, ok.id, $8, $9, $10 FROM ok
-             ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,
+             ON CONFLICT (id) DO UPDATE SET {KEEP_THE_RUNS_THREAD}, status = EXCLUDED.status,
                  created_at = EXCLUDED.created_at, data = EXCLUDED.data, updated_at = now()
-             WHERE r.thread_id = EXCLUDED.thread_id
          ), state AS (
              INSERT INTO {p}_state (thread_id, data) SELECT ok.id, $11 FROM ok
              ON CONFLICT (thread_id) DO UPDATE SET data = EXCLUDED.data, updated_at = now()
@@ -529,6 +536,67 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_another_thread_took_under_the_checkpoint_refuses_it_whole() {
+        let (store, schema) = PostgresStore::for_tests().await;
+        let other_node = PostgresStore::new(store.pool().clone());
+        let (t, u) = (tid("t-one"), tid("t-other"));
+        store
+            .checkpoint(checkpoint(
+                &t,
+                1,
+                0,
+                user_messages("m", 1),
+                run(&t, "r-t", 1),
+            ))
+            .await
+            .unwrap();
+        // Holds the next checkpoint of `t` at its row lock, its snapshot taken.
+        let mut locker = store.pool().begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM awaken_threads WHERE id = $1 FOR UPDATE")
+            .bind(t.as_str())
+            .execute(&mut *locker)
+            .await
+            .unwrap();
+        let pending = tokio::spawn({
+            let (store, t) = (store.clone(), t.clone());
+            async move {
+                let next = checkpoint(&t, 1, 1, user_messages("x", 1), run(&t, "r-shared", 2));
+                store.checkpoint(next).await
+            }
+        });
+        until_blocked(&store, schema.name()).await;
+        // Meanwhile another node starts a run of the same id on its thread.
+        other_node
+            .checkpoint(checkpoint(
+                &u,
+                1,
+                0,
+                user_messages("y", 1),
+                run(&u, "r-shared", 2),
+            ))
+            .await
+            .unwrap();
+        locker.commit().await.unwrap();
+
+        let answer = pending.await.unwrap();
+        assert!(
+            matches!(answer, Err(crate::error::StorageError::AlreadyExists(_))),
+            "{answer:?}"
+        );
+        let snapshot = store.load_thread_snapshot(&t).await.unwrap().unwrap();
+        let texts: Vec<String> = snapshot.messages.iter().map(Message::text).collect();
+        assert_eq!(
+            texts,
+            ["m1"],
+            "nothing of the refused checkpoint was written"
+        );
+        assert_eq!(snapshot.latest_run.unwrap().run_id.as_str(), "r-t");
+        let shared = crate::store::conformance::rid("r-shared");
+        let owner = store.load_run(&shared).await.unwrap().unwrap().thread_id;
+        assert_eq!(owner, u);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
