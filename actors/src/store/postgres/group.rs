@@ -393,6 +393,35 @@ mod tests {
         );
     }
 
+    /// Queues `arrivals` behind the held batch, lets it go, and gives their
+    /// answers in order: they go out together, as that writer's next batch.
+    async fn written_after_the_held_batch(
+        store: &PostgresStore,
+        arrivals: Vec<Checkpoint>,
+        locker: sqlx::Transaction<'static, sqlx::Postgres>,
+        blocked: tokio::task::JoinHandle<Result<(), StorageError>>,
+    ) -> Vec<Result<(), StorageError>> {
+        let count = arrivals.len();
+        let answers: Vec<_> = arrivals
+            .into_iter()
+            .map(|next| {
+                let store = store.clone();
+                tokio::spawn(async move { store.checkpoint(next).await })
+            })
+            .collect();
+        until("the checkpoints queued", || {
+            store.commits.lock().waiting.len() == count
+        })
+        .await;
+        locker.commit().await.unwrap();
+        blocked.await.unwrap().unwrap();
+        let mut answered = Vec::new();
+        for answer in answers {
+            answered.push(answer.await.unwrap());
+        }
+        answered
+    }
+
     #[tokio::test]
     async fn a_checkpoint_that_cannot_be_serialized_fails_alone_in_its_batch() {
         let (store, _schema, locker, blocked, before) = held_batch(Duration::MAX, &[]).await;
@@ -402,23 +431,7 @@ mod tests {
             "plugin.unencodable".to_owned(),
             EncodedValue::deferred(Arc::new(()), |_| Err("a map keyed by a tuple".to_owned())),
         );
-        let answers: Vec<_> = arrivals
-            .into_iter()
-            .map(|next| {
-                let store = store.clone();
-                tokio::spawn(async move { store.checkpoint(next).await })
-            })
-            .collect();
-        until("four checkpoints queued", || {
-            store.commits.lock().waiting.len() == 4
-        })
-        .await;
-        locker.commit().await.unwrap();
-        blocked.await.unwrap().unwrap();
-        let mut answered = Vec::new();
-        for answer in answers {
-            answered.push(answer.await.unwrap());
-        }
+        let answered = written_after_the_held_batch(&store, arrivals, locker, blocked).await;
 
         assert!(
             matches!(&answered[2], Err(StorageError::Serialization(_))),
@@ -461,23 +474,7 @@ mod tests {
             vec![Message::user("end the session")],
             run(&ender, "r-ender", 1),
         );
-        let answers: Vec<_> = arrivals
-            .into_iter()
-            .map(|next| {
-                let store = store.clone();
-                tokio::spawn(async move { store.checkpoint(next).await })
-            })
-            .collect();
-        until("four checkpoints queued", || {
-            store.commits.lock().waiting.len() == 4
-        })
-        .await;
-        locker.commit().await.unwrap();
-        blocked.await.unwrap().unwrap();
-        let mut answered = Vec::new();
-        for answer in answers {
-            answered.push(answer.await.unwrap());
-        }
+        let answered = written_after_the_held_batch(&store, arrivals, locker, blocked).await;
 
         // Whether such a statement committed cannot be known: every caller hears
         // so, and none is tried again one by one, which could only wait on a

@@ -506,9 +506,10 @@ mod tests {
     use sqlx::types::Json;
 
     use crate::contract::Message;
+    use crate::ids::ThreadId;
     use crate::store::conformance::{checkpoint, run, tid, user_messages};
     use crate::store::postgres::PostgresStore;
-    use crate::store::{FencingToken, ThreadRunStore};
+    use crate::store::{FencingToken, ThreadRunStore, ThreadSnapshot};
 
     /// Waits until a session of this test's pool waits for a lock.
     async fn until_blocked(store: &PostgresStore, application: &str) {
@@ -536,6 +537,26 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// `id`'s snapshot, fenced at 2 by a read that waits for `writer`'s row
+    /// lock while `writer` waits for `blocker`; both are let go once waiting.
+    async fn fenced_read_behind(
+        store: &PostgresStore,
+        application: &str,
+        id: &ThreadId,
+        blocker: sqlx::Transaction<'static, sqlx::Postgres>,
+        writer: tokio::task::JoinHandle<Result<(), crate::error::StorageError>>,
+    ) -> ThreadSnapshot {
+        until_waiting(store, application, 1).await;
+        let taken = tokio::spawn({
+            let (store, id) = (store.clone(), id.clone());
+            async move { store.fence_and_load(&id, FencingToken(2)).await }
+        });
+        until_waiting(store, application, 2).await;
+        blocker.rollback().await.unwrap();
+        writer.await.unwrap().unwrap();
+        taken.await.unwrap().unwrap().unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -624,16 +645,7 @@ mod tests {
             let (store, id) = (store.clone(), id.clone());
             async move { store.delete_thread(&id).await }
         });
-        until_waiting(&store, schema.name(), 1).await;
-        let taken = tokio::spawn({
-            let (store, id) = (store.clone(), id.clone());
-            async move { store.fence_and_load(&id, FencingToken(2)).await }
-        });
-        until_waiting(&store, schema.name(), 2).await;
-        blocker.rollback().await.unwrap();
-        deleting.await.unwrap().unwrap();
-
-        let snapshot = taken.await.unwrap().unwrap().unwrap();
+        let snapshot = fenced_read_behind(&store, schema.name(), &id, blocker, deleting).await;
         assert!(
             snapshot.messages.is_empty(),
             "the deleted thread's messages are not the new one's: {:?}",
@@ -683,16 +695,7 @@ mod tests {
             let record = run(&id, "r2", 2);
             async move { store.create_run(&record).await }
         });
-        until_waiting(&store, schema.name(), 1).await;
-        let taken = tokio::spawn({
-            let (store, id) = (store.clone(), id.clone());
-            async move { store.fence_and_load(&id, FencingToken(2)).await }
-        });
-        until_waiting(&store, schema.name(), 2).await;
-        blocker.rollback().await.unwrap();
-        creating.await.unwrap().unwrap();
-
-        let snapshot = taken.await.unwrap().unwrap().unwrap();
+        let snapshot = fenced_read_behind(&store, schema.name(), &id, blocker, creating).await;
         let latest = snapshot.latest_run.map(|run| run.run_id);
         assert_eq!(
             latest,
