@@ -75,10 +75,9 @@ mod webhooks;
 mod write;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnection, PgDatabaseError, PgPool, PgPoolOptions, PgSeverity};
+use sqlx::postgres::{PgConnection, PgDatabaseError, PgPool, PgSeverity};
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
 use tokio::sync::OnceCell;

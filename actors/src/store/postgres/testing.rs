@@ -1,5 +1,7 @@
+use std::time::Duration;
+
 use sqlx::Connection;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnection, PgPoolOptions};
 
 use super::connect::connect_options;
 use super::*;
