@@ -1,6 +1,6 @@
-//! The crates' modules import one way (#41): no module imports a module that
+//! The crates' modules import one way: no module imports a module that
 //! imports it back, directly or around a circle, except the circles listed in
-//! [`KNOWN_CIRCLES`], which may only go away.
+//! [`KNOWN_CIRCLES`] (none is left), which may only go away.
 //!
 //! The graph is read from the source's `use` declarations: a module's file
 //! imports another's when it names an item of that module or the module
