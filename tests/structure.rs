@@ -2,7 +2,8 @@
 //! imports it back, directly or around a circle, except the circles listed in
 //! [`KNOWN_CIRCLES`] (none is left), which may only go away.
 //!
-//! The graph is read from the source's `use` declarations: a module's file
+//! The graph is read from the source's `use` declarations and the `crate::`,
+//! `super::` and `self::` paths written out in code: a module's file
 //! imports another's when it names an item of that module or the module
 //! itself. A module using its own submodules does not count (they are its
 //! parts: `mod.rs` composing its folder), nor do test modules (`#[cfg(test)]
