@@ -5,7 +5,9 @@
 //! choose their own (`"thread-1"`), and the runtime generates UUID v7 strings
 //! (time-ordered, so stores list them in creation order). Validation happens once, at
 //! construction and at deserialization: an id is non-empty, at most
-//! [`MAX_ID_LEN`] bytes and free of control characters.
+//! [`MAX_ID_LEN`] characters and free of control characters. The limit counts
+//! characters, not bytes, so that it is exactly what the JSON Schema of an id
+//! (`maxLength`) says to the clients generated from the OpenAPI document.
 //!
 //! An id is a shared, immutable string (`Arc<str>`): events, records and messages
 //! carry the same ids many times per run, and cloning one is a reference count, not
@@ -16,7 +18,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-/// Longest accepted id, in bytes; long enough for any UUID, URN or composite key.
+/// Longest accepted id, in characters (so at most four times as many bytes); long
+/// enough for any UUID, URN or composite key.
 pub const MAX_ID_LEN: usize = 256;
 
 /// Why a string was refused as an id.
@@ -29,7 +32,7 @@ pub enum IdError {
         kind: &'static str,
     },
     /// The id was longer than [`MAX_ID_LEN`].
-    #[error("{kind} id is {len} bytes long; the limit is {MAX_ID_LEN}")]
+    #[error("{kind} id is {len} characters long; the limit is {MAX_ID_LEN}")]
     TooLong {
         /// Which id type refused it.
         kind: &'static str,
@@ -44,15 +47,20 @@ pub enum IdError {
     },
 }
 
+/// The JSON Schema `pattern` of an id: no control character (Unicode `Cc`, what
+/// [`char::is_control`] refuses).
+pub const ID_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
+
 fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
     if value.is_empty() {
         return Err(IdError::Empty { kind });
     }
+    // Bytes bound characters from above: only a long id is counted.
     if value.len() > MAX_ID_LEN {
-        return Err(IdError::TooLong {
-            kind,
-            len: value.len(),
-        });
+        let len = value.chars().count();
+        if len > MAX_ID_LEN {
+            return Err(IdError::TooLong { kind, len });
+        }
     }
     if value.chars().any(char::is_control) {
         return Err(IdError::ControlCharacter { kind });
@@ -175,6 +183,7 @@ macro_rules! define_id {
                     "type": "string",
                     "minLength": 1,
                     "maxLength": MAX_ID_LEN,
+                    "pattern": ID_PATTERN,
                 })
             }
         }
@@ -239,6 +248,15 @@ mod tests {
         assert_eq!(RunId::new(""), Err(IdError::Empty { kind: "run" }));
         assert!(matches!(
             RunId::new("x".repeat(MAX_ID_LEN + 1)),
+            Err(IdError::TooLong { len, .. }) if len == MAX_ID_LEN + 1
+        ));
+        let wide = "é".repeat(MAX_ID_LEN);
+        assert!(
+            RunId::new(wide.clone()).is_ok(),
+            "the limit counts characters"
+        );
+        assert!(matches!(
+            RunId::new(wide + "é"),
             Err(IdError::TooLong { len, .. }) if len == MAX_ID_LEN + 1
         ));
         assert!(matches!(

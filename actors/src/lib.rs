@@ -18,6 +18,7 @@ pub mod handoff;
 pub mod hashing;
 pub mod ids;
 mod inline;
+pub mod integral;
 pub mod llm;
 pub mod mailbox;
 pub mod permission;
@@ -36,7 +37,8 @@ pub use error::{
     ToolError,
 };
 pub use ids::{
-    AgentId, DecisionId, DispatchId, IdError, MessageId, RunId, ThreadId, ToolCallId, WebhookId,
+    AgentId, DecisionId, DispatchId, ID_PATTERN, IdError, MAX_ID_LEN, MessageId, RunId, ThreadId,
+    ToolCallId, WebhookId,
 };
 pub use phase::Phase;
 

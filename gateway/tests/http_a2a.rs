@@ -155,9 +155,10 @@ async fn rest_refusals_use_google_rpc_status_bodies() {
     let (status, _) = send_to(&server, "bench-text", agent_role).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
-    // An unknown tenant, and a file type no agent reads.
+    // An unknown tenant (no agent at that address), and a file type no agent reads.
     let (status, body) = send_to(&server, "nobody", send("hi")).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["status"], "NOT_FOUND", "{body}");
     assert!(
         body["error"]["message"]
             .as_str()

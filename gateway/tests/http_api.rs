@@ -283,6 +283,13 @@ async fn threads_are_created_listed_updated_and_deleted() {
         "untouched fields stay"
     );
 
+    let latest = server.get("/v1/threads/t-crud/runs/latest").await;
+    assert_eq!(
+        latest.status(),
+        StatusCode::NO_CONTENT,
+        "a thread that has run nothing has no latest run, and is not unknown"
+    );
+
     let (_, list) = json(server.get("/v1/threads").await).await;
     assert_eq!(list["threads"], json!(["t-crud"]));
     let (_, summaries) = json(server.get("/v1/threads/summaries").await).await;

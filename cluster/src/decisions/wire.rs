@@ -40,7 +40,11 @@ pub struct DecisionPayload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     /// When the decision was made, unix millis (default: when it was received).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "awaken_actors::integral::optional"
+    )]
     pub updated_at: Option<u64>,
 }
 

@@ -251,6 +251,10 @@ async fn latest_run(
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    let run = state.runs.latest_run(&caller, &thread_id).await?;
-    Ok(Json(run).into_response())
+    // A thread that exists but has run nothing yet: no content, unlike an
+    // unknown thread (404).
+    match state.runs.latest_run(&caller, &thread_id).await? {
+        Some(run) => Ok(Json(run).into_response()),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
 }

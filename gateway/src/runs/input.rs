@@ -120,7 +120,7 @@ pub(crate) fn check_image(
     media_type: Option<&str>,
 ) -> Result<(), String> {
     if let Some(media_type) = media_type
-        && !(media_type.starts_with("image/") && media_type.len() <= 255)
+        && !is_image_media_type(media_type)
     {
         return Err(format!("image media type `{media_type}` is not image/…"));
     }
@@ -134,6 +134,14 @@ pub(crate) fn check_image(
         }
         _ => Err("an image needs exactly one of `url` and `data`".into()),
     }
+}
+
+/// `image/…` in printable ASCII (as media types are written), at most 255 bytes:
+/// the OpenAPI document's `MEDIA_TYPE` pattern.
+fn is_image_media_type(media_type: &str) -> bool {
+    media_type.starts_with("image/")
+        && media_type.len() <= 255
+        && media_type.bytes().all(|byte| byte.is_ascii_graphic())
 }
 
 fn check_image_url(url: &str) -> Result<(), String> {
@@ -197,7 +205,7 @@ pub(crate) struct InputBody {
     /// The user input.
     pub messages: Vec<InputMessage>,
     /// Queue priority, 0 highest (mailbox route).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "awaken_actors::integral::optional")]
     pub priority: Option<u8>,
     /// A second submission with the same key is refused with 409 (mailbox route).
     #[serde(default, alias = "dedupe_key")]
@@ -229,6 +237,8 @@ mod image_tests {
             (None, Some(png), None),
             (None, Some(""), Some("image/png")),
             (None, Some(png), Some("text/html")),
+            (None, Some(png), Some("image/pñg")),
+            (None, Some(png), Some("image/p ng")),
             (
                 Some("https://example.com/a.png"),
                 Some(png),

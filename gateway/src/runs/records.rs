@@ -126,13 +126,9 @@ impl RunService {
         &self,
         caller: &Caller,
         thread_id: &ThreadId,
-    ) -> Result<RunRecord, ApiError> {
+    ) -> Result<Option<RunRecord>, ApiError> {
         self.check_thread(caller, thread_id).await?;
-        self.control
-            .store()
-            .latest_run(thread_id)
-            .await?
-            .ok_or_else(|| ApiError::NotFound(format!("thread `{thread_id}` has no runs")))
+        Ok(self.control.store().latest_run(thread_id).await?)
     }
 
     /// The thread's messages and state, unchecked: for callers that checked

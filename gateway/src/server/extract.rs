@@ -9,13 +9,14 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// A JSON body: 415 for another content type, 413 above the body limit, 400 for
-/// anything unreadable.
+/// A JSON object body: 415 for a content type that is not JSON, 413 above the
+/// body limit, 400 for anything unreadable or not an object.
 ///
-/// A body sent as plain `application/json` is parsed once by `serde_json`; only
-/// one that fails is parsed again by axum's `Json`, whose message names the path of
-/// the offending field (tracking that path costs every request otherwise). Other
-/// content types take axum's extractor whole, so both paths refuse alike.
+/// Every body the API reads is an object; serde would also build a struct from
+/// an array (`[null, null]`), which no client means, so that is refused before
+/// parsing. A body is parsed once by `serde_json`; only one that fails is parsed
+/// again by axum's `Json`, whose message names the path of the offending field
+/// (tracking that path costs every request otherwise).
 #[derive(Debug, Clone)]
 pub(crate) struct ApiJson<T>(pub T);
 
@@ -27,15 +28,19 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if !plain_json(request.headers()) {
-            return match axum::Json::<T>::from_request(request, state).await {
-                Ok(axum::Json(value)) => Ok(Self(value)),
-                Err(rejection) => Err(json_rejection(&rejection)),
-            };
+        if !json_content_type(request.headers()) {
+            return Err(ApiError::UnsupportedMediaType(
+                "expected content-type application/json".into(),
+            ));
         }
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| json_rejection(&JsonRejection::from(rejection)))?;
+        if bytes.trim_ascii_start().first() != Some(&b'{') {
+            return Err(ApiError::BadRequest(
+                "the body must be a JSON object".into(),
+            ));
+        }
         if let Ok(value) = serde_json::from_slice(&bytes) {
             return Ok(Self(value));
         }
@@ -46,11 +51,25 @@ where
     }
 }
 
-/// Whether the content type is exactly `application/json` (any letter case).
-fn plain_json(headers: &HeaderMap) -> bool {
-    headers
+/// Whether the content type is JSON: `application/json` or `application/…+json`,
+/// parameters (`; charset=utf-8`) aside, in any letter case — what axum's `Json`
+/// takes.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
         .get(header::CONTENT_TYPE)
-        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"application/json"))
+        .and_then(|value| value.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype
+                .get(subtype.len().saturating_sub(5)..)
+                .is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json")))
 }
 
 fn json_rejection(rejection: &JsonRejection) -> ApiError {
@@ -156,16 +175,25 @@ mod tests {
             assert_eq!(error.status(), StatusCode::BAD_REQUEST);
             assert!(error.to_string().contains("items[0].name"), "{error}");
         }
-        let error = extract(Some("application/json"), "{not json")
+        for bad in ["{not json", "[null]", "null", "  [{\"items\": []}]", ""] {
+            let error = extract(Some("application/json"), bad).await.unwrap_err();
+            assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{bad:?}");
+        }
+        let padded = extract(Some("application/json"), " \n {\"items\": []}")
             .await
-            .unwrap_err();
-        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+            .unwrap();
+        assert!(padded.items.is_empty());
     }
 
     #[tokio::test]
     async fn other_content_types_and_huge_bodies_are_refused() {
         let body = r#"{"items":[]}"#;
-        for content_type in [None, Some("text/plain")] {
+        for content_type in [
+            None,
+            Some("text/plain"),
+            Some("application/jsonx"),
+            Some("json"),
+        ] {
             let error = extract(content_type, body).await.unwrap_err();
             assert_eq!(error.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         }

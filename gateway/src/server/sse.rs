@@ -20,10 +20,13 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
     let Some(value) = headers.get(LAST_EVENT_ID) else {
         return Ok(None);
     };
-    value
-        .to_str()
-        .ok()
-        .and_then(|text| text.trim().parse::<u64>().ok())
+    let text = value.to_str().map(str::trim);
+    // An `EventSource` that has seen no id sends none; an empty one names no event.
+    if matches!(text, Ok("")) {
+        return Ok(None);
+    }
+    text.ok()
+        .and_then(|text| text.parse::<u64>().ok())
         .map(Some)
         .ok_or_else(|| {
             ApiError::BadRequest("Last-Event-ID must be the seq of an event (an integer)".into())

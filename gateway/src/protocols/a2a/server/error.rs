@@ -32,6 +32,10 @@ pub(crate) enum A2aError {
     /// No task has this id (for this caller).
     #[error("task `{0}` not found")]
     TaskNotFound(String),
+    /// No agent is served at this address: an unknown tenant, or no default
+    /// agent on the bare routes.
+    #[error("{0}")]
+    AgentNotFound(String),
     /// The task already ended.
     #[error("{0}")]
     TaskNotCancelable(String),
@@ -65,7 +69,7 @@ impl A2aError {
             Self::Parse(_) => -32700,
             Self::InvalidRequest(_) | Self::PayloadTooLarge(_) => -32600,
             Self::MethodNotFound(_) => -32601,
-            Self::InvalidParams(_) => -32602,
+            Self::InvalidParams(_) | Self::AgentNotFound(_) => -32602,
             Self::Internal(_)
             | Self::Unavailable(_)
             | Self::Unauthenticated(_)
@@ -104,7 +108,9 @@ impl A2aError {
             // A precondition failure, which AIP-193 maps to 400 as well.
             Self::TaskNotCancelable(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::MethodNotFound(_) | Self::TaskNotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotFound(_) | Self::TaskNotFound(_) | Self::AgentNotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
             Self::ContentTypeNotSupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Self::PermissionDenied(_) => StatusCode::FORBIDDEN,

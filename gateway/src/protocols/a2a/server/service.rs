@@ -50,14 +50,14 @@ impl Scope {
                 match registries.agents.get(agent.as_str()) {
                     Some(spec) if !spec.is_remote() => agent,
                     _ => {
-                        return Err(A2aError::InvalidParams(format!(
+                        return Err(A2aError::AgentNotFound(format!(
                             "no agent is served as tenant `{tenant}`"
                         )));
                     }
                 }
             }
             None => state.runs.default_agent().ok_or_else(|| {
-                A2aError::InvalidParams(
+                A2aError::AgentNotFound(
                     "this server has no default agent: address one as a tenant (/v1/a2a/{agent}/...)"
                         .to_owned(),
                 )

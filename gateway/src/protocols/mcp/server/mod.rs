@@ -3,18 +3,17 @@
 //! as the book says. See `docs/mcp.md` ("The MCP server").
 
 pub(crate) mod agents;
+mod envelope;
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{FromRef, Request, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde::de::IgnoredAny;
-use serde_json::json;
+use serde_json::Value as JsonValue;
 use tower::ServiceExt;
 
 use self::agents::AgentTools;
@@ -77,9 +76,10 @@ where
 }
 
 /// Hands the request to the MCP service, with the run service in its extensions
-/// (the caller is there already, from the API-key check). The body is read here
-/// first, so an oversized one is a 413 and one that is not JSON a JSON-RPC parse
-/// error, as the spec has it.
+/// (the caller is there already, from the API-key check). The body is read and
+/// checked here first, so an oversized one is a 413, one that is not JSON a
+/// JSON-RPC parse error and one that is no JSON-RPC message an invalid request,
+/// as the spec has it; rmcp's own refusals are worded as JSON-RPC errors too.
 async fn serve(
     State(runs): State<RunService>,
     State(endpoint): State<McpEndpoint>,
@@ -87,35 +87,41 @@ async fn serve(
 ) -> Response {
     let limit = endpoint.max_body_bytes;
     let (mut parts, body) = request.into_parts();
+    if !envelope::is_json(&parts.headers) {
+        return envelope::rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            envelope::INVALID_REQUEST,
+            "expected content-type application/json",
+        );
+    }
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return rpc_error(
+        return envelope::rpc_error(
             StatusCode::PAYLOAD_TOO_LARGE,
-            INVALID_REQUEST,
+            envelope::INVALID_REQUEST,
             &format!("the request body is larger than {limit} bytes"),
         );
     };
-    if let Err(error) = serde_json::from_slice::<IgnoredAny>(&bytes) {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            PARSE_ERROR,
-            &format!("the body is not JSON: {error}"),
-        );
+    match serde_json::from_slice::<JsonValue>(&bytes) {
+        Err(error) => {
+            return envelope::rpc_error(
+                StatusCode::BAD_REQUEST,
+                envelope::PARSE_ERROR,
+                &format!("the body is not JSON: {error}"),
+            );
+        }
+        Ok(value) if !envelope::is_message(&value) => {
+            return envelope::rpc_error(
+                StatusCode::BAD_REQUEST,
+                envelope::INVALID_REQUEST,
+                "the body is not a JSON-RPC 2.0 request, notification or response",
+            );
+        }
+        Ok(_) => {}
     }
     parts.extensions.insert(runs);
     let request = Request::from_parts(parts, Body::from(bytes));
     match endpoint.service.oneshot(request).await {
-        Ok(response) => response.map(Body::new),
+        Ok(response) => envelope::worded(response.map(Body::new)).await,
         Err(never) => match never {},
     }
-}
-
-/// JSON-RPC's "invalid JSON" code.
-const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC's "not a valid request" code.
-const INVALID_REQUEST: i64 = -32600;
-
-/// A JSON-RPC error answer to a message whose id could not be read.
-fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
-    (status, Json(body)).into_response()
 }
