@@ -90,7 +90,7 @@ impl CallResult {
         let output: JsonValue =
             serde_json::from_str(text).unwrap_or_else(|_| JsonValue::String(text.to_owned()));
         match failure_message(&output) {
-            Some(message) if message.is_empty() => Self::Error("the tool failed".to_owned()),
+            Some("") => Self::Error("the tool failed".to_owned()),
             Some(message) => Self::Error(message.to_owned()),
             None => Self::Output(output),
         }
