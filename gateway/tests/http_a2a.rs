@@ -34,6 +34,56 @@ async fn the_reference_client_passes_every_operation_over_jsonrpc() {
     assert_eq!(seen["ok"], true, "{seen}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_and_their_histories_parse_as_the_reference_types() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let seen = python_client("a2a_histories.py", &[&server.base]).await;
+
+    // Every answer parsed strictly into a2a-sdk's types with its required fields;
+    // each task is as its run left it, its history without empty messages.
+    let expected = [
+        ("approved", "TASK_STATE_COMPLETED", "TASK_STATE_COMPLETED"),
+        ("denied", "TASK_STATE_COMPLETED", "TASK_STATE_COMPLETED"),
+        ("failed", "TASK_STATE_COMPLETED", "TASK_STATE_COMPLETED"),
+        (
+            "waiting",
+            "TASK_STATE_INPUT_REQUIRED",
+            "TASK_STATE_INPUT_REQUIRED",
+        ),
+        ("cancelled", "TASK_STATE_CANCELED", "TASK_STATE_CANCELED"),
+        ("delegated", "TASK_STATE_COMPLETED", "TASK_STATE_COMPLETED"),
+    ];
+    for (name, answered, read) in expected {
+        assert_eq!(seen[name]["answered"], answered, "{name}: {}", seen[name]);
+        assert_eq!(seen[name]["state"], read, "{name}");
+        let history = seen[name]["history"].as_array().unwrap();
+        assert!(!history.is_empty(), "{name}");
+        assert!(
+            history
+                .iter()
+                .all(|m| !m["texts"].as_array().unwrap().is_empty()),
+            "{name}: {history:?}"
+        );
+        // Each context went on: the waiting task was approved, the others took a
+        // new task whose question was denied.
+        assert_eq!(
+            seen[name]["resumed"]["state"], "TASK_STATE_COMPLETED",
+            "{name}: {}",
+            seen[name]["resumed"]
+        );
+    }
+    let roles: Vec<&Value> = seen["approved"]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["role"])
+        .collect();
+    assert_eq!(roles, [&json!("ROLE_USER"), &json!("ROLE_AGENT")]);
+    assert_eq!(seen["approved"]["artifacts"], 1);
+    assert_eq!(seen["cancelled"]["artifacts"], 0);
+    server.shutdown().await;
+}
+
 const V1: (&str, &str) = ("A2A-Version", "1.0");
 
 async fn rest(

@@ -239,3 +239,53 @@ async fn bad_ag_ui_requests_are_refused_and_change_nothing() {
     assert_eq!(status, StatusCode::ACCEPTED);
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_and_histories_pass_the_clients_schemas_and_agents_go_on_from_them() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let seen = node_client("ag_ui_histories.mjs", &server.base).await;
+
+    // Every snapshot and history passed `@ag-ui/core`'s schemas; each thread's log
+    // is as its run left it.
+    let roles = |name: &str| -> Vec<&str> {
+        seen[name]["roles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect()
+    };
+    let full = ["user", "assistant", "tool", "assistant"];
+    for name in ["approved", "denied", "failed", "delegated"] {
+        assert_eq!(roles(name), full, "{name}: {}", seen[name]);
+        assert_eq!(seen[name]["outcome"], "success", "{name}");
+    }
+    assert_eq!(roles("waiting"), ["user", "assistant"]);
+    assert_eq!(seen["waiting"]["outcome"], "interrupt");
+    assert_eq!(roles("cancelled"), ["user", "assistant", "tool"]);
+    let tool = |name: &str| -> Value {
+        serde_json::from_str(seen[name]["tool"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(tool("approved")["deleted"], "notes.txt");
+    assert_eq!(tool("denied")["code"], "cancelled");
+    assert_eq!(tool("failed")["code"], "not_found");
+    assert_eq!(tool("cancelled")["error"], "the run was cancelled");
+    assert_eq!(tool("delegated")["status"], "completed");
+    assert_eq!(seen["delegated"]["child"], json!(full));
+
+    // A new agent went on from each history: the waiting run was resumed, the
+    // others took a new message.
+    for name in [
+        "approved",
+        "denied",
+        "failed",
+        "waiting",
+        "cancelled",
+        "delegated",
+    ] {
+        let resumed = &seen[name]["resumed"];
+        assert_eq!(resumed["outcome"], "success", "{name}: {resumed}");
+        assert_eq!(resumed["grew"], true, "{name}");
+    }
+    server.shutdown().await;
+}

@@ -9,7 +9,7 @@ use http_support::{TestServer, expect_error, json};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::http_support::node_client;
+use crate::http_support::{node_client, node_client_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ai_sdk_client_accepts_every_chunk_and_completes_approvals() {
@@ -289,5 +289,67 @@ async fn streams_resume_by_thread_and_by_run_and_history_is_ui_messages() {
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histories_pass_the_clients_validation_and_use_chat_goes_on_from_them() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let tools = server.tool_schemas(&["demo", "orchestrator"]);
+    let seen = node_client_with("ai_sdk_histories.mjs", &[&server.base, &tools.to_string()]).await;
+
+    // Every history passed `validateUIMessages`; each call is shown as it ended,
+    // with the approval the stream asked for (`approved` absent while asked; no
+    // approval on a call the run's cancellation ended).
+    let expected = [
+        ("approved", "output-available", Some(json!(true))),
+        ("denied", "output-denied", Some(json!(false))),
+        ("failed", "output-error", Some(json!(true))),
+        ("waiting", "approval-requested", Some(Value::Null)),
+        ("cancelled", "output-error", None),
+        ("delegated", "output-available", Some(json!(true))),
+    ];
+    for (name, state, approved) in expected {
+        let history = &seen[name]["history"];
+        assert_eq!(history["state"], state, "{name}: {}", seen[name]);
+        match approved {
+            Some(approved) => {
+                assert_eq!(
+                    history["approval"]["id"], seen[name]["streamApprovalId"],
+                    "{name}: the history's approval is the stream's"
+                );
+                assert_eq!(history["approval"]["approved"], approved, "{name}");
+            }
+            None => assert_eq!(history["approval"], Value::Null, "{name}"),
+        }
+    }
+    assert_eq!(seen["denied"]["reason"], "keep it");
+    assert_eq!(seen["failed"]["errorText"], "no such file: notes.txt");
+    assert_eq!(seen["cancelled"]["errorText"], "the run was cancelled");
+    let child = seen["delegated"]["child"].as_array().unwrap();
+    assert_eq!(child.len(), 1, "{child:?}");
+    // The child's call was approved through the parent's; notes.txt is gone by then.
+    assert_eq!(child[0]["state"], "output-error");
+    assert_eq!(child[0]["approval"]["approved"], true);
+
+    // `useChat` went on from each: the waiting run was approved in its own message,
+    // the others took a new message whose approval was denied.
+    let waiting = &seen["waiting"]["resumed"];
+    assert_eq!(waiting["sameMessage"], true);
+    assert_eq!(
+        waiting["tool"]["state"], "output-error",
+        "notes.txt is gone"
+    );
+    assert_eq!(waiting["tool"]["approval"]["approved"], true);
+    assert_eq!(waiting["termination"], "natural_end");
+    for name in ["approved", "denied", "failed", "cancelled", "delegated"] {
+        let resumed = &seen[name]["resumed"];
+        assert_eq!(resumed["sameMessage"], false, "{name}");
+        assert_eq!(
+            resumed["tool"]["state"], "output-denied",
+            "{name}: {resumed}"
+        );
+        assert_eq!(resumed["termination"], "natural_end", "{name}");
+    }
     server.shutdown().await;
 }

@@ -14,7 +14,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::JsonValue;
 use crate::contract::identity::{RunIdentity, RunOrigin};
+use crate::contract::suspension::{ResumeDecisionAction, ToolCallResume};
 use crate::contract::trace::TraceContext;
 use crate::ids::{AgentId, DecisionId, DispatchId, RunId, ThreadId, ToolCallId};
 use crate::state::PersistedState;
@@ -249,13 +251,38 @@ pub struct RunRecord {
     pub decisions: Vec<AppliedDecision>,
 }
 
-/// A decision a run applied to one of its tool calls.
+/// A decision a run applied to one of its tool calls: what histories show of it
+/// after the call settled (which request it answered, and how).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppliedDecision {
     /// The decision's idempotency key.
     pub decision_id: DecisionId,
     /// The call it decided.
     pub call_id: ToolCallId,
+    /// The suspension it answered (the ticket id), when the call held one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_id: Option<String>,
+    /// Whether it let the call go on: a `resume` whose payload does not say
+    /// `"approved": false`. `None` in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+    /// The decision's reason, if it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl AppliedDecision {
+    /// The record of `resume` applied to `call_id` while it waited on `ticket_id`.
+    pub fn of(call_id: ToolCallId, ticket_id: Option<String>, resume: &ToolCallResume) -> Self {
+        let refused = resume.result.get("approved").and_then(JsonValue::as_bool) == Some(false);
+        Self {
+            decision_id: resume.decision_id.clone(),
+            call_id,
+            ticket_id,
+            approved: Some(resume.action == ResumeDecisionAction::Resume && !refused),
+            reason: resume.reason.clone(),
+        }
+    }
 }
 
 impl RunRecord {
@@ -491,5 +518,60 @@ mod tests {
             .finish(TerminationReason::Error("late".into()), 4)
             .unwrap();
         assert_eq!(record.termination_code.as_deref(), Some("error"));
+    }
+
+    fn resume(action: ResumeDecisionAction, result: JsonValue) -> ToolCallResume {
+        ToolCallResume {
+            decision_id: DecisionId::new("d1").unwrap(),
+            action,
+            result,
+            reason: Some("why".into()),
+            updated_at: 1,
+            trace: None,
+        }
+    }
+
+    #[test]
+    fn applied_decisions_keep_the_ticket_the_verdict_and_the_reason() {
+        let call = ToolCallId::new("c1").unwrap();
+        let ticket = || Some("permission:c1".to_owned());
+        let approved = |action, result| {
+            AppliedDecision::of(call.clone(), ticket(), &resume(action, result)).approved
+        };
+        assert_eq!(
+            approved(ResumeDecisionAction::Resume, JsonValue::Null),
+            Some(true)
+        );
+        assert_eq!(
+            approved(ResumeDecisionAction::Resume, json!({"approved": true})),
+            Some(true)
+        );
+        assert_eq!(
+            approved(ResumeDecisionAction::Resume, json!({"approved": false})),
+            Some(false)
+        );
+        assert_eq!(
+            approved(ResumeDecisionAction::Cancel, json!({"approved": true})),
+            Some(false)
+        );
+
+        let applied = AppliedDecision::of(
+            call.clone(),
+            ticket(),
+            &resume(ResumeDecisionAction::Cancel, JsonValue::Null),
+        );
+        let value = serde_json::to_value(&applied).unwrap();
+        assert_eq!(
+            value,
+            json!({"decision_id": "d1", "call_id": "c1", "ticket_id": "permission:c1",
+                   "approved": false, "reason": "why"})
+        );
+        // Records written before the ticket and verdict were kept still read.
+        let old: AppliedDecision =
+            serde_json::from_value(json!({"decision_id": "d1", "call_id": "c1"})).unwrap();
+        assert_eq!(
+            (old.ticket_id, old.approved, old.reason),
+            (None, None, None)
+        );
     }
 }

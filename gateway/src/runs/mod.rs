@@ -9,6 +9,7 @@
 mod checks;
 mod decide;
 pub(crate) mod handlers;
+mod history;
 pub(crate) mod input;
 mod records;
 mod stream;

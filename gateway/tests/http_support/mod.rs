@@ -99,6 +99,19 @@ impl TestServer {
         Arc::clone(&self.control)
     }
 
+    /// The JSON Schemas of the inputs of `agents`' tools, by tool name: what the
+    /// models are offered.
+    pub fn tool_schemas(&self, agents: &[&str]) -> Value {
+        let mut schemas = serde_json::Map::new();
+        for agent in agents {
+            let resolved = self.control.runtime().resolve(agent).unwrap();
+            for tool in resolved.tool_descriptors.iter() {
+                schemas.insert(tool.name.clone(), tool.parameters.clone());
+            }
+        }
+        Value::Object(schemas)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -266,6 +279,11 @@ pub fn user(text: &str) -> Value {
 /// Runs `tests/clients/<script> <base>` with node (a real protocol client from
 /// npm, installed by `scripts/setup.sh`) and returns the JSON it prints.
 pub async fn node_client(script: &str, base: &str) -> Value {
+    node_client_with(script, &[base]).await
+}
+
+/// Runs `tests/clients/<script> <args>` with node and returns the JSON it prints.
+pub async fn node_client_with(script: &str, args: &[&str]) -> Value {
     let clients = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
     assert!(
         std::path::Path::new(clients).join("node_modules").is_dir(),
@@ -273,7 +291,7 @@ pub async fn node_client(script: &str, base: &str) -> Value {
     );
     let output = tokio::process::Command::new("node")
         .arg(script)
-        .arg(base)
+        .args(args)
         .current_dir(clients)
         .kill_on_drop(true)
         .output()

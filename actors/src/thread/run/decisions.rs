@@ -43,10 +43,14 @@ impl Driver<'_> {
                 .metrics
                 .decided_after(Duration::from_millis(waited));
         }
-        self.run.record.decisions.push(AppliedDecision {
-            decision_id: resume.decision_id.clone(),
-            call_id: call_id.clone(),
-        });
+        let ticket_id = state
+            .ticket
+            .as_ref()
+            .map(|ticket| ticket.suspension.id.clone());
+        self.run
+            .record
+            .decisions
+            .push(AppliedDecision::of(call_id.clone(), ticket_id, &resume));
         // A child run's or remote task's suspension shown on this call: the
         // decision, whatever it says, is theirs, so the call replays and hands it on.
         let forwarded = state

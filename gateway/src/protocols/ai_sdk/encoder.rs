@@ -226,15 +226,20 @@ impl UiEncoder {
             });
         }
         out.push(match outcome {
-            ToolCallOutcome::Succeeded => UiChunk::ToolOutputAvailable {
-                tool_call_id: call_id,
-                output: result.data.clone(),
-            },
-            ToolCallOutcome::Failed if self.denied_calls.contains(&call_id) => {
+            // Denied here, whatever it ended with: a delegate call told its child
+            // no and returned the child's answer, but the client's part holds a
+            // refusal, and `ai` accepts no output after one.
+            ToolCallOutcome::Succeeded | ToolCallOutcome::Failed
+                if self.denied_calls.contains(&call_id) =>
+            {
                 UiChunk::ToolOutputDenied {
                     tool_call_id: call_id,
                 }
             }
+            ToolCallOutcome::Succeeded => UiChunk::ToolOutputAvailable {
+                tool_call_id: call_id,
+                output: result.data.clone(),
+            },
             ToolCallOutcome::Failed => UiChunk::ToolOutputError {
                 tool_call_id: call_id,
                 error_text: result
@@ -617,6 +622,25 @@ mod tests {
         );
         assert_eq!(
             denied[1],
+            json!({"type": "tool-output-denied", "toolCallId": "c1"})
+        );
+
+        // A delegate call told its child no, and the child answered: still denied.
+        let forwarded = encode_all(
+            &mut UiEncoder::continuing(["c1".to_owned()], ["c1".to_owned()]),
+            vec![
+                start(),
+                AgentEvent::ToolCallDone {
+                    id: call(),
+                    message_id: MessageId::new("m").unwrap(),
+                    result: ToolResult::success("agent_run_demo", json!({"response": "kept"})),
+                    outcome: ToolCallOutcome::Succeeded,
+                },
+                finish(TerminationReason::NaturalEnd),
+            ],
+        );
+        assert_eq!(
+            forwarded[1],
             json!({"type": "tool-output-denied", "toolCallId": "c1"})
         );
     }

@@ -5,6 +5,7 @@
 //! thread's waiting run with those decisions and streams the continuation. GET
 //! `…/stream` resumes the stream of what a thread (or run) is executing.
 
+mod approvals;
 mod encoder;
 mod messages;
 mod request;
@@ -15,6 +16,7 @@ use axum::extract::{FromRef, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use self::approvals::Approvals;
 use self::encoder::UiEncoder;
 use self::request::{Approval, ChatInput, ChatRequest};
 use crate::runs::RunEvents;
@@ -140,14 +142,16 @@ async fn resume_run(
     Ok(ui_stream(&runs, events, UiEncoder::new()).await)
 }
 
-/// The thread's visible log as UI messages.
+/// The thread's visible log as UI messages, each call with its approval.
 async fn thread_messages(
     State(runs): State<RunService>,
     caller: Caller,
     ApiPath(thread_id): ApiPath<ThreadId>,
 ) -> Result<Response, ApiError> {
-    let visible = runs.visible_messages(&caller, &thread_id).await?;
-    Ok(Json(serde_json::json!({ "messages": messages::ui_messages(&visible) })).into_response())
+    let history = runs.thread_history(&caller, &thread_id).await?;
+    let approvals = Approvals::of(&history.runs);
+    let messages = messages::ui_messages(&history.messages, &approvals);
+    Ok(Json(serde_json::json!({ "messages": messages })).into_response())
 }
 
 async fn ui_stream(runs: &RunService, events: RunEvents, encoder: UiEncoder) -> Response {

@@ -177,7 +177,9 @@ fn input_required_parts(record: &RunRecord, log: &[EngineMessage]) -> Vec<Part> 
     ]
 }
 
-/// The last `limit` (`None`: all) of `messages` as the history of `task_id`.
+/// The last `limit` (`None`: all) of `messages` as the history of `task_id`. A
+/// message with nothing to show (a step that only called tools) is left out: an
+/// A2A message has at least one part.
 fn history_of<'a>(
     messages: impl Iterator<Item = &'a EngineMessage>,
     task_id: &str,
@@ -186,6 +188,7 @@ fn history_of<'a>(
 ) -> Vec<Message> {
     let mut history: Vec<Message> = messages
         .map(|message| a2a_message(message, task_id, context_id))
+        .filter(|message| !message.parts.is_empty())
         .collect();
     if let Some(limit) = limit {
         history.drain(..history.len().saturating_sub(limit));
@@ -205,7 +208,7 @@ fn a2a_message(message: &EngineMessage, task_id: &str, context_id: &str) -> Mess
                 data,
                 media_type,
                 ..
-            } => Some(Part {
+            } if url.is_some() || data.is_some() => Some(Part {
                 url: url.clone(),
                 raw: data.clone(),
                 media_type: media_type.clone(),
@@ -232,4 +235,48 @@ fn a2a_message(message: &EngineMessage, task_id: &str, context_id: &str) -> Mess
 /// Unix seconds as RFC 3339.
 pub(crate) fn rfc3339(secs: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use awaken_actors::contract::{RunIdentity, RunOrigin, ToolCall};
+    use awaken_actors::{AgentId, ThreadId, ToolCallId};
+
+    use super::*;
+
+    #[test]
+    fn history_leaves_out_messages_with_nothing_to_show() {
+        let run = RunId::new("r1").unwrap();
+        let mut record = RunRecord::new(
+            &RunIdentity::new(
+                ThreadId::new("t1").unwrap(),
+                run.clone(),
+                AgentId::new("a1").unwrap(),
+                RunOrigin::A2a,
+            ),
+            1,
+        );
+        record.finish(TerminationReason::NaturalEnd, 2).unwrap();
+        let call = ToolCallId::new("c1").unwrap();
+        let log = [
+            EngineMessage::user("tidy").with_run_id(run.clone()),
+            EngineMessage::assistant_with_tool_calls(
+                "",
+                vec![ToolCall::new(call.clone(), "rm", json!({}))],
+            )
+            .with_run_id(run.clone()),
+            EngineMessage::tool_result(call, "{}").with_run_id(run.clone()),
+            EngineMessage::assistant("done").with_run_id(run),
+        ];
+        let task = task_of(&record, &log, None);
+        let texts: Vec<_> = task
+            .history
+            .iter()
+            .map(|message| message.parts[0].text.clone().unwrap())
+            .collect();
+        assert_eq!(texts, ["tidy", "done"]);
+        assert_eq!(task_of(&record, &log, Some(1)).history.len(), 1);
+    }
 }
