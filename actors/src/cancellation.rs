@@ -3,8 +3,9 @@
 //! Not tokio-util's `CancellationToken`: that one keeps a parent/child tree and
 //! takes a mutex on every clone and drop, which a run pays several times (+0.8
 //! to +1.1 % instructions per in-process run, measured twice; see
-//! `docs/benchmarks.md`, "#41 steps of 2026-11-28"). Nothing here needs child
-//! tokens, so a flag and a `Notify` do.
+//! `docs/benchmarks.md`, "Structure steps of 2026-11-28: one clock, and a token
+//! tried and reverted"). Nothing here needs child tokens, so a flag and a
+//! `Notify` do.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -82,6 +82,9 @@ async fn the_fuzzer_finds_nothing_on_a_node_without_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fuzzer_finds_nothing_on_a_node_with_keys() {
+    // No admin tenant: config writes answer 403 here. The config API's own
+    // tests cover writes; entries drawn at random would have the node start
+    // MCP servers and call providers at random addresses.
     let keys = BTreeMap::from([("fuzz-key".to_owned(), "fuzz-tenant".to_owned())]);
     let server = TestServer::local(ServerConfig {
         api_keys: keys.into(),

@@ -1,7 +1,7 @@
 //! The mutable core of a thread and of its current run.
 //!
 //! The thread actor owns these and lends them, whole, to one segment task at a time
-//! (see `driver`), so all state changes of a thread are serialized without locks and
+//! (the run loop's `Driver`, `thread/run/`), so all state changes of a thread are serialized without locks and
 //! the actor itself never awaits the store or a hook.
 
 use std::sync::Arc;

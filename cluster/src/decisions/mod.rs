@@ -340,7 +340,8 @@ async fn with_progress(
     let period = (ack_wait / 3).max(Duration::from_millis(10));
     // The first tick a period from now, not an immediate one to await: an elapsed
     // timer still waits for the timer wheel's next millisecond, which held every
-    // decision back by about a millisecond (issue #36, `hitl-remote`).
+    // decision back by about a millisecond (decision 0053; `bench cluster --scenario
+    // hitl-remote`).
     let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
