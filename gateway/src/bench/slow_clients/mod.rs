@@ -249,7 +249,7 @@ async fn ordinary(
     index: usize,
     refused: Arc<AtomicU64>,
 ) -> Result<RunSample, String> {
-    let outcome = if index % 2 == 0 {
+    let outcome = if index.is_multiple_of(2) {
         list_threads(&client, &base).await
     } else {
         one_run(client, format!("{base}/v1/runs")).await
