@@ -14,6 +14,7 @@ pub mod compose;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod open_files;
 pub mod protocols;
 pub mod run_cmd;
 pub mod runs;

@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Err(error) => return fail(&error.into()),
     };
     keep_the_heap_in_small_pages();
+    awaken_gateway::open_files::raise_to_hard_limit();
     let outcome = run(prepared);
     // Flushes the spans still queued before the process ends.
     drop(telemetry);

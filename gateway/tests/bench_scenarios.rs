@@ -213,3 +213,66 @@ async fn the_cluster_scenarios_refuse_a_server_a_cluster_uses() {
     // Nothing of the cluster's was touched: no mailbox ledger was even opened.
     assert!(js.get_stream("LEDGER_awaken_mailbox").await.is_err());
 }
+
+/// `awaken bench slow-clients` with tiny sizes, as the binary runs it: its one
+/// JSON line has the documented fields, every ordinary request was answered and
+/// every slow connection got its 408.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_prints_its_line_with_the_fields() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_awaken"))
+        .args([
+            "bench",
+            "slow-clients",
+            "--one-address",
+            "4",
+            "--spread",
+            "6",
+            "--addresses",
+            "2",
+            "--byte-every-ms",
+            "300",
+            "--body-timeout-s",
+            "3",
+            "--requests",
+            "12",
+            "--concurrency",
+            "2",
+            "--quiet",
+        ])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stdout}");
+    let json: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(json["scenario"], "slow-clients");
+    // The requests stop a second before the slow bodies' deadline: as many as
+    // fit, at most 12.
+    let runs = json["runs"].as_u64().unwrap();
+    assert!((1..=12).contains(&runs), "{json}");
+    assert_eq!(json["errors"], 0, "{json}");
+    assert_eq!(json["answered"], runs, "{json}");
+    assert_eq!(json["refused_503"], 0, "{json}");
+    assert_eq!(json["slow_connections"], 10, "{json}");
+    assert_eq!(json["slow_addresses"], 3, "{json}");
+    assert_eq!(json["slow_408"], 10, "{json}");
+    assert_eq!(json["server_bodies_arriving"], 10.0, "{json}");
+    let number = |key: &str| {
+        json[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("`{key}` is a whole number: {json}"))
+    };
+    assert!(0 < number("p50_us") && number("p50_us") <= number("p99_us"));
+    assert!(number("server_rss_with_kb") > 0);
+    assert!(number("server_peak_rss_kb") >= number("server_rss_with_kb"));
+    assert!(number("peak_rss_kb") > 0);
+    number("server_bytes_per_connection");
+    assert!(number("slow_408_after_ms_min") <= number("slow_408_after_ms_max"));
+}

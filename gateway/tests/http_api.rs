@@ -580,8 +580,36 @@ async fn requests_beyond_the_concurrency_limit_get_503() {
         max_concurrent_requests: 1,
         ..ServerConfig::default()
     };
+    let (server, mut gate) = TestServer::gated(config).await;
+    // A request being worked on holds the one place until the gate opens.
+    let unknown = format!("/v1/runs/{}", awaken_actors::RunId::generate());
+    let held = tokio::spawn(server.client.get(server.url(&unknown)).send());
+    gate.until_waiting(1).await;
+    let refused = server.get("/v1/threads").await;
+    assert_ne!(
+        refused
+            .headers()
+            .get("connection")
+            .map(|value| value.as_bytes()),
+        Some(&b"close"[..]),
+        "a refused request whose body was read leaves its connection usable"
+    );
+    expect_error(refused, StatusCode::SERVICE_UNAVAILABLE, "busy").await;
+    let (status, _) = json(server.get("/health/live").await).await;
+    assert_eq!(status, StatusCode::OK, "probes are never refused");
+    gate.open();
+    assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::NOT_FOUND);
+    let (status, _) = json(server.get("/v1/threads").await).await;
+    assert_eq!(status, StatusCode::OK, "capacity is back");
+}
+
+#[tokio::test]
+async fn a_request_whose_body_is_still_arriving_holds_no_place() {
+    let config = ServerConfig {
+        max_concurrent_requests: 1,
+        ..ServerConfig::default()
+    };
     let server = TestServer::local(config).await;
-    // A request whose body is still arriving is in flight.
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
     let body = reqwest::Body::wrap_stream(tokio_stream_of(receiver));
     let pending = tokio::spawn(
@@ -593,29 +621,15 @@ async fn requests_beyond_the_concurrency_limit_get_503() {
             .send(),
     );
     sender.send(Ok(b"{\"title\":".to_vec())).await.unwrap();
-    let refused = loop {
-        let response = server.get("/v1/threads").await;
-        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
-            break response;
-        }
-        // The first request has not reached the server yet: ask again.
-        assert_eq!(response.status(), StatusCode::OK);
-        tokio::task::yield_now().await;
-    };
-    assert_eq!(
-        refused.headers()["connection"],
-        "close",
-        "a refusal for load closes its connection and says so"
-    );
-    expect_error(refused, StatusCode::SERVICE_UNAVAILABLE, "busy").await;
-    let (status, _) = json(server.get("/health/live").await).await;
-    assert_eq!(status, StatusCode::OK, "probes are never refused");
+    server
+        .until_metric("awaken_http_request_bodies_arriving", 1.0)
+        .await;
+    let (status, _) = json(server.get("/v1/threads").await).await;
+    assert_eq!(status, StatusCode::OK, "the one place is free");
     sender.send(Ok(b"\"slow\"}".to_vec())).await.unwrap();
     drop(sender);
     let created = pending.await.unwrap().unwrap();
     assert_eq!(created.status(), StatusCode::CREATED);
-    let (status, _) = json(server.get("/v1/threads").await).await;
-    assert_eq!(status, StatusCode::OK, "capacity is back");
 }
 
 fn tokio_stream_of(

@@ -96,6 +96,44 @@ impl AwakenChild {
     }
 }
 
+/// `awaken serve` on a free loopback port, embedded defaults and `env`, as a
+/// child process.
+#[derive(Debug)]
+pub(crate) struct ServeChild {
+    child: AwakenChild,
+    /// `http://<address>`.
+    pub(crate) base: String,
+}
+
+impl ServeChild {
+    /// How long the server may take to listen.
+    const START_DEADLINE: Duration = Duration::from_secs(30);
+
+    /// Starts `exe serve` with `env` and waits for its `listening` line.
+    pub(crate) async fn start(exe: &Path, env: &[(&str, &str)]) -> Result<Self> {
+        let args = ["serve", "--address", "127.0.0.1:0"];
+        let (child, line) = AwakenChild::start(exe, &args, env, Self::START_DEADLINE).await?;
+        let not_started = || GatewayError::Bench(format!("awaken serve did not start: {line:?}"));
+        let listening: serde_json::Value =
+            serde_json::from_str(&line).map_err(|_| not_started())?;
+        let address = listening["address"].as_str().ok_or_else(not_started)?;
+        Ok(Self {
+            base: format!("http://{address}"),
+            child,
+        })
+    }
+
+    /// The process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.pid()
+    }
+
+    /// SIGTERM, then SIGKILL if it does not stop within its shutdown deadline.
+    pub(crate) async fn stop(self) {
+        self.child.stop(Duration::from_secs(35)).await;
+    }
+}
+
 /// Reads `stderr` to its end (so the child never blocks on a full pipe), keeping
 /// the last lines.
 async fn keep_tail(stderr: impl AsyncRead + Unpin) -> VecDeque<String> {

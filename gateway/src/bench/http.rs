@@ -22,8 +22,6 @@
 //! taken back from a VM: each fault then costs several times more (see
 //! `docs/benchmarks.md`, fourteenth sitting).
 
-use std::time::Duration;
-
 use awaken_actors::AgentId;
 use awaken_actors::thread::ThreadConfig;
 use serde_json::{Value as JsonValue, json};
@@ -31,7 +29,7 @@ use serde_json::{Value as JsonValue, json};
 use awaken_actors::store::StoreIoCounts;
 
 use super::BenchOptions;
-use super::child::AwakenChild;
+use super::child::ServeChild;
 use super::driver::{RunSample, drive};
 use super::postgres::{self, BenchSchema};
 use super::report::BenchReport;
@@ -44,8 +42,6 @@ pub const NAME: &str = "http";
 
 /// Runs before the measured ones, so connections and caches are warm.
 const WARM_UP_RUNS: usize = 200;
-/// How long the server child may take to listen.
-const START_DEADLINE: Duration = Duration::from_secs(30);
 /// Linux reports process CPU times in ticks of 1/100 s (`USER_HZ`).
 const MICROS_PER_TICK: u64 = 10_000;
 
@@ -93,7 +89,7 @@ async fn measure(
 ) -> Result<BenchReport> {
     let mut server = match url {
         Some(_) => None,
-        None => Some(ServerChild::start(postgres.as_deref()).await?),
+        None => Some(start_server(postgres.as_deref()).await?),
     };
     let base = match (&server, url) {
         (Some(server), _) => server.base.clone(),
@@ -130,7 +126,7 @@ async fn measure(
         Some(_) => Some(store_counts_of(&client, &base).await?),
         None => None,
     };
-    let server_pid = server.as_ref().and_then(ServerChild::pid);
+    let server_pid = server.as_ref().and_then(ServeChild::pid);
     let server_before = server_pid.map(ProcessUsage::of).transpose()?;
     let client_before = ProcessUsage::of_self()?;
     let driven = drive(NAME, options.runs, options.concurrency, options, job).await?;
@@ -217,7 +213,7 @@ async fn store_counts_of(client: &reqwest::Client, base: &str) -> Result<StoreIo
 }
 
 /// One run: POST, read the stream to its end, check the finish.
-async fn one_run(client: reqwest::Client, url: String) -> Result<RunSample, String> {
+pub(super) async fn one_run(client: reqwest::Client, url: String) -> Result<RunSample, String> {
     let body = json!({
         "agentId": demo::BENCH_AGENT,
         "messages": [{"role": "user", "content": "go"}],
@@ -337,48 +333,22 @@ impl ProcessUsage {
     }
 }
 
-/// `awaken serve` with the embedded defaults, as a child process.
-struct ServerChild {
-    child: AwakenChild,
-    base: String,
-}
-
-impl ServerChild {
-    /// Starts the server, on the PostgreSQL store at `postgres` if given.
-    async fn start(postgres: Option<&str>) -> Result<Self> {
-        let exe = std::env::current_exe()?;
-        let args = ["serve", "--address", "127.0.0.1:0"];
-        let env: Vec<(&str, &str)> = match postgres {
-            Some(url) => vec![
-                ("AWAKEN_STORE__KIND", "postgres"),
-                ("AWAKEN_STORE__URL", url),
-                // The A2A push sweeper claims webhooks every 5 s: a statement
-                // no run sends, which would land in the counted window now and
-                // then (`statements_per_run` 4.01 for 4). An hour keeps it out.
-                ("AWAKEN_SERVER__A2A_PUSH__SWEEP_INTERVAL_MS", "3600000"),
-            ],
-            None => Vec::new(),
-        };
-        let (child, line) = AwakenChild::start(&exe, &args, &env, START_DEADLINE).await?;
-        let listening: JsonValue = serde_json::from_str(&line)
-            .map_err(|_| bench_error(format!("awaken serve did not start: {line:?}")))?;
-        let address = listening["address"]
-            .as_str()
-            .ok_or_else(|| bench_error(format!("no address in {line:?}")))?;
-        Ok(Self {
-            child,
-            base: format!("http://{address}"),
-        })
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.child.pid()
-    }
-
-    /// SIGTERM, then SIGKILL if it does not stop within its shutdown deadline.
-    async fn stop(self) {
-        self.child.stop(Duration::from_secs(35)).await;
-    }
+/// `awaken serve` (this executable) with the embedded defaults, as a child
+/// process, on the PostgreSQL store at `postgres` if given.
+async fn start_server(postgres: Option<&str>) -> Result<ServeChild> {
+    let exe = std::env::current_exe()?;
+    let env: Vec<(&str, &str)> = match postgres {
+        Some(url) => vec![
+            ("AWAKEN_STORE__KIND", "postgres"),
+            ("AWAKEN_STORE__URL", url),
+            // The A2A push sweeper claims webhooks every 5 s: a statement
+            // no run sends, which would land in the counted window now and
+            // then (`statements_per_run` 4.01 for 4). An hour keeps it out.
+            ("AWAKEN_SERVER__A2A_PUSH__SWEEP_INTERVAL_MS", "3600000"),
+        ],
+        None => Vec::new(),
+    };
+    ServeChild::start(&exe, &env).await
 }
 
 #[cfg(test)]

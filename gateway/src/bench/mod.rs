@@ -46,6 +46,7 @@ mod jetstream;
 mod postgres;
 pub mod report;
 pub mod sequential;
+pub mod slow_clients;
 mod store;
 pub mod workload_w;
 

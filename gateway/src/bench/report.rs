@@ -133,9 +133,27 @@ pub fn rss_kb() -> u64 {
     proc_status_kb("VmRSS:").unwrap_or(0)
 }
 
+/// The current resident set size (`VmRSS`) of process `pid`, KiB; 0 where
+/// `/proc` is missing.
+pub fn rss_kb_of(pid: u32) -> u64 {
+    pid_status_kb(pid, "VmRSS:").unwrap_or(0)
+}
+
+/// The peak resident set size (`VmHWM`) of process `pid`, KiB; 0 where `/proc`
+/// is missing.
+pub fn peak_rss_kb_of(pid: u32) -> u64 {
+    pid_status_kb(pid, "VmHWM:").unwrap_or(0)
+}
+
 /// A `kB` field of `/proc/self/status`.
 fn proc_status_kb(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_status_kb(&status, field)
+}
+
+/// A `kB` field of `/proc/<pid>/status`.
+fn pid_status_kb(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     parse_status_kb(&status, field)
 }
 
@@ -179,6 +197,8 @@ mod tests {
             let rss = rss_kb();
             let peak = peak_rss_kb();
             assert!(peak >= rss && rss > 0, "peak {peak} rss {rss}");
+            let me = std::process::id();
+            assert!(rss_kb_of(me) > 0 && peak_rss_kb_of(me) >= rss_kb_of(me));
         }
     }
 

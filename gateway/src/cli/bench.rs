@@ -1,12 +1,14 @@
-//! `awaken bench local` and `awaken bench cluster`.
+//! `awaken bench local`, `cluster`, `http` and `slow-clients`.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use awaken_cluster::RunInputPlacement;
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::bench::http::HttpStore;
+use crate::bench::slow_clients::SlowClientsOptions;
 use crate::bench::{self, BenchOptions, BenchStore, Scenario};
 use crate::error::{GatewayError, Result};
 
@@ -27,6 +29,64 @@ pub enum BenchTarget {
     Cluster(ClusterArgs),
     /// Workload W over the HTTP API (`POST /v1/runs`, SSE read to the end).
     Http(HttpArgs),
+    /// Ordinary API requests while slow clients trickle request bodies on
+    /// many connections from several addresses (`awaken serve` as a child).
+    SlowClients(SlowClientsArgs),
+}
+
+/// Flags of `awaken bench slow-clients`.
+#[derive(Debug, Clone, Args)]
+pub struct SlowClientsArgs {
+    /// Slow connections from one address (127.0.0.2).
+    #[arg(long, default_value_t = SlowClientsOptions::default().one_address, value_name = "N")]
+    pub one_address: usize,
+    /// Slow connections spread over `--addresses` more (127.0.0.3 …).
+    #[arg(long, default_value_t = SlowClientsOptions::default().spread, value_name = "N")]
+    pub spread: usize,
+    /// Addresses the `--spread` connections come from.
+    #[arg(long, default_value_t = SlowClientsOptions::default().addresses, value_name = "N",
+          value_parser = at_least_one)]
+    pub addresses: usize,
+    /// Milliseconds between two body bytes of a slow connection.
+    #[arg(long, default_value_t = 2_000, value_name = "MS", value_parser = at_least_one_u64)]
+    pub byte_every_ms: u64,
+    /// The node's body deadline, seconds (`server.body_read_timeout_secs`); the
+    /// ordinary requests are sent before it.
+    #[arg(long, default_value_t = SlowClientsOptions::default().body_timeout.as_secs(),
+          value_name = "S", value_parser = at_least_one_u64)]
+    pub body_timeout_s: u64,
+    /// Ordinary requests to send while the slow connections are open.
+    #[arg(long, default_value_t = SlowClientsOptions::default().requests, value_name = "N",
+          value_parser = at_least_one)]
+    pub requests: usize,
+    /// Ordinary requests at once, each on its own connection.
+    #[arg(long, default_value_t = SlowClientsOptions::default().concurrency, value_name = "C",
+          value_parser = at_least_one)]
+    pub concurrency: usize,
+    /// The `awaken` binary to start as the node (an earlier build, to compare);
+    /// this one by default.
+    #[arg(long, value_name = "PATH")]
+    pub server_exe: Option<PathBuf>,
+    /// Print no progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl SlowClientsArgs {
+    /// The sizes these flags ask for.
+    pub fn options(&self) -> SlowClientsOptions {
+        SlowClientsOptions {
+            one_address: self.one_address,
+            spread: self.spread,
+            addresses: self.addresses,
+            byte_every: Duration::from_millis(self.byte_every_ms),
+            body_timeout: Duration::from_secs(self.body_timeout_s),
+            requests: self.requests,
+            concurrency: self.concurrency,
+            server_exe: self.server_exe.clone(),
+            progress: !self.quiet,
+        }
+    }
 }
 
 /// Flags of `awaken bench http`.
@@ -268,6 +328,15 @@ impl LocalArgs {
     }
 }
 
+/// Parses a whole number that must be at least 1.
+fn at_least_one_u64(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Parses a count that must be at least 1.
 fn at_least_one(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
@@ -286,6 +355,13 @@ pub(super) async fn execute(args: BenchArgs) -> Result<u8> {
         BenchTarget::Http(http) => {
             let report =
                 bench::http::run(http.url.as_deref(), &http.store(), &http.options()).await?;
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", report.to_json_line())?;
+            stdout.flush()?;
+            return Ok(u8::from(report.errors > 0));
+        }
+        BenchTarget::SlowClients(slow) => {
+            let report = bench::slow_clients::run(&slow.options()).await?;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", report.to_json_line())?;
             stdout.flush()?;

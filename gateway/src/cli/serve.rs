@@ -15,6 +15,7 @@ use crate::compose::{self, Assembly};
 use crate::config::{ServeConfig, StoreConfig};
 use crate::demo::Journal;
 use crate::error::{GatewayError, Result};
+use crate::open_files;
 use crate::protocols::mcp::McpHub;
 use crate::runtime_config::ConfigDocument;
 use crate::server::metrics::PushedMetrics;
@@ -176,6 +177,14 @@ async fn serve<N: RunControl>(
         })
         .transpose()
         .map_err(|e| GatewayError::Config(e.to_string()))?;
+    if let Some((limit, needed)) = open_files::shortfall(state.config.max_connections) {
+        tracing::warn!(
+            limit,
+            needed,
+            "the open-file limit cannot hold server.max_connections and the node's own files: \
+             connections past it fail to be accepted"
+        );
+    }
     let stopped = state.clone();
     let server = Server::bind(state)
         .await

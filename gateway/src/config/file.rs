@@ -174,6 +174,15 @@ impl ServeConfig {
         if self.server.max_connections_per_address == 0 {
             return refuse("server.max_connections_per_address must be at least 1");
         }
+        if self.server.max_connections == 0 {
+            return refuse("server.max_connections must be at least 1");
+        }
+        if self.server.max_arriving_body_bytes < self.server.max_body_bytes {
+            return refuse(
+                "server.max_arriving_body_bytes must be at least server.max_body_bytes \
+                 (one whole body must fit)",
+            );
+        }
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
@@ -384,6 +393,14 @@ pub(super) mod tests {
             (
                 "[server]\nbody_read_timeout_secs = 0\n",
                 "body_read_timeout_secs",
+            ),
+            (
+                "[server]\nmax_connections = 0\n",
+                "server.max_connections must",
+            ),
+            (
+                "[server]\nmax_body_bytes = 2048\nmax_arriving_body_bytes = 1024\n",
+                "max_arriving_body_bytes",
             ),
             ("[cluster]\nnats_url = \"nats://x\"\n", "postgres"),
             (

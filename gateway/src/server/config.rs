@@ -21,10 +21,15 @@ pub struct ServerConfig {
     pub sse_buffer_size: usize,
     /// Events kept per run for reconnects (`Last-Event-ID`).
     pub replay_buffer_capacity: usize,
-    /// Requests in flight at once; more get 503.
+    /// Requests being worked on at once (their body arrived, or they have
+    /// none); more get 503. A request whose body is still arriving holds no place.
     pub max_concurrent_requests: usize,
     /// Largest request body, in bytes; larger ones get 413.
     pub max_body_bytes: usize,
+    /// Bytes of request bodies received while they are still arriving, summed
+    /// over the whole server; a body that would pass it gets 503. At least
+    /// `max_body_bytes`.
+    pub max_arriving_body_bytes: usize,
     /// Seconds a client may take to send a request head, or stay silent between
     /// requests on a kept-alive connection; then the connection is closed.
     pub header_read_timeout_secs: u64,
@@ -35,6 +40,9 @@ pub struct ServerConfig {
     pub idle_timeout_secs: u64,
     /// Connections one client address may hold at once; more are closed at once.
     pub max_connections_per_address: usize,
+    /// Connections the server holds at once, from every address; more are closed
+    /// at once.
+    pub max_connections: usize,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
     /// API keys: key → tenant. Empty means no authentication (a warning is logged
@@ -73,10 +81,12 @@ impl Default for ServerConfig {
             replay_buffer_capacity: 1024,
             max_concurrent_requests: 100,
             max_body_bytes: 1024 * 1024,
+            max_arriving_body_bytes: 64 * 1024 * 1024,
             header_read_timeout_secs: 10,
             body_read_timeout_secs: 30,
             idle_timeout_secs: 60,
             max_connections_per_address: 256,
+            max_connections: 10_000,
             shutdown: ShutdownConfig::default(),
             api_keys: ApiKeys::default(),
             api_keys_file: None,

@@ -1,12 +1,15 @@
 //! The accept loop: every connection is served by hyper (HTTP/1.1) with a
 //! deadline for its request head (which also closes connections idle between
-//! requests, or silent from the start), and no client address may hold more than
-//! `max_connections_per_address` at once.
+//! requests, or silent from the start), no client address may hold more than
+//! `max_connections_per_address` at once, and the server no more than
+//! `max_connections`.
 //!
 //! `axum::serve` sets no timer, so a client that never finishes its headers, or
 //! keeps a connection open without sending anything, holds it (and its memory)
 //! forever; a few hundred such connections from one host starve every other
-//! client. Bodies have their own deadline (`edge`, while the body is read).
+//! client. Bodies have their own deadline (`edge`, while the body is read). A
+//! connection in its head or body holds nothing but itself: the in-flight limit
+//! is taken once a request's body has arrived (decision 0083).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -24,6 +27,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -40,29 +44,74 @@ pub(crate) struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// Connections one client address may hold at once; more are closed at once.
     pub per_address: usize,
+    /// Connections the server holds at once; more are closed at once.
+    pub total: usize,
 }
 
-/// Open connections per client address.
+impl ConnectionLimits {
+    /// How long a new connection may stay silent: a connection carrying no byte
+    /// for the idle timeout is idle, whether or not it ever sent one.
+    fn first_byte(&self) -> Duration {
+        self.header_read_timeout.min(self.idle_timeout)
+    }
+}
+
+/// Why a connection was closed as it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Its address holds `per_address` connections.
+    Address,
+    /// The server holds `total` connections.
+    Server,
+}
+
+/// Open connections, per client address and in all.
 #[derive(Debug, Default)]
-struct Tally(Mutex<HashMap<IpAddr, usize>>);
+struct Tally {
+    open: Mutex<Open>,
+    gauge: Gauge,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
 
 impl Tally {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+    fn new(gauge: Gauge) -> Self {
+        Self {
+            open: Mutex::default(),
+            gauge,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
         // Critical sections never panic midway; a poisoned map is consistent.
-        self.0
+        self.open
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Counts a connection from `address` unless it already holds `limit`.
-    fn admit(self: &Arc<Self>, address: IpAddr, limit: usize) -> Option<Admitted> {
+    /// Counts a connection from `address` unless it or the server already holds
+    /// its limit.
+    fn admit(
+        self: &Arc<Self>,
+        address: IpAddr,
+        limits: &ConnectionLimits,
+    ) -> Result<Admitted, Refused> {
         let mut open = self.lock();
-        let count = open.entry(address).or_default();
-        if *count >= limit {
-            return None;
+        if open.total >= limits.total {
+            return Err(Refused::Server);
+        }
+        let count = open.by_address.entry(address).or_default();
+        if *count >= limits.per_address {
+            return Err(Refused::Address);
         }
         *count += 1;
-        Some(Admitted {
+        open.total += 1;
+        self.gauge.inc();
+        Ok(Admitted {
             tally: Arc::clone(self),
             address,
         })
@@ -78,24 +127,28 @@ struct Admitted {
 impl Drop for Admitted {
     fn drop(&mut self) {
         let mut open = self.tally.lock();
-        if let Some(count) = open.get_mut(&self.address) {
+        open.total = open.total.saturating_sub(1);
+        if let Some(count) = open.by_address.get_mut(&self.address) {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                open.remove(&self.address);
+                open.by_address.remove(&self.address);
             }
         }
+        self.tally.gauge.dec();
     }
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets every open
 /// connection finish its requests (the caller bounds how long that may take).
+/// `open` counts the connections open.
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    open: Gauge,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let tally = Arc::new(Tally::default());
+    let tally = Arc::new(Tally::new(open));
     // Closed when the server stops accepting: connections then finish gracefully.
     let (stopping, stop) = watch::channel(());
     // Every connection holds a receiver; once all are dropped, all are done.
@@ -114,10 +167,16 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Some(admitted) = tally.admit(peer.ip(), limits.per_address) else {
-            tracing::debug!(%peer, "connection refused: too many from this address");
-            drop(stream);
-            continue;
+        let admitted = match tally.admit(peer.ip(), &limits) {
+            Ok(admitted) => admitted,
+            Err(Refused::Address) => {
+                tracing::debug!(%peer, "connection refused: too many from this address");
+                continue;
+            }
+            Err(Refused::Server) => {
+                tracing::debug!(%peer, "connection refused: too many connections");
+                continue;
+            }
         };
         // SSE writes many small frames: without TCP_NODELAY, Nagle's algorithm
         // holds each behind the client's delayed ACK (~40 ms per stream).
@@ -130,7 +189,7 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             // hyper's head deadline starts with the first byte of a request: a
             // client that connects and says nothing is held to it here.
-            if tokio::time::timeout(limits.header_read_timeout, stream.readable())
+            if tokio::time::timeout(limits.first_byte(), stream.readable())
                 .await
                 .is_err()
             {
@@ -297,26 +356,65 @@ fn connection_service(
 mod tests {
     use super::*;
 
+    fn limits(per_address: usize, total: usize) -> ConnectionLimits {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            per_address,
+            total,
+        }
+    }
+
     #[test]
     fn an_address_holds_at_most_its_limit_and_frees_places_on_close() {
         let tally = Arc::new(Tally::default());
-        let one: IpAddr = "127.0.0.2".parse().unwrap_or(IpAddr::from([127, 0, 0, 2]));
-        let other: IpAddr = IpAddr::from([127, 0, 0, 3]);
-        let first = tally.admit(one, 2);
-        let second = tally.admit(one, 2);
-        assert!(first.is_some() && second.is_some());
-        assert!(
-            tally.admit(one, 2).is_none(),
+        let limits = limits(2, 10);
+        let one = IpAddr::from([127, 0, 0, 2]);
+        let other = IpAddr::from([127, 0, 0, 3]);
+        let first = tally.admit(one, &limits);
+        let second = tally.admit(one, &limits);
+        assert!(first.is_ok() && second.is_ok());
+        assert_eq!(
+            tally.admit(one, &limits).err(),
+            Some(Refused::Address),
             "a third from the same address"
         );
         assert!(
-            tally.admit(other, 2).is_some(),
+            tally.admit(other, &limits).is_ok(),
             "another address is not affected"
         );
         drop(first);
         assert!(
-            tally.admit(one, 2).is_some(),
+            tally.admit(one, &limits).is_ok(),
             "a closed connection frees its place"
         );
+    }
+
+    #[test]
+    fn the_server_holds_at_most_its_total_from_every_address() {
+        let gauge = Gauge::default();
+        let tally = Arc::new(Tally::new(gauge.clone()));
+        let limits = limits(2, 3);
+        let held: Vec<_> = (2..5)
+            .map(|last| tally.admit(IpAddr::from([127, 0, 0, last]), &limits))
+            .collect();
+        assert!(held.iter().all(Result::is_ok));
+        assert_eq!(gauge.get(), 3);
+        assert_eq!(
+            tally.admit(IpAddr::from([127, 0, 0, 9]), &limits).err(),
+            Some(Refused::Server),
+            "a fourth, from a fresh address"
+        );
+        drop(held);
+        assert_eq!(gauge.get(), 0);
+        assert!(tally.admit(IpAddr::from([127, 0, 0, 9]), &limits).is_ok());
+    }
+
+    #[test]
+    fn a_silent_connection_waits_no_longer_than_the_idle_timeout() {
+        let mut limits = limits(1, 1);
+        assert_eq!(limits.first_byte(), Duration::from_secs(10));
+        limits.header_read_timeout = Duration::from_secs(90);
+        assert_eq!(limits.first_byte(), Duration::from_secs(60));
     }
 }

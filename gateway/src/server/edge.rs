@@ -1,6 +1,8 @@
-//! The one middleware in front of every route: request metrics, the in-flight
-//! limit, the body read first (decision 0036), the body limit and the API key
-//! check, in that order.
+//! The one middleware in front of every route: request metrics, the body read
+//! first (decision 0036), the in-flight limit, the body limit and the API key
+//! check, in that order. The limit comes after the body (decision 0083): a
+//! request takes a place only for the work it costs the node, not for the time
+//! its sender takes.
 //!
 //! axum boxes a route's service once per `Router::layer` and clones every box of
 //! that chain for each request; the five layers these steps were cost ~14,000
@@ -70,21 +72,22 @@ async fn pass(
 }
 
 async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Response {
+    let limit = state.config.max_body_bytes;
+    let deadline = Duration::from_secs(state.config.body_read_timeout_secs);
+    let arrived = match body::read_first(request, limit, deadline, &state.arriving).await {
+        Ok(arrived) => arrived,
+        Err(refused) => return unread(refused),
+    };
     // Held until the handler answered: a stream stops counting once it started.
     let _permit = if edge.limited {
         match state.in_flight.try_acquire() {
             Ok(permit) => Some(permit),
-            Err(_) => return overloaded(),
+            Err(_) => return overloaded(arrived.whole),
         }
     } else {
         None
     };
-    let limit = state.config.max_body_bytes;
-    let deadline = Duration::from_secs(state.config.body_read_timeout_secs);
-    let mut request = match body::read_first(request, limit, deadline).await {
-        Ok(request) => request,
-        Err(refused) => return refused.into_response(),
-    };
+    let mut request = arrived.request;
     if edge.keyed
         && let Err(refused) = auth::check_key(&state.config.api_keys, &mut request)
     {
@@ -110,13 +113,21 @@ async fn admit(state: &AppState, edge: Edge, request: Request, next: Next) -> Re
     response
 }
 
-/// A request refused for load is answered without reading its body, so the
-/// answer says the connection closes: hyper closes it whenever that body had not
-/// fully arrived, and a client must not be left to find out on its next request.
-fn overloaded() -> Response {
-    (
-        [(CONNECTION, "close")],
-        ApiError::Unavailable("server busy: too many requests in flight".into()),
-    )
-        .into_response()
+/// A request refused for load. Its body was read, so the connection stays
+/// usable; only a body past the limit, unread beyond it, makes the answer say the
+/// connection closes (hyper closes it, and a client must not be left to find out
+/// on its next request).
+fn overloaded(whole: bool) -> Response {
+    let refused = ApiError::Unavailable("server busy: too many requests in flight".into());
+    if whole {
+        refused.into_response()
+    } else {
+        ([(CONNECTION, "close")], refused).into_response()
+    }
+}
+
+/// A request whose body did not arrive (too slow, no room for it, broken): hyper
+/// closes the connection after the answer, which says so.
+fn unread(refused: ApiError) -> Response {
+    ([(CONNECTION, "close")], refused).into_response()
 }

@@ -71,6 +71,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
     in_flight: Gauge,
+    edge: EdgeGauges,
     live_threads: Gauge,
     warm_threads: Gauge,
     failed_starts: Counter,
@@ -80,7 +81,39 @@ pub struct Metrics {
     spans_dropped: Counter,
 }
 
-/// The runs waiting for a human, store-wide: every node reports the same figure.
+/// What the accept loop and the body read count as they go.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EdgeGauges {
+    /// Connections open (accepted and not refused by a connection limit).
+    pub(crate) connections: Gauge,
+    /// Requests whose body is being read.
+    pub(crate) bodies_arriving: Gauge,
+    /// Bytes those bodies hold so far.
+    pub(crate) body_bytes_arriving: Gauge,
+}
+
+impl EdgeGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "http_connections_open",
+            "HTTP connections open (refused ones are not counted)",
+            self.connections.clone(),
+        );
+        registry.register(
+            "http_request_bodies_arriving",
+            "HTTP requests whose body is being read (they hold no in-flight place yet)",
+            self.bodies_arriving.clone(),
+        );
+        registry.register_with_unit(
+            "http_request_body_arriving",
+            "Bytes received of request bodies still arriving (bounded by server.max_arriving_body_bytes)",
+            Unit::Bytes,
+            self.body_bytes_arriving.clone(),
+        );
+    }
+}
+
+/// The runs waiting for a human: every node reports the same figure.
 #[derive(Debug, Default)]
 struct WaitingGauges {
     runs: Gauge,
@@ -181,6 +214,8 @@ impl Metrics {
             "HTTP requests received and not yet answered",
             in_flight.clone(),
         );
+        let edge = EdgeGauges::default();
+        edge.register(registry);
         let live_threads = Gauge::default();
         registry.register(
             "threads_live",
@@ -220,6 +255,7 @@ impl Metrics {
             requests,
             latency,
             in_flight,
+            edge,
             live_threads,
             warm_threads,
             failed_starts,
@@ -228,6 +264,11 @@ impl Metrics {
             waiting,
             spans_dropped,
         }
+    }
+
+    /// The gauges the accept loop and the body read update.
+    pub(crate) fn edge(&self) -> &EdgeGauges {
+        &self.edge
     }
 
     /// The metrics in the OpenMetrics text format, refreshed first.

@@ -3,6 +3,7 @@
 //!
 //! [`RunControl`]: awaken_cluster::RunControl
 
+mod arriving;
 pub mod auth;
 mod body;
 pub mod config;
@@ -62,9 +63,11 @@ impl Server {
             header_read_timeout: Duration::from_secs(self.state.config.header_read_timeout_secs),
             idle_timeout: Duration::from_secs(self.state.config.idle_timeout_secs),
             per_address: self.state.config.max_connections_per_address,
+            total: self.state.config.max_connections,
         };
+        let open = self.state.metrics.edge().connections.clone();
         let app = router(self.state);
-        let server = connections::serve(self.listener, app, limits, async move {
+        let server = connections::serve(self.listener, app, limits, open, async move {
             shutdown.await;
             state.stop_streams();
             let _ = stopping.send(());

@@ -8,6 +8,7 @@ use awaken_cluster::RunControl;
 use axum::extract::FromRef;
 use tokio::sync::{Semaphore, watch};
 
+use super::arriving::Arriving;
 use super::config::ServerConfig;
 use super::metrics::Metrics;
 use crate::protocols::a2a::server::{A2aState, PushNotifications};
@@ -39,8 +40,11 @@ pub struct SharedState {
     mcp: McpEndpoint,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: watch::Sender<bool>,
-    /// Permits for requests in flight behind the limit (`max_concurrent_requests`).
+    /// Permits for requests in flight behind the limit (`max_concurrent_requests`):
+    /// taken once a request's body has arrived.
     pub(crate) in_flight: Semaphore,
+    /// The bytes of request bodies still arriving (`max_arriving_body_bytes`).
+    pub(crate) arriving: Arriving,
 }
 
 impl std::ops::Deref for AppState {
@@ -94,6 +98,12 @@ impl AppState {
             stopping.subscribe(),
         );
         let metrics = Arc::new(Metrics::new(control.as_ref()));
+        let gauges = metrics.edge();
+        let arriving = Arriving::new(
+            config.max_arriving_body_bytes.max(1),
+            gauges.bodies_arriving.clone(),
+            gauges.body_bytes_arriving.clone(),
+        );
         let runs = RunService::new(Arc::clone(&control), stopping.subscribe());
         let config = Arc::new(config);
         let a2a = A2aState {
@@ -103,6 +113,7 @@ impl AppState {
         };
         Self(Arc::new(SharedState {
             in_flight,
+            arriving,
             runs,
             control,
             mcp,

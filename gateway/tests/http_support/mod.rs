@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub mod delegating;
+pub mod gated;
 
 /// A served node: its base URL, and a handle that stops it.
 pub struct TestServer {
@@ -91,6 +92,38 @@ impl TestServer {
             client: reqwest::Client::new(),
             stop: Some(stop),
             task: Some(task),
+        }
+    }
+
+    /// A single node whose look-ups of queued runs wait at the returned gate:
+    /// `GET /v1/runs/{unknown id}` holds a request place until it opens.
+    pub async fn gated(config: ServerConfig) -> (Self, gated::Gate) {
+        let (node, gate) = gated::Gated::start().await;
+        (Self::serve(Arc::new(node), config).await, gate)
+    }
+
+    /// The value of an unlabelled metric of `/metrics` (`awaken_…`), 0 if absent.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").await.text().await.unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .map_or(0.0, |value| value.trim().parse().unwrap())
+    }
+
+    /// Waits until the metric `name` is at least `wanted` (panics after 20 s: a
+    /// figure the server never reached).
+    pub async fn until_metric(&self, name: &str, wanted: f64) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let value = self.metric(name).await;
+            if value >= wanted {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} stayed at {value}, below {wanted}"
+            );
+            tokio::task::yield_now().await;
         }
     }
 
