@@ -89,6 +89,7 @@ fn prometheus_family(name: &str, unit: &str) -> String {
     let base = name.replace('.', "_");
     match unit {
         "s" => format!("{base}_seconds"),
+        "By" => format!("{base}_bytes"),
         _ => base,
     }
 }
