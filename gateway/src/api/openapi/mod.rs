@@ -63,11 +63,16 @@ impl Variant {
             LazyLock::new(|| build(Variant::ALL[2])),
             LazyLock::new(|| build(Variant::ALL[3])),
         ];
-        let index = Self::ALL
-            .iter()
-            .position(|variant| *variant == self)
-            .unwrap_or_default();
-        &DOCUMENTS[index]
+        &DOCUMENTS[self.index()]
+    }
+
+    /// Where the variant stands in [`Self::ALL`].
+    const fn index(self) -> usize {
+        let keys = match self.security {
+            Security::Open => 0,
+            Security::Keys => 2,
+        };
+        if self.default_agent { keys + 1 } else { keys }
     }
 
     const ALL: [Self; 4] = [

@@ -23,6 +23,13 @@ fn routes_of(document: &JsonValue) -> BTreeSet<(String, String)> {
 }
 
 #[test]
+fn each_variant_has_its_own_document() {
+    for (index, variant) in Variant::ALL.into_iter().enumerate() {
+        assert_eq!(variant.index(), index, "{variant:?}");
+    }
+}
+
+#[test]
 fn the_document_describes_exactly_the_served_routes() {
     let served: BTreeSet<(String, String)> = crate::server::served_routes()
         .into_iter()
