@@ -1,13 +1,14 @@
 //! `/v1/openapi.json` over HTTP, and every route it lists answered by the router
-//! (never the unknown-path or wrong-method fallback).
+//! (never the unknown-path or wrong-method fallback), and real answers of a walk
+//! through the API checked against the schemas it documents for them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod http_support;
 
 use awaken_gateway::server::{ServerConfig, served_routes};
-use http_support::{TestServer, json};
+use http_support::{EventReader, TestServer, json, run_ids, suspended_calls, user};
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn the_served_document_lists_every_route_and_each_one_answers() {
@@ -45,4 +46,250 @@ async fn the_served_document_lists_every_route_and_each_one_answers() {
             "{method} {path} fell through: {body}"
         );
     }
+}
+
+/// The answer's body checked against the schema the document gives for its
+/// operation and status (or `default`); the document's components travel with
+/// the schema so its references resolve.
+fn conforms(document: &Value, method: &str, template: &str, status: StatusCode, body: &Value) {
+    let responses = &document["paths"][template][method]["responses"];
+    let answer = responses
+        .get(status.as_str())
+        .or_else(|| responses.get("default"))
+        .unwrap_or_else(|| panic!("{method} {template}: {status} is not documented"));
+    let schema = &answer["content"]["application/json"]["schema"];
+    assert!(
+        schema.is_object(),
+        "{method} {template}: {status} documents no JSON body"
+    );
+    let schema = json!({"components": document["components"], "allOf": [schema]});
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|error| format!("{error} at {}", error.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {template} {status}: {errors:?}\n{body}"
+    );
+}
+
+/// A walk through the API's answers, each checked against its documented
+/// schema: what schemathesis reaches only when it happens to hit an id that
+/// exists.
+#[tokio::test]
+async fn real_answers_match_their_documented_schemas() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let (_, document) = json(server.get("/v1/openapi.json").await).await;
+    let check = |method: &'static str, template: &'static str| {
+        let document = document.clone();
+        move |(status, body): (StatusCode, Value)| {
+            conforms(&document, method, template, status, &body);
+            body
+        }
+    };
+
+    check("get", "/health")(json(server.get("/health").await).await);
+    let thread = check("post", "/v1/threads")(
+        json(
+            server
+                .post("/v1/threads", json!({"title": "t", "custom": {"k": 1}}))
+                .await,
+        )
+        .await,
+    );
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    check("get", "/v1/threads")(json(server.get("/v1/threads").await).await);
+    check("get", "/v1/threads/summaries")(json(server.get("/v1/threads/summaries").await).await);
+    check("get", "/v1/threads/{thread_id}")(
+        json(server.get(&format!("/v1/threads/{thread_id}")).await).await,
+    );
+    check("get", "/v1/threads/{thread_id}")(json(server.get("/v1/threads/ghost").await).await);
+
+    // A demo run waits for approval; its records, its thread's pages, the decision.
+    let started = server
+        .post(
+            "/v1/runs",
+            json!({"agentId": "demo", "messages": user("delete notes.txt")}),
+        )
+        .await;
+    let events = EventReader::new(started).rest().await;
+    let (run_thread, run_id) = run_ids(&events);
+    check("get", "/v1/runs/{run_id}")(json(server.get(&format!("/v1/runs/{run_id}")).await).await);
+    check("get", "/v1/runs")(json(server.get("/v1/runs").await).await);
+    check("get", "/v1/threads/{thread_id}/runs")(
+        json(server.get(&format!("/v1/threads/{run_thread}/runs")).await).await,
+    );
+    check("get", "/v1/threads/{thread_id}/runs/latest")(
+        json(
+            server
+                .get(&format!("/v1/threads/{run_thread}/runs/latest"))
+                .await,
+        )
+        .await,
+    );
+    check("get", "/v1/threads/{thread_id}/messages")(
+        json(
+            server
+                .get(&format!("/v1/threads/{run_thread}/messages"))
+                .await,
+        )
+        .await,
+    );
+    check("get", "/v1/threads/{thread_id}/mailbox")(
+        json(
+            server
+                .get(&format!("/v1/threads/{run_thread}/mailbox"))
+                .await,
+        )
+        .await,
+    );
+    check("get", "/v1/ai-sdk/threads/{thread_id}/messages")(
+        json(
+            server
+                .get(&format!("/v1/ai-sdk/threads/{run_thread}/messages"))
+                .await,
+        )
+        .await,
+    );
+    check("get", "/v1/ag-ui/threads/{thread_id}/messages")(
+        json(
+            server
+                .get(&format!("/v1/ag-ui/threads/{run_thread}/messages"))
+                .await,
+        )
+        .await,
+    );
+    let call = suspended_calls(&events)[0].clone();
+    let decision =
+        json!({"call_id": call, "decision_id": "d-1", "action": "resume", "result": true});
+    check("post", "/v1/runs/{run_id}/decision")(
+        json(
+            server
+                .post(&format!("/v1/runs/{run_id}/decision"), decision.clone())
+                .await,
+        )
+        .await,
+    );
+    check("post", "/v1/runs/{run_id}/decision")(
+        json(
+            server
+                .post(
+                    &format!("/v1/runs/{run_id}/decision"),
+                    json!({"call_id": call}),
+                )
+                .await,
+        )
+        .await,
+    );
+    check("post", "/v1/threads/{thread_id}/messages")(
+        json(
+            server
+                .post(
+                    &format!("/v1/threads/{thread_id}/messages"),
+                    json!({"agentId": "bench-text", "messages": user("hi")}),
+                )
+                .await,
+        )
+        .await,
+    );
+
+    check("get", "/v1/capabilities")(json(server.get("/v1/capabilities").await).await);
+    check("get", "/v1/config/{namespace}")(json(server.get("/v1/config/models").await).await);
+    check("get", "/v1/agents")(json(server.get("/v1/agents").await).await);
+    check("get", "/v1/a2a/{tenant}/.well-known/agent-card.json")(
+        json(
+            server
+                .get("/v1/a2a/bench-text/.well-known/agent-card.json")
+                .await,
+        )
+        .await,
+    );
+    check("get", "/.well-known/agent-card.json")(
+        json(server.get("/.well-known/agent-card.json").await).await,
+    );
+
+    // A2A: a task sent, read, listed, cancelled once it ended; an unknown one.
+    let a2a = |method: Method, path: String| {
+        server
+            .client
+            .request(method, server.url(&path))
+            .header("A2A-Version", "1.0")
+    };
+    let message =
+        json!({"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}});
+    let sent = check("post", "/v1/a2a/{tenant}/message:send")(
+        json(
+            a2a(Method::POST, "/v1/a2a/bench-text/message:send".into())
+                .json(&message)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+    );
+    let task = sent["task"]["id"].as_str().unwrap().to_owned();
+    check("get", "/v1/a2a/{tenant}/tasks/{task}")(
+        json(
+            a2a(Method::GET, format!("/v1/a2a/bench-text/tasks/{task}"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+    );
+    check("get", "/v1/a2a/{tenant}/tasks")(
+        json(
+            a2a(Method::GET, "/v1/a2a/bench-text/tasks".into())
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+    );
+    check("post", "/v1/a2a/{tenant}/tasks/{task}")(
+        json(
+            a2a(
+                Method::POST,
+                format!("/v1/a2a/bench-text/tasks/{task}:cancel"),
+            )
+            .send()
+            .await
+            .unwrap(),
+        )
+        .await,
+    );
+    check(
+        "get",
+        "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs",
+    )(
+        json(
+            a2a(
+                Method::GET,
+                format!("/v1/a2a/bench-text/tasks/{task}/pushNotificationConfigs"),
+            )
+            .send()
+            .await
+            .unwrap(),
+        )
+        .await,
+    );
+    check("get", "/v1/a2a/{tenant}/tasks/{task}")(
+        json(
+            a2a(Method::GET, "/v1/a2a/bench-text/tasks/ghost".into())
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+    );
+    check("get", "/v1/a2a/{tenant}/tasks")(
+        json(
+            a2a(Method::GET, "/v1/a2a/nobody/tasks".into())
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+    );
 }

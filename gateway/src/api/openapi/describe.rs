@@ -142,6 +142,15 @@ fn responses(operation: &Operation, security: Security) -> JsonValue {
                 );
             }
         }
+        Success::TaskOrEvents => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "The task; for `{id}:subscribe`, its events", "content": {
+                    "application/json": {"schema": reference("A2aTask")},
+                    "text/event-stream": {"schema": {"type": "string"}},
+                }}),
+            );
+        }
         Success::Text => {
             responses.insert(
                 "200".into(),

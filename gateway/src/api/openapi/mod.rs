@@ -143,6 +143,8 @@ enum Success {
     Events,
     /// OpenMetrics text.
     Text,
+    /// An A2A task as JSON, or (for `{id}:subscribe`) its events as a stream.
+    TaskOrEvents,
 }
 
 /// One route as the document describes it.

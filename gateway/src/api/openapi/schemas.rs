@@ -171,6 +171,47 @@ fn answers() -> Vec<(&'static str, JsonValue)> {
             ),
         ),
         (
+            "A2aTask",
+            object(
+                &["id", "contextId", "status"],
+                json!({
+                    "id": {"type": "string"}, "contextId": {"type": "string"},
+                    "status": object(&["state"], json!({"state": reference("TaskState")})),
+                    "artifacts": {"type": "array", "items": {"type": "object"}},
+                    "history": {"type": "array", "items": {"type": "object"}},
+                }),
+            ),
+        ),
+        (
+            "A2aSendAnswer",
+            object(&["task"], json!({"task": reference("A2aTask")})),
+        ),
+        (
+            "A2aTaskList",
+            object(
+                &["tasks", "nextPageToken", "pageSize", "totalSize"],
+                json!({
+                    "tasks": {"type": "array", "items": reference("A2aTask")},
+                    "nextPageToken": {"type": "string"},
+                    "pageSize": {"type": "integer"}, "totalSize": {"type": "integer"},
+                }),
+            ),
+        ),
+        (
+            "A2aPushConfigAnswer",
+            object(
+                &["id", "taskId", "url"],
+                json!({"id": {"type": "string"}, "taskId": {"type": "string"}, "url": {"type": "string"}}),
+            ),
+        ),
+        (
+            "A2aPushConfigList",
+            object(
+                &["configs"],
+                json!({"configs": {"type": "array", "items": reference("A2aPushConfigAnswer")}, "nextPageToken": {"type": "string"}}),
+            ),
+        ),
+        (
             "JsonRpcResponse",
             object(
                 &["jsonrpc"],
