@@ -210,86 +210,68 @@ async fn real_answers_match_their_documented_schemas() {
     );
 
     // A2A: a task sent, read, listed, cancelled once it ended; an unknown one.
-    let a2a = |method: Method, path: String| {
-        server
-            .client
-            .request(method, server.url(&path))
-            .header("A2A-Version", "1.0")
-    };
     let message =
         json!({"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}});
     let sent = check("post", "/v1/a2a/{tenant}/message:send")(
-        json(
-            a2a(Method::POST, "/v1/a2a/bench-text/message:send".into())
-                .json(&message)
-                .send()
-                .await
-                .unwrap(),
+        a2a(
+            &server,
+            Method::POST,
+            "/v1/a2a/bench-text/message:send",
+            Some(&message),
         )
         .await,
     );
     let task = sent["task"]["id"].as_str().unwrap().to_owned();
-    check("get", "/v1/a2a/{tenant}/tasks/{task}")(
-        json(
-            a2a(Method::GET, format!("/v1/a2a/bench-text/tasks/{task}"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await,
-    );
-    check("get", "/v1/a2a/{tenant}/tasks")(
-        json(
-            a2a(Method::GET, "/v1/a2a/bench-text/tasks".into())
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await,
-    );
-    check("post", "/v1/a2a/{tenant}/tasks/{task}")(
-        json(
-            a2a(
-                Method::POST,
-                format!("/v1/a2a/bench-text/tasks/{task}:cancel"),
-            )
-            .send()
-            .await
-            .unwrap(),
-        )
-        .await,
-    );
-    check(
-        "get",
-        "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs",
-    )(
-        json(
-            a2a(
-                Method::GET,
-                format!("/v1/a2a/bench-text/tasks/{task}/pushNotificationConfigs"),
-            )
-            .send()
-            .await
-            .unwrap(),
-        )
-        .await,
-    );
-    check("get", "/v1/a2a/{tenant}/tasks/{task}")(
-        json(
-            a2a(Method::GET, "/v1/a2a/bench-text/tasks/ghost".into())
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await,
-    );
-    check("get", "/v1/a2a/{tenant}/tasks")(
-        json(
-            a2a(Method::GET, "/v1/a2a/nobody/tasks".into())
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await,
-    );
+    for (method, template, path) in [
+        (
+            "get",
+            "/v1/a2a/{tenant}/tasks/{task}",
+            format!("/v1/a2a/bench-text/tasks/{task}"),
+        ),
+        (
+            "get",
+            "/v1/a2a/{tenant}/tasks",
+            "/v1/a2a/bench-text/tasks".to_owned(),
+        ),
+        (
+            "post",
+            "/v1/a2a/{tenant}/tasks/{task}",
+            format!("/v1/a2a/bench-text/tasks/{task}:cancel"),
+        ),
+        (
+            "get",
+            "/v1/a2a/{tenant}/tasks/{task}/pushNotificationConfigs",
+            format!("/v1/a2a/bench-text/tasks/{task}/pushNotificationConfigs"),
+        ),
+        (
+            "get",
+            "/v1/a2a/{tenant}/tasks/{task}",
+            "/v1/a2a/bench-text/tasks/ghost".to_owned(),
+        ),
+        (
+            "get",
+            "/v1/a2a/{tenant}/tasks",
+            "/v1/a2a/nobody/tasks".to_owned(),
+        ),
+    ] {
+        let method_of = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        check(method, template)(a2a(&server, method_of, &path, None).await);
+    }
+}
+
+/// An A2A HTTP+JSON request (with its version header) and its JSON answer.
+async fn a2a(
+    server: &TestServer,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> (StatusCode, Value) {
+    let mut request = server
+        .client
+        .request(method, server.url(path))
+        .header("A2A-Version", "1.0");
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    json(request.send().await.unwrap()).await
 }
