@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
+use awaken_actors::backoff::Backoff;
 
 use crate::error::ClusterError;
 use crate::streams::ensure_stream;
@@ -75,7 +76,24 @@ pub async fn ensure_bucket(
         },
     )
     .await?;
-    js.get_key_value(&spec.name)
-        .await
-        .map_err(ClusterError::nats)
+    // On a clustered server the stream just created may not be found yet
+    // through the server this client asks next: look again, briefly.
+    let mut pauses = OPEN_PAUSES;
+    let mut attempt = 1;
+    loop {
+        match js.get_key_value(&spec.name).await {
+            Ok(store) => return Ok(store),
+            Err(error) if attempt < OPEN_ATTEMPTS => {
+                tracing::debug!(bucket = %spec.name, %error, attempt, "the bucket's stream is not visible yet; looking again");
+                pauses.wait().await;
+                attempt += 1;
+            }
+            Err(error) => return Err(ClusterError::nats(error)),
+        }
+    }
 }
+
+/// Attempts to open a bucket whose stream exists before the failure is final.
+const OPEN_ATTEMPTS: u32 = 8;
+/// The pauses between them: 20 ms, doubling to 640 ms (about 2.5 s in all).
+const OPEN_PAUSES: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(640));

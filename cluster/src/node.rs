@@ -378,6 +378,7 @@ impl ClusterNode {
     pub async fn drain(self, deadline: Duration) -> Result<(), ClusterError> {
         let started = tokio::time::Instant::now();
         self.worker.stop_claiming();
+        tracing::info!(node_id = %self.node_id, "draining: no new claims");
         // Half the deadline at most, so releasing the leases keeps the rest. A
         // run's end is published before its dispatch is acked: wait for both.
         let worker = Arc::clone(&self.worker);
@@ -389,7 +390,9 @@ impl ClusterNode {
         })
         .await
         .is_ok();
-        if !settled {
+        if settled {
+            tracing::info!(node_id = %self.node_id, after = ?started.elapsed(), "draining: runs settled");
+        } else {
             tracing::warn!(node_id = %self.node_id, "runs still executing at the drain's half-time: the next owners continue them from their checkpoints");
         }
         drop(self.decisions);

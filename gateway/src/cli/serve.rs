@@ -86,22 +86,17 @@ pub(super) async fn execute(
                 .await
                 .map_err(|e| GatewayError::Cluster(e.to_string()))?;
             let drain = Duration::from_secs(config.server.shutdown.timeout_secs);
-            let node = serve(
-                Arc::new(node),
-                config.server,
-                Served {
-                    file_entries,
-                    mcp,
-                    node_id: "local",
-                    push,
-                },
-            )
-            .await?;
+            let served = Served {
+                file_entries,
+                mcp,
+                node_id: "local",
+                push,
+                drain,
+            };
+            let node = serve(Arc::new(node), config.server, served).await?;
             // Runs in flight finish before the process exits (a durable store
             // takes up what the deadline cuts off at the next start).
-            if let Some(node) = node
-                && !node.drain(drain).await
-            {
+            if !node.drain(drain).await {
                 eprintln!("drain deadline passed with runs still executing");
             }
         }
@@ -114,12 +109,13 @@ pub(super) async fn execute(
                 mcp,
                 node_id: &node_id,
                 push,
+                drain,
             };
-            if let Some(node) = serve(Arc::new(node), config.server, served).await? {
-                node.drain(drain)
-                    .await
-                    .map_err(|e| GatewayError::Cluster(e.to_string()))?;
-            }
+            serve(Arc::new(node), config.server, served)
+                .await?
+                .drain(drain)
+                .await
+                .map_err(|e| GatewayError::Cluster(e.to_string()))?;
         }
     }
     // Whoever read the start may be gone by now: a closed stdout is no failure.
@@ -141,20 +137,26 @@ struct Served<'a> {
     node_id: &'a str,
     /// Where its metrics are pushed, if anywhere.
     push: Option<&'a MetricsExportSettings>,
+    /// How long the last holders of the node may keep it once the server
+    /// stopped (the node's drain deadline).
+    drain: Duration,
 }
 
-/// Serves `node` until SIGTERM or Ctrl-C; gives the node back once no request
-/// holds it any more (`None` when one outlived the shutdown deadline).
+/// Serves `node` until SIGTERM or Ctrl-C; gives the node back once nothing
+/// else holds it, for its drain. A node something still holds past the drain
+/// deadline cannot drain: that is an error, never a silent exit, since its runs
+/// would be cut and run again elsewhere.
 async fn serve<N: RunControl>(
     node: Arc<N>,
     config: crate::server::ServerConfig,
     served: Served<'_>,
-) -> Result<Option<N>> {
+) -> Result<N> {
     let Served {
         file_entries,
         mcp,
         node_id,
         push,
+        drain,
     } = served;
     if config.api_keys.is_empty() && !is_loopback(&config.address) {
         tracing::warn!(address = %config.address, "serving without API keys on a non-loopback address");
@@ -216,7 +218,33 @@ async fn serve<N: RunControl>(
     }
     // The deliveries held the node too: it is free once they ended.
     drop(stopped);
-    Ok(Arc::into_inner(node))
+    sole_owner(node, drain).await.ok_or_else(|| {
+        GatewayError::Cluster(
+            "the node was still held when the drain deadline passed, so it left without \
+             draining: its runs continue from their checkpoints on the next start or node"
+                .to_owned(),
+        )
+    })
+}
+
+/// How often a stopping node looks whether its last holders let go.
+const SOLE_OWNER_POLL: Duration = Duration::from_millis(5);
+
+/// `node` itself once every other holder dropped it, within `within`: tasks a
+/// request started (a push delivery, a follower) may end just after the server
+/// stopped, and an `Arc` says nothing when its count drops, so this looks again.
+async fn sole_owner<N>(mut node: Arc<N>, within: Duration) -> Option<N> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match Arc::try_unwrap(node) {
+            Ok(node) => return Some(node),
+            Err(shared) if tokio::time::Instant::now() < deadline => {
+                node = shared;
+                tokio::time::sleep(SOLE_OWNER_POLL).await;
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 fn is_loopback(address: &str) -> bool {
@@ -224,4 +252,34 @@ fn is_loopback(address: &str) -> bool {
         .parse::<std::net::SocketAddr>()
         .is_ok_and(|socket| socket.ip().is_loopback())
         || address.starts_with("localhost:")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_node_comes_back_once_its_last_holder_lets_go() {
+        let node = Arc::new("node");
+        let holder = Arc::clone(&node);
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = released.await;
+            drop(holder);
+        });
+        let taken = tokio::spawn(sole_owner(node, Duration::from_secs(5)));
+        release.send(()).unwrap();
+        assert_eq!(taken.await.unwrap(), Some("node"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_held_past_the_deadline_is_not_given_back() {
+        let node = Arc::new("node");
+        let _holder = Arc::clone(&node);
+        let started = tokio::time::Instant::now();
+        assert_eq!(sole_owner(node, Duration::from_secs(5)).await, None);
+        assert!(started.elapsed() >= Duration::from_secs(5));
+    }
 }

@@ -183,45 +183,14 @@ pub(crate) async fn serve(
         if let Err(error) = stream.set_nodelay(true) {
             tracing::warn!(%error, "TCP_NODELAY not set");
         }
-        let service = connection_service(app.clone(), peer);
-        let mut stop = stop.clone();
+        let app = app.clone();
+        let stop = stop.clone();
         let closed = all_closed.clone();
         tokio::spawn(async move {
-            // hyper's head deadline starts with the first byte of a request: a
-            // client that connects and says nothing is held to it here.
-            if tokio::time::timeout(limits.first_byte(), stream.readable())
-                .await
-                .is_err()
-            {
-                drop((admitted, closed));
-                return;
-            }
-            // HTTP/1.1 only: detecting HTTP/2 first waits for bytes with no
-            // deadline, so a silent connection would never be closed.
-            let mut builder = Builder::new(TokioExecutor::new()).http1_only();
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout);
-            let (stream, activity) = Watched::new(stream);
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            let idle = activity.idle_for(limits.idle_timeout);
-            tokio::pin!(idle);
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                () = &mut idle => {
-                    tracing::debug!(%peer, "closing an idle connection");
-                    Ok(())
-                }
-                _ = stop.changed() => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            if let Err(error) = result {
-                tracing::trace!(%error, "connection ended with an error");
-            }
+            serve_connection(stream, app, &limits, peer, stop).await;
+            // Only now, with the connection and its service (which holds the
+            // app's state) dropped: whoever waits for every connection to close
+            // may then take the state back as its sole owner.
             drop((admitted, closed));
         });
     }
@@ -229,6 +198,52 @@ pub(crate) async fn serve(
     drop(listener);
     drop(all_closed);
     open.closed().await;
+}
+
+/// Serves one accepted connection until it ends, idles out or finishes
+/// gracefully once `stop` changes.
+async fn serve_connection(
+    stream: TcpStream,
+    app: Router,
+    limits: &ConnectionLimits,
+    peer: SocketAddr,
+    mut stop: watch::Receiver<()>,
+) {
+    // hyper's head deadline starts with the first byte of a request: a
+    // client that connects and says nothing is held to it here.
+    if tokio::time::timeout(limits.first_byte(), stream.readable())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    // HTTP/1.1 only: detecting HTTP/2 first waits for bytes with no
+    // deadline, so a silent connection would never be closed.
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let (stream, activity) = Watched::new(stream);
+    let service = connection_service(app, peer);
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let idle = activity.idle_for(limits.idle_timeout);
+    tokio::pin!(idle);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = &mut idle => {
+            tracing::debug!(%peer, "closing an idle connection");
+            Ok(())
+        }
+        _ = stop.changed() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = result {
+        tracing::trace!(%error, "connection ended with an error");
+    }
 }
 
 /// When a connection last carried a byte, in milliseconds since it opened.
@@ -408,6 +423,50 @@ mod tests {
         drop(held);
         assert_eq!(gauge.get(), 0);
         assert!(tally.admit(IpAddr::from([127, 0, 0, 9]), &limits).is_ok());
+    }
+
+    /// The server's caller takes the node back as its sole owner to drain it;
+    /// a connection task still holding the app then made it exit undrained.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn once_serving_ends_no_connection_holds_the_app() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let state = Arc::new(());
+        let app = Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .with_state(Arc::clone(&state));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            limits(64, 64),
+            Gauge::default(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        // Kept-alive connections, each answered once and left open.
+        let mut clients = Vec::new();
+        for _ in 0..32 {
+            let mut client = TcpStream::connect(address).await.unwrap();
+            client
+                .write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+                .await
+                .unwrap();
+            let mut answer = [0_u8; 12];
+            client.read_exact(&mut answer).await.unwrap();
+            assert_eq!(&answer, b"HTTP/1.1 200");
+            clients.push(client);
+        }
+        stop.send(()).unwrap();
+        server.await.unwrap();
+        assert_eq!(
+            Arc::strong_count(&state),
+            1,
+            "a connection still holds the app"
+        );
     }
 
     #[test]
