@@ -285,6 +285,24 @@ pub enum StorageError {
     /// A record could not be encoded or decoded.
     #[error("serialization error: {0}")]
     Serialization(String),
+    /// The backend cannot be reached now (refused or lost connections, a server
+    /// shutting down, a failover, a serialization failure): nothing was written,
+    /// and the same request may pass once it is back.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// The connection ended while a write was on its way: it may or may not have
+    /// landed. The same request may pass once the backend is back; a writer that
+    /// must know reads back first.
+    #[error("storage unavailable, the write may have landed: {0}")]
+    MaybeWritten(String),
+}
+
+impl StorageError {
+    /// Whether the failure can pass by itself, so the same request is worth
+    /// trying again later (the backend was away, not the request wrong).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_) | Self::MaybeWritten(_))
+    }
 }
 
 /// Errors from resolving an agent id into a runnable agent.

@@ -202,6 +202,15 @@ impl PostgresServer {
             .await;
     }
 
+    /// Stops the server as an operator's restart does (`pg_ctl stop -m fast`:
+    /// sessions are ended with `FATAL`, a shutdown checkpoint is written).
+    pub(crate) async fn stop_fast(&self) {
+        let args = ["-D", &self.data(), "-m", "fast", "-w", "stop"];
+        self.programs
+            .run_blocking("pg_ctl", args.map(str::to_owned).to_vec())
+            .await;
+    }
+
     /// Stops the server at once, as a crash would (`pg_ctl stop -m immediate`).
     pub(crate) async fn crash(&self) {
         let args = ["-D", &self.data(), "-m", "immediate", "-w", "stop"];

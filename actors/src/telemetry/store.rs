@@ -2,10 +2,13 @@
 //! store ([`TimedStore`](crate::store::TimedStore)): what an operator watches
 //! when checkpoints slow down.
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -81,6 +84,14 @@ struct OperationLabel {
 pub(crate) struct StoreMetrics {
     family: Family<OperationLabel, Histogram, fn() -> Histogram>,
     by_operation: [Histogram; StoreOperation::ALL.len()],
+    /// Checkpoints that waited for the store to come back.
+    outage_waits: Counter,
+    /// Seconds runs spent waiting for the store, summed.
+    outage_wait_seconds: Counter<f64, AtomicU64>,
+    /// Checkpoints given up when the store stayed away past the outage timeout.
+    outage_failures: Counter,
+    /// Runs waiting for the store now.
+    outage_waiting: Gauge,
 }
 
 fn store_histogram() -> Histogram {
@@ -99,6 +110,10 @@ impl Default for StoreMetrics {
         Self {
             family,
             by_operation,
+            outage_waits: Counter::default(),
+            outage_wait_seconds: Counter::default(),
+            outage_failures: Counter::default(),
+            outage_waiting: Gauge::default(),
         }
     }
 }
@@ -112,10 +127,46 @@ impl StoreMetrics {
             Unit::Seconds,
             self.family.clone(),
         );
+        awaken.register(
+            "store_outage_waits",
+            "Checkpoints that waited for the thread store to come back",
+            self.outage_waits.clone(),
+        );
+        awaken.register_with_unit(
+            "store_outage_wait",
+            "Time runs spent waiting for the thread store to come back, summed",
+            Unit::Seconds,
+            self.outage_wait_seconds.clone(),
+        );
+        awaken.register(
+            "store_outage_failures",
+            "Checkpoints given up because the thread store stayed away past store.outage_timeout",
+            self.outage_failures.clone(),
+        );
+        awaken.register(
+            "store_outage_runs_waiting",
+            "Runs waiting for the thread store now",
+            self.outage_waiting.clone(),
+        );
     }
 
     /// `operation` took `elapsed`.
     pub(crate) fn observe(&self, operation: StoreOperation, elapsed: Duration) {
         self.by_operation[operation as usize].observe(elapsed.as_secs_f64());
+    }
+
+    /// A run began waiting for the store.
+    pub(crate) fn outage_began(&self) {
+        self.outage_waits.inc();
+        self.outage_waiting.inc();
+    }
+
+    /// A run stopped waiting for the store after `waited`, `recovered` or not.
+    pub(crate) fn outage_ended(&self, waited: Duration, recovered: bool) {
+        self.outage_waiting.dec();
+        self.outage_wait_seconds.inc_by(waited.as_secs_f64());
+        if !recovered {
+            self.outage_failures.inc();
+        }
     }
 }

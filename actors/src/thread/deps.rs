@@ -60,7 +60,13 @@ pub struct ThreadConfig {
     pub default_agent: Option<AgentId>,
     /// Restarts after panics before the thread's run is ended with an error.
     pub max_restarts: u32,
+    /// How long a run waits for a store that went away (a restart, a failover)
+    /// before its checkpoint fails and the run ends in error.
+    pub store_outage_timeout: Duration,
 }
+
+/// Covers a managed database's failover (typically 20 to 60 seconds).
+pub const DEFAULT_STORE_OUTAGE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for ThreadConfig {
     fn default() -> Self {
@@ -69,6 +75,7 @@ impl Default for ThreadConfig {
             passivate_while_waiting: true,
             default_agent: None,
             max_restarts: 3,
+            store_outage_timeout: DEFAULT_STORE_OUTAGE_TIMEOUT,
         }
     }
 }

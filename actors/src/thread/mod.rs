@@ -26,7 +26,11 @@ pub use actor::{
     ThreadMsg,
 };
 pub use control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, ThreadStatus};
-pub use deps::{FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps};
+/// The activity type of the events that say a run waits for its store.
+pub const STORE_UNAVAILABLE_ACTIVITY: &str = run::STORE_UNAVAILABLE;
+pub use deps::{
+    DEFAULT_STORE_OUTAGE_TIMEOUT, FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps,
+};
 pub use emitter::{EventHub, NullEventHub};
 pub use keys::{RunLifecycle, RunLifecycleKey, ToolCallStates, ToolCalls, ToolCallsUpdate};
 pub use region::ThreadRegion;

@@ -22,7 +22,19 @@ pub struct HookedStore {
     asked: Notify,
     /// Refuses every checkpoint while set.
     failing: std::sync::atomic::AtomicBool,
+    /// Whether checkpoints meet an outage, and which.
+    outage: std::sync::Mutex<Option<Outage>>,
     gate: watch::Sender<bool>,
+}
+
+/// How the store is away for checkpoints, as a database restart leaves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// Nothing is written; the answer is `Unavailable`.
+    Unreachable,
+    /// The checkpoint is written, but the answer is `MaybeWritten` (the
+    /// connection was lost before the commit was confirmed).
+    LostAfterCommit,
 }
 
 impl Default for HookedStore {
@@ -33,6 +45,7 @@ impl Default for HookedStore {
             checkpoints: AtomicUsize::new(0),
             asked: Notify::new(),
             failing: std::sync::atomic::AtomicBool::new(false),
+            outage: std::sync::Mutex::new(None),
             gate: watch::channel(true).0,
         }
     }
@@ -65,6 +78,11 @@ impl HookedStore {
     /// Refuses every checkpoint from now on (`failing`) or lets them through.
     pub fn fail_checkpoints(&self, failing: bool) {
         self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Checkpoints meet `outage` from now on (`None`: the store is back).
+    pub fn outage(&self, outage: Option<Outage>) {
+        *self.outage.lock().unwrap() = outage;
     }
 
     /// Holds every checkpoint from now on until [`HookedStore::open`].
@@ -145,7 +163,19 @@ impl ThreadRunStore for HookedStore {
         if self.failing.load(Ordering::SeqCst) {
             return Err(StorageError::Io("the store refuses checkpoints".to_owned()));
         }
-        self.inner.checkpoint(checkpoint).await
+        let outage = *self.outage.lock().unwrap();
+        match outage {
+            None => self.inner.checkpoint(checkpoint).await,
+            Some(Outage::Unreachable) => {
+                Err(StorageError::Unavailable("connection refused".to_owned()))
+            }
+            Some(Outage::LostAfterCommit) => {
+                self.inner.checkpoint(checkpoint).await?;
+                Err(StorageError::MaybeWritten(
+                    "connection reset before the commit was confirmed".to_owned(),
+                ))
+            }
+        }
     }
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
         self.inner.fence(id, token).await

@@ -26,7 +26,7 @@ pub use cluster::join_cluster;
 pub use store::{NodeStore, open_store};
 
 use crate::base::runtime_base;
-use crate::config::ServeConfig;
+use crate::config::{ServeConfig, StoreConfig};
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
 use crate::protocols::mcp::McpHub;
@@ -73,7 +73,7 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
         Some(rules) => rules.compile().map_err(|e| invalid("permissions", e))?,
         None => PermissionRules::new(PermissionBehavior::Allow),
     };
-    let mut builder = runtime_base(ThreadConfig::default(), rules);
+    let mut builder = runtime_base(thread_config(&config.store), rules);
     if config.wants_demo() {
         builder = demo::with_demo_tools(builder, Arc::new(FakeFiles::with_demo_files()), journal);
         builder = demo::with_demo_agents(builder)?;
@@ -91,4 +91,14 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
         file_entries,
         mcp,
     })
+}
+
+/// The thread actors' settings the store's config decides: how long a run
+/// waits for a database that went away.
+fn thread_config(store: &StoreConfig) -> ThreadConfig {
+    let mut config = ThreadConfig::default();
+    if let StoreConfig::Postgres(postgres) = store {
+        config.store_outage_timeout = std::time::Duration::from_secs(postgres.outage_timeout_secs);
+    }
+    config
 }

@@ -423,6 +423,18 @@ pub(super) mod tests {
                 "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\ncheckpoint_writers = \"two\"\n",
                 "expected a number, found `two`",
             ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\noutage_timeout_secs = 0\n",
+                "store.outage_timeout_secs",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\noutage_timeout_secs = 86400\n",
+                "store.outage_timeout_secs",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\noutage_timeout_secs = -5\n",
+                "store.outage_timeout_secs must be between 1 and 3600, found -5",
+            ),
             ("[server\n", "TOML"),
         ] {
             let error = ServeConfig::load(Some(file(text).path()), env(&[]))

@@ -49,6 +49,10 @@ pub struct PostgresConfig {
     /// together in the next batch (decision 0052).
     #[serde(deserialize_with = "number")]
     pub checkpoint_writers: usize,
+    /// Seconds a run waits for a database that went away (a restart, a
+    /// failover) before its checkpoint fails and the run ends in error.
+    #[serde(deserialize_with = "outage_timeout_secs")]
+    pub outage_timeout_secs: u64,
 }
 
 /// A number written in TOML, or given as text by an `AWAKEN_STORE__*` variable
@@ -74,6 +78,20 @@ where
     }
 }
 
+/// `store.outage_timeout_secs`: a number, and one that is not negative (said
+/// with the key: serde's own message for a tagged table names only `store`).
+fn outage_timeout_secs<'de, D>(deserializer: D) -> Result<u64, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let secs: i64 = number(deserializer)?;
+    u64::try_from(secs).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "store.outage_timeout_secs must be between 1 and {MAX_OUTAGE_TIMEOUT_SECS}, found {secs}"
+        ))
+    })
+}
+
 impl Default for PostgresConfig {
     fn default() -> Self {
         let pool = awaken_actors::store::PoolSettings::default();
@@ -86,6 +104,7 @@ impl Default for PostgresConfig {
             ssl_client_key_file: None,
             pool_size: pool.max_connections,
             checkpoint_writers: pool.checkpoint_writers,
+            outage_timeout_secs: awaken_actors::thread::DEFAULT_STORE_OUTAGE_TIMEOUT.as_secs(),
         }
     }
 }
@@ -122,6 +141,10 @@ impl StoreConfig {
 /// `max_connections` is 100, shared by every node).
 const MAX_POOL_SIZE: u32 = 1000;
 
+/// The longest a run may wait for its database: an hour; runs waiting longer
+/// hold their claims and memory for nothing an operator would want.
+const MAX_OUTAGE_TIMEOUT_SECS: u64 = 3600;
+
 impl PostgresConfig {
     /// Reads `url_file` into `url` and checks the rest.
     pub(super) fn resolve_and_check(&mut self) -> Result<(), ConfigError> {
@@ -137,6 +160,11 @@ impl PostgresConfig {
             return Err(ConfigError::new(format!(
                 "store.checkpoint_writers must be between 1 and store.pool_size ({})",
                 self.pool_size
+            )));
+        }
+        if !(1..=MAX_OUTAGE_TIMEOUT_SECS).contains(&self.outage_timeout_secs) {
+            return Err(ConfigError::new(format!(
+                "store.outage_timeout_secs must be between 1 and {MAX_OUTAGE_TIMEOUT_SECS}"
             )));
         }
         if self.ssl_client_cert_file.is_some() != self.ssl_client_key_file.is_some() {

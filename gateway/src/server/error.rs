@@ -100,6 +100,9 @@ impl From<StorageError> for ApiError {
             StorageError::VersionConflict { .. } | StorageError::Fenced { .. } => {
                 Self::Conflict(error.to_string())
             }
+            StorageError::Unavailable(_) | StorageError::MaybeWritten(_) => {
+                Self::Unavailable(error.to_string())
+            }
             other => Self::Internal(other.to_string()),
         }
     }

@@ -129,7 +129,7 @@ impl GroupCommit {
             }
         };
         answer.unwrap_or_else(|_| {
-            Err(StorageError::Io(
+            Err(StorageError::MaybeWritten(
                 "postgres: the checkpoint writer stopped before answering".to_owned(),
             ))
         })
@@ -481,7 +481,7 @@ mod tests {
         // database that is going away or refuse what had committed.
         for (i, answer) in answered.iter().enumerate() {
             assert!(
-                matches!(answer, Err(StorageError::Io(_))),
+                matches!(answer, Err(StorageError::MaybeWritten(_))),
                 "{i}: {answer:?}"
             );
         }

@@ -129,11 +129,33 @@ fn ends_the_session(error: &sqlx::Error) -> bool {
         .is_some_and(|error| matches!(error.severity(), PgSeverity::Fatal | PgSeverity::Panic))
 }
 
+/// Whether `error` says the server is away or could not serve the statement
+/// now, not that it refused the statement: the connection broke or could not be
+/// had, the server shuts down or is starting (`57P0x`, `FATAL`), a connection
+/// exception (`08xxx`), or a serialization failure or deadlock (`40001`,
+/// `40P01`) whose transaction was rolled back.
+fn is_outage(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(database) => {
+            ends_the_session(error)
+                || database.code().is_some_and(|code| {
+                    code.starts_with("08")
+                        || code.starts_with("57P")
+                        || code == "40001"
+                        || code == "40P01"
+                })
+        }
+        _ => false,
+    }
+}
+
 fn db_error(err: sqlx::Error) -> StorageError {
     match err {
         sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::Encode(_) => {
             StorageError::Serialization(err.to_string())
         }
+        other if is_outage(&other) => StorageError::Unavailable(format!("postgres: {other}")),
         other => StorageError::Io(format!("postgres: {other}")),
     }
 }

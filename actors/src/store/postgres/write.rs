@@ -329,9 +329,20 @@ impl From<StorageError> for BatchFailed {
 
 impl From<sqlx::Error> for BatchFailed {
     fn from(error: sqlx::Error) -> Self {
+        let by_the_database =
+            matches!(error, sqlx::Error::Database(_)) && !ends_the_session(&error);
+        // A connection lost or ended by the server after the statement went out
+        // leaves its commit unknown; one never had did not send it.
+        let maybe_written = !by_the_database && !matches!(error, sqlx::Error::PoolTimedOut);
+        let error = match db_error(error) {
+            StorageError::Unavailable(message) if maybe_written => {
+                StorageError::MaybeWritten(message)
+            }
+            other => other,
+        };
         Self {
-            by_the_database: matches!(error, sqlx::Error::Database(_)) && !ends_the_session(&error),
-            error: db_error(error),
+            by_the_database,
+            error,
         }
     }
 }

@@ -5,12 +5,14 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::contract::{AgentEvent, Message, StoppedReason, TerminationReason};
+use crate::error::StorageError;
 use crate::handoff::{ActiveAgentKey, HandoffAction};
 use crate::phase::Phase;
 use crate::policies::StopRequest;
 use crate::state::StateCommand;
 use crate::store::Checkpoint;
 
+use super::outage::StoreOutage;
 use super::phases::{error_text, state_failure};
 use super::{Driver, Next, Step, now_secs};
 
@@ -134,13 +136,64 @@ impl Driver<'_> {
     /// A checkpoint followed by `trailing_events` events that close the activation
     /// (`StepEnd`, `RunFinish`): their seqs are reserved, so the next activation,
     /// which starts from this checkpoint, numbers on after them.
+    ///
+    /// A store that is away (a restart, a failover) is waited for, up to
+    /// `store_outage_timeout` (decision 0086): each try is built afresh, so the
+    /// reserved seqs count the events that said the run waits.
     pub(super) async fn checkpoint_before(&mut self, trailing_events: u64) -> Step<()> {
+        let mut outage: Option<StoreOutage> = None;
+        loop {
+            // While the store is away, one more seq is reserved: the event that
+            // says the run goes on follows the checkpoint that lands.
+            let reserved = trailing_events + u64::from(outage.is_some());
+            let checkpoint = self.next_checkpoint(reserved)?;
+            let expected = checkpoint.expected_message_count;
+            let appended = checkpoint.new_messages.len() as u64;
+            match self.deps.store.checkpoint(checkpoint).await {
+                Ok(()) => {
+                    self.checkpoint_landed(appended);
+                    if let Some(outage) = outage {
+                        outage.recovered(self);
+                    }
+                    return Ok(());
+                }
+                // An earlier try the connection lost on its way did land: the
+                // fence lets no other writer append, so the log is ours. Once
+                // more without the messages, so the run's lifecycle counts the
+                // events sent since.
+                Err(StorageError::VersionConflict {
+                    expected: conflicting,
+                    actual,
+                }) if outage.as_ref().is_some_and(StoreOutage::maybe_written)
+                    && appended > 0
+                    && conflicting == expected
+                    && actual == expected + appended =>
+                {
+                    self.checkpoint_landed(appended);
+                }
+                Err(error) if error.is_transient() => {
+                    let outage = outage.get_or_insert_with(|| StoreOutage::began(self, &error));
+                    outage.wait(self, error).await?;
+                }
+                Err(error) => {
+                    if let Some(outage) = outage {
+                        outage.ended(self);
+                    }
+                    return Err(error.into());
+                }
+            }
+        }
+    }
+
+    /// The checkpoint of what the run holds now, its lifecycle reserving the
+    /// seqs of `trailing_events` after the events sent so far.
+    fn next_checkpoint(&mut self, trailing_events: u64) -> Step<Checkpoint> {
         let mut lifecycle = self.lifecycle();
         lifecycle.next_event_seq = self.run.events.next_seq() + trailing_events;
         self.set_lifecycle(lifecycle)?;
         let state = self.thread.store.checkpoint_state();
         self.run.record.updated_at = now_secs();
-        let checkpoint = Checkpoint {
+        Ok(Checkpoint {
             thread_id: self.thread.thread_id.clone(),
             fencing: self.deps.fence.token(&self.thread.thread_id),
             expected_message_count: self.thread.persisted_messages,
@@ -148,13 +201,14 @@ impl Driver<'_> {
             run: self.run.record.clone(),
             state,
             new_thread: self.thread.unwritten.clone(),
-        };
-        let appended = checkpoint.new_messages.len() as u64;
-        self.deps.store.checkpoint(checkpoint).await?;
+        })
+    }
+
+    /// Notes a checkpoint with `appended` messages as written.
+    fn checkpoint_landed(&mut self, appended: u64) {
         self.thread.persisted_messages += appended;
         if self.thread.unwritten.take().is_some() {
             self.run.events.release();
         }
-        Ok(())
     }
 }

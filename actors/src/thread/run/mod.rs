@@ -18,10 +18,12 @@ use crate::thread::deps::ThreadDeps;
 mod decisions;
 mod inference;
 mod lifecycle;
+mod outage;
 mod phases;
 mod tools;
 
 pub(crate) use inference::CompactionJob;
+pub(crate) use outage::STORE_UNAVAILABLE;
 pub(crate) use tools::{Launch, ToolOutcome};
 
 /// What the thread must wait for after a segment.

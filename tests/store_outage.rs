@@ -1,0 +1,146 @@
+//! A single `awaken serve` on a PostgreSQL server this suite runs, the database
+//! stopped while runs execute (`pg_ctl stop -m fast` as an operator's restart
+//! does, `-m immediate` as a crash does) and started again: the runs wait for it
+//! (the node's `awaken_store_outage_runs_waiting` says how many), then go on,
+//! and none ends in error or runs its tool twice.
+//!
+//! Needs `initdb` and `pg_ctl` on the PATH (under root as the `postgres` user),
+//! and the `awaken` binary built beside this test.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+#[allow(dead_code)] // each suite uses some of the shared helpers
+mod support;
+
+#[allow(dead_code)] // the TLS server is for the secured suite
+#[path = "support/postgres_server.rs"]
+mod postgres_server;
+
+use std::time::Duration;
+
+use postgres_server::PostgresServer;
+use serde_json::json;
+use support::{Node, SETTLE, new_thread, post, record, tool_starts_per_call};
+
+/// Runs executing when the database goes away.
+const RUNS: usize = 8;
+
+/// A node on `server`, its tools journaled to `journal`.
+async fn node(server: &PostgresServer, dir: &std::path::Path) -> Node {
+    let config = dir.join("awaken.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "demo_agents = true\n\n[server]\naddress = \"127.0.0.1:0\"\n\n\
+             [store]\nkind = \"postgres\"\nurl = \"{}\"\noutage_timeout_secs = 60\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let journal = dir.join("tools.journal");
+    let args = ["--tool-journal".as_ref(), journal.as_os_str()];
+    Node::serve("n1", &[&config], &args, &[]).await
+}
+
+/// The value of the gauge `name` on the node's `/metrics` (0 when absent).
+async fn gauge(client: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits (bounded) until `runs` runs wait for the store.
+async fn runs_wait_for_the_store(client: &reqwest::Client, base: &str, runs: usize) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while gauge(client, base, "awaken_store_outage_runs_waiting").await < runs as f64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the runs never waited for the store"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (bounded) until the journal shows `count` tool executions.
+async fn tools_started(journal: &std::path::Path, count: usize) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while tool_starts_per_call(journal).len() < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tools never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts `slow` runs (each sleeps 1.5 s in its tool), stops the database once
+/// every tool runs, starts it again once every run waits for it, and checks that
+/// every run ended on its own with each tool run once.
+async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
+    let server = PostgresServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&server, dir.path()).await;
+    let client = reqwest::Client::new();
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let thread = new_thread(&client, &node.base).await;
+        let url = format!("{}/v1/threads/{thread}/messages", node.base);
+        let body = json!({"agentId": "slow",
+            "messages": [{"role": "user", "content": "take your time"}]});
+        let (status, queued) = post(&client, url, body).await;
+        assert_eq!(status, 202, "{queued}");
+        runs.push(queued["run_id"].as_str().unwrap().to_owned());
+    }
+    let journal = dir.path().join("tools.journal");
+    tools_started(&journal, RUNS).await;
+
+    stop(&server).await;
+    // Each run's tool returns while the database is away: its checkpoint waits.
+    runs_wait_for_the_store(&client, &node.base, RUNS).await;
+    server.start_again().await;
+
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    for run_id in &runs {
+        let run = loop {
+            match record(&client, &node.base, run_id).await {
+                Some(run) if run["status"] == "done" => break run,
+                seen => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{run_id} never ended: {seen:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(run["termination"]["type"], "natural_end", "{run}");
+    }
+    let starts = tool_starts_per_call(&journal);
+    assert_eq!(starts.len(), RUNS, "{starts:?}");
+    assert!(starts.values().all(|n| *n == 1), "{starts:?}");
+    assert_eq!(
+        gauge(&client, &node.base, "awaken_store_outage_runs_waiting").await,
+        0.0
+    );
+    assert!(gauge(&client, &node.base, "awaken_store_outage_waits_total").await >= RUNS as f64);
+    assert_eq!(
+        gauge(&client, &node.base, "awaken_store_outage_failures_total").await,
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_outlive_a_restart_of_the_database() {
+    runs_outlive(async |server| server.stop_fast().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_outlive_a_crash_of_the_database() {
+    runs_outlive(async |server| server.crash().await).await;
+}
