@@ -1,8 +1,9 @@
 //! A single `awaken serve` on a PostgreSQL server this suite runs, the database
 //! stopped while runs execute (`pg_ctl stop -m fast` as an operator's restart
 //! does, `-m immediate` as a crash does) and started again: the runs wait for it
-//! (the node's `awaken_store_outage_runs_waiting` says how many), then go on,
-//! and none ends in error or runs its tool twice.
+//! (the node's `awaken_store_outage_runs_waiting` says how many; readiness is
+//! false, liveness true), then go on, and none ends in error or runs its tool
+//! twice.
 //!
 //! Needs `initdb` and `pg_ctl` on the PATH (under root as the `postgres` user),
 //! and the `awaken` binary built beside this test.
@@ -57,6 +58,17 @@ async fn gauge(client: &reqwest::Client, base: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The status `/health/{which}` answers.
+async fn probe(client: &reqwest::Client, base: &str, which: &str) -> u16 {
+    client
+        .get(format!("{base}/health/{which}"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 /// Waits (bounded) until `runs` runs wait for the store.
 async fn runs_wait_for_the_store(client: &reqwest::Client, base: &str, runs: usize) {
     let deadline = tokio::time::Instant::now() + SETTLE;
@@ -105,7 +117,19 @@ async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
     stop(&server).await;
     // Each run's tool returns while the database is away: its checkpoint waits.
     runs_wait_for_the_store(&client, &node.base, RUNS).await;
+    // Meanwhile the node says it is not ready (Kubernetes sends traffic
+    // elsewhere) but alive (a restart would not help).
+    assert_eq!(probe(&client, &node.base, "ready").await, 503);
+    assert_eq!(probe(&client, &node.base, "live").await, 200);
     server.start_again().await;
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while probe(&client, &node.base, "ready").await != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node never got ready again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let deadline = tokio::time::Instant::now() + SETTLE;
     for run_id in &runs {
