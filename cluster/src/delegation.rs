@@ -150,11 +150,16 @@ impl ChildRuns for NodeChildRuns {
     async fn follow(&self, child: &ChildRef) -> Result<ChildEvents, DelegationError> {
         let follow = match &self.reach {
             Reach::Local { hub, .. } => follow_local(hub, &child.run_id, None),
-            Reach::Cluster { client, router } => {
-                follow_run(client, router, &child.thread_id, &child.run_id, None)
-                    .await
-                    .map_err(unavailable)?
-            }
+            Reach::Cluster { client, router } => follow_run(
+                client,
+                router,
+                &self.store,
+                &child.thread_id,
+                &child.run_id,
+                None,
+            )
+            .await
+            .map_err(unavailable)?,
         };
         // Earlier activations' events were shown when they happened.
         let follow = follow.skip_backlog();

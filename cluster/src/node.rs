@@ -336,7 +336,15 @@ impl ClusterNode {
         run_id: &RunId,
         after_seq: Option<u64>,
     ) -> Result<RunFollow, RouteError> {
-        follow_run(&self.client, &self.router, thread_id, run_id, after_seq).await
+        follow_run(
+            &self.client,
+            &self.router,
+            self.runtime.store(),
+            thread_id,
+            run_id,
+            after_seq,
+        )
+        .await
     }
 
     /// The shards this node owns (with their fencing tokens), as they change.

@@ -134,9 +134,16 @@ impl Fixture {
         let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
             .with_agent_id(AgentId::new("approver").unwrap())
             .with_run_id(run_id.clone());
-        let mut follow = follow_run(&self.remote, &self.router, thread, &run_id, None)
-            .await
-            .unwrap();
+        let mut follow = follow_run(
+            &self.remote,
+            &self.router,
+            self.node.runtime().store(),
+            thread,
+            &run_id,
+            None,
+        )
+        .await
+        .unwrap();
         self.node
             .submit(request, SubmitOptions::default())
             .await
@@ -205,9 +212,16 @@ async fn a_remote_node_follows_a_run_from_its_first_event_and_from_a_last_event_
 
     // A reconnect with Last-Event-ID gets exactly what came after it, from the
     // owner's buffer (the activation has ended: nothing is live any more).
-    let mut again = follow_run(&f.remote, &f.router, &thread, &run_id, Some(2))
-        .await
-        .unwrap();
+    let mut again = follow_run(
+        &f.remote,
+        &f.router,
+        f.node.runtime().store(),
+        &thread,
+        &run_id,
+        Some(2),
+    )
+    .await
+    .unwrap();
     assert!(again.complete());
     let tail = drain(&mut again).await;
     assert_eq!(seqs(&tail), seqs(&events)[3..].to_vec());
@@ -233,9 +247,16 @@ async fn a_decision_taken_by_another_node_is_forwarded_to_the_owner_once() {
     // Follow the resumed activation, then decide from the remote side: the answer
     // comes once the resumed run has stopped.
     let last = events.last().map(|e| e.seq);
-    let mut resumed = follow_run(&f.remote, &f.router, &thread, &run_id, last)
-        .await
-        .unwrap();
+    let mut resumed = follow_run(
+        &f.remote,
+        &f.router,
+        f.node.runtime().store(),
+        &thread,
+        &run_id,
+        last,
+    )
+    .await
+    .unwrap();
     let applied = forward.deliver(decision(&thread, &call, "d1")).await;
     assert_eq!(applied, Delivery::Applied { duplicate: false });
     let status = f.router.thread_status(&thread).await.unwrap();
@@ -294,6 +315,7 @@ async fn cancel_and_interrupt_reach_the_owner_and_refuse_what_does_not_fit() {
     let mut ending = follow_run(
         &f.remote,
         &f.router,
+        f.node.runtime().store(),
         &thread,
         &run_id,
         events.last().map(|e| e.seq),

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use async_nats::{Client, Subscriber};
 use awaken_actors::contract::{AgentEvent, StreamEvent};
+use awaken_actors::store::ThreadRunStore;
 use awaken_actors::{RunId, ThreadId};
 use futures::{FutureExt, StreamExt};
 
+use super::catch_up::{CatchUp, Missed, QUIET_PROBE};
 use super::local::{Fed, LiveSubscription, LocalEventHub};
 use super::{decode_events, event_subject};
 use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
@@ -20,8 +22,8 @@ const FINISH_GRACE: Duration = Duration::from_secs(2);
 /// Where live events come from.
 #[derive(Debug)]
 enum Live {
-    /// `awaken.events.<run_id>` on NATS.
-    Nats(Subscriber),
+    /// `awaken.events.<run_id>` on NATS, with where to refill what it loses.
+    Nats(Subscriber, Box<CatchUp>),
     /// This process's hub: the run's replay buffer, read in place.
     Local(LiveSubscription),
 }
@@ -43,10 +45,14 @@ pub struct RunFollow {
 
 /// Starts following `run_id` of `thread_id` after `after_seq` (from the start when
 /// `None`): subscribes to the run's subject, then asks the owner for its buffered
-/// events, so nothing published in between is missed.
+/// events, so nothing published in between is missed. What the subscription
+/// loses later (a server restart, a reconnect) is asked for again: on a gap in
+/// `seq`, and whenever the run is quiet for a while, from the owner or, when the
+/// owner no longer knows the run, from its record in `store`.
 pub async fn follow_run(
     client: &Client,
     router: &ThreadRouter,
+    store: &Arc<dyn ThreadRunStore>,
     thread_id: &ThreadId,
     run_id: &RunId,
     after_seq: Option<u64>,
@@ -79,7 +85,15 @@ pub async fn follow_run(
     Ok(RunFollow {
         run_id: run_id.clone(),
         backlog: answer.events.into(),
-        live: Live::Nats(live),
+        live: Live::Nats(
+            live,
+            Box::new(CatchUp::new(
+                router.clone(),
+                Arc::clone(store),
+                thread_id.clone(),
+                run_id.clone(),
+            )),
+        ),
         last_seq: after_seq,
         ended: false,
         complete,
@@ -100,6 +114,21 @@ pub fn follow_local(hub: &LocalEventHub, run_id: &RunId, after_seq: Option<u64>)
         ended: false,
         complete: replay.complete,
         replay_only: false,
+    }
+}
+
+/// What `catch_up` finds after `last_seq`; a failed probe finds nothing (the
+/// next gap or quiet spell asks again).
+async fn catch_up_after(catch_up: &CatchUp, last_seq: Option<u64>) -> Missed {
+    match catch_up.missed(last_seq).await {
+        Ok(missed) => missed,
+        Err(error) => {
+            tracing::debug!(%error, "missed run events not asked for");
+            Missed {
+                events: Vec::new(),
+                complete: true,
+            }
+        }
     }
 }
 
@@ -211,7 +240,7 @@ impl RunFollow {
                         }
                     }
                     // A NATS subscription has no `try_recv`: poll `next` once.
-                    Live::Nats(_) => return self.next().now_or_never(),
+                    Live::Nats(..) => return self.next().now_or_never(),
                 },
             };
             if let Some(event) = self.take(event) {
@@ -240,15 +269,36 @@ impl RunFollow {
 
     /// Reads what arrived live into the backlog (a message's events, or a read
     /// of this node's buffer; an unreadable message adds nothing); `None` when
-    /// the source closed.
+    /// the source closed. On NATS, what a gap in `seq` or a quiet spell of
+    /// [`QUIET_PROBE`] may have lost is asked for first.
     async fn next_live(&mut self) -> Option<()> {
         match &mut self.live {
-            Live::Nats(subscriber) => {
-                let message = subscriber.next().await?;
-                match decode_events(&message.payload) {
-                    Ok(events) => self.backlog.extend(events.into_iter().map(Arc::new)),
-                    Err(error) => tracing::debug!(%error, "unreadable run events skipped"),
+            Live::Nats(subscriber, catch_up) => {
+                let arrived = tokio::select! {
+                    message = subscriber.next() => message?,
+                    () = tokio::time::sleep(QUIET_PROBE) => {
+                        let missed = catch_up_after(catch_up, self.last_seq).await;
+                        self.complete &= missed.complete;
+                        self.backlog.extend(missed.events);
+                        return Some(());
+                    }
+                };
+                let events = match decode_events(&arrived.payload) {
+                    Ok(events) => events,
+                    Err(error) => {
+                        tracing::debug!(%error, "unreadable run events skipped");
+                        return Some(());
+                    }
+                };
+                let first = events.first().map(|event| event.seq);
+                if let (Some(first), Some(last)) = (first, self.last_seq)
+                    && first > last.saturating_add(1)
+                {
+                    let missed = catch_up_after(catch_up, self.last_seq).await;
+                    self.complete &= missed.complete;
+                    self.backlog.extend(missed.events);
                 }
+                self.backlog.extend(events.into_iter().map(Arc::new));
                 Some(())
             }
             Live::Local(subscription) => {

@@ -4,13 +4,15 @@
 //! gets what it missed.
 //!
 //! Publishing is core NATS (at most once, no storage): a stream is live output, and
-//! what a follower misses it asks the owner for (`ThreadCall::Replay`); the durable
+//! what a follower misses (a gap in `seq`, a quiet spell after a reconnect) it
+//! asks the owner for (`ThreadCall::Replay`, see `catch_up`); the durable
 //! record of a run is its checkpointed messages in the thread store. A message
 //! holds one or more consecutive events of one run, as an array (`batch`,
 //! decision 0077); one emitted in an exported activation carries that span's
 //! `traceparent` header.
 
 mod batch;
+mod catch_up;
 mod follow;
 mod local;
 mod replay;

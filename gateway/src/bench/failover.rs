@@ -22,6 +22,7 @@ use awaken_actors::contract::{
     AgentEvent, Message, StreamEvent, TerminationReason, ToolCallOutcome,
 };
 use awaken_actors::mailbox::{MailboxConfig, SubmitOptions, submit};
+use awaken_actors::store::{PoolSettings, PostgresStore, ThreadRunStore};
 use awaken_actors::thread::RunRequest;
 use awaken_actors::{AgentId, RunId, ThreadId};
 use awaken_cluster::codec;
@@ -93,6 +94,12 @@ pub async fn run(
             ShardCount::default(),
             None,
             RouterConfig::default(),
+        ),
+        // Where a follow reads a run's end its owner no longer buffers.
+        store: Arc::new(
+            PostgresStore::connect(postgres_url, PoolSettings::default())
+                .await
+                .map_err(bench_error)?,
         ),
         client,
         nodes: Mutex::new(nodes),
@@ -170,6 +177,7 @@ struct Harness {
     inbox: KvRunInbox,
     bus: DecisionBus,
     router: ThreadRouter,
+    store: Arc<dyn ThreadRunStore>,
     nodes: Mutex<[Node; 2]>,
 }
 
@@ -183,9 +191,16 @@ impl Harness {
         let request = RunRequest::new(thread.clone(), vec![Message::user("go")])
             .with_agent_id(AgentId::new(demo::BENCH_HITL_AGENT).map_err(|e| e.to_string())?)
             .with_run_id(run_id.clone());
-        let mut waiting = follow_run(&self.client, &self.router, &thread, &run_id, None)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut waiting = follow_run(
+            &self.client,
+            &self.router,
+            &self.store,
+            &thread,
+            &run_id,
+            None,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         submit(
             &self.mailbox,
             &self.inbox,
