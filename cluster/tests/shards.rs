@@ -99,6 +99,49 @@ async fn a_lease_has_one_holder_and_a_later_holder_fences_the_earlier() {
     assert!(b.holders().await.unwrap().is_empty());
 }
 
+/// A renewal whose answer was lost may still have landed: the holder's next
+/// renewal, one revision behind its own write, keeps the lease; a stale holder
+/// whose lease someone else took still learns it lost.
+#[tokio::test]
+async fn a_renewal_that_landed_unanswered_does_not_lose_the_lease() {
+    let server = NatsServer::start().await.unwrap();
+    let (a, b) = (table(&server).await, table(&server).await);
+    let shard = ShardId(3);
+    let mut held = a.acquire(shard, &node("a"), 0).await.unwrap().unwrap();
+    let mut unanswered = held.clone();
+    assert!(a.renew(&mut unanswered, &node("a")).await.unwrap());
+
+    assert!(
+        a.renew(&mut held, &node("a")).await.unwrap(),
+        "the lease is still a's"
+    );
+    let holders = b.holders().await.unwrap();
+    assert_eq!(holders[&shard].node_id, node("a"));
+    assert_eq!(holders[&shard].token, held.token);
+    assert!(
+        a.renew(&mut held, &node("a")).await.unwrap(),
+        "renewed from the revision it took"
+    );
+
+    // Another node with a's id but a newer token (a's lease expired and a
+    // restarted a took it again) is not the stale holder's lease.
+    let retaken = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(held) = a.acquire(shard, &node("a"), 0).await.unwrap() {
+                return held;
+            }
+            tokio::time::sleep(TTL / 10).await;
+        }
+    })
+    .await
+    .expect("the silent lease expires");
+    assert!(retaken.token > held.token);
+    assert!(
+        !a.renew(&mut held, &node("a")).await.unwrap(),
+        "an expired tenure stays lost"
+    );
+}
+
 #[derive(Default)]
 struct Recorder {
     events: Mutex<Vec<(&'static str, ShardId)>>,

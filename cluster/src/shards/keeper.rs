@@ -213,19 +213,38 @@ impl Keeper {
         Ok(())
     }
 
-    /// Renews every held lease; drops those lost or not renewed within a TTL.
+    /// Renews every held lease, all at once and each within
+    /// [`renewal_wait`](Self::renewal_wait): one renewal stuck behind a
+    /// reconnect must not hold the others (nor the tenure) past their TTL. Drops
+    /// the leases lost or not renewed within a TTL.
     async fn renew(&mut self) {
+        let wait = self.renewal_wait();
+        let (table, node_id) = (&self.table, &self.node_id);
+        let sent_at = Instant::now();
+        let outcomes = futures::future::join_all(self.held.iter_mut().map(
+            |(shard, (lease, renewed_at))| async move {
+                let outcome = match tokio::time::timeout(wait, table.renew(lease, node_id)).await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(ClusterError::TimedOut {
+                        doing: "a lease renewal",
+                        after: wait,
+                    }),
+                };
+                (*shard, renewed_at, outcome)
+            },
+        ))
+        .await;
         let mut lost = Vec::new();
-        for (shard, (lease, renewed_at)) in &mut self.held {
-            let sent_at = Instant::now();
-            match self.table.renew(lease, &self.node_id).await {
+        for (shard, renewed_at, outcome) in outcomes {
+            match outcome {
                 Ok(true) => *renewed_at = sent_at,
-                Ok(false) => lost.push(*shard),
+                Ok(false) => lost.push(shard),
                 Err(error) => {
                     self.meters.renewal_failures.inc();
                     tracing::warn!(%error, %shard, "lease renewal failed");
                     if renewed_at.elapsed() >= self.config.lease_ttl {
-                        lost.push(*shard);
+                        lost.push(shard);
                     }
                 }
             }
@@ -293,6 +312,12 @@ impl Keeper {
         let earliest = self.held.values().map(|(_, sent_at)| *sent_at).min();
         self.tenure
             .set(earliest.map(|sent_at| self.tenure.deadline(sent_at)));
+    }
+
+    /// How long one renewal may take: a fifth of the TTL, so a round ends
+    /// well before the next tick (a third) and the leases it renews still run.
+    fn renewal_wait(&self) -> std::time::Duration {
+        self.config.lease_ttl / 5
     }
 
     /// Publishes the held shards (and their tenure).

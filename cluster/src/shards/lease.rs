@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{self, kv};
 use awaken_actors::store::FencingToken;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::ShardId;
@@ -120,6 +121,11 @@ impl LeaseTable {
 
     /// Renews a held lease. `Ok(false)`: the lease expired or someone else holds
     /// the shard now — it is lost.
+    ///
+    /// A renewal whose answer was lost (a reconnect, a timeout) may still have
+    /// landed, leaving this holder's revision behind its own latest write: when
+    /// the entry that beat it names this node with this token, its revision is
+    /// taken and the renewal sent again, rather than the lease counted as lost.
     pub async fn renew(
         &self,
         held: &mut HeldLease,
@@ -130,18 +136,61 @@ impl LeaseTable {
             token: held.token.0,
             acquired_at_ms: held.acquired_at_ms,
         };
-        match self
-            .bucket
-            .update(key(held.shard), codec::encode(&lease)?, held.revision)
-            .await
-        {
-            Ok(revision) => {
+        let value = codec::encode(&lease)?;
+        if let Some(revision) = self.update(held, value.clone()).await? {
+            held.revision = revision;
+            return Ok(true);
+        }
+        let Some(own) = self.own_revision(held, node_id).await? else {
+            return Ok(false);
+        };
+        held.revision = own;
+        match self.update(held, value).await? {
+            Some(revision) => {
                 held.revision = revision;
                 Ok(true)
             }
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
+            None => Ok(false),
+        }
+    }
+
+    /// The compare-and-set of a renewal: the new revision, `None` when the entry
+    /// is no longer at `held`'s revision.
+    async fn update(&self, held: &HeldLease, value: Bytes) -> Result<Option<u64>, ClusterError> {
+        match self
+            .bucket
+            .update(key(held.shard), value, held.revision)
+            .await
+        {
+            Ok(revision) => Ok(Some(revision)),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
             Err(e) => Err(ClusterError::nats(e)),
         }
+    }
+
+    /// The revision of the shard's entry when it is still this holder's lease
+    /// (written by a renewal whose answer never came).
+    async fn own_revision(
+        &self,
+        held: &HeldLease,
+        node_id: &NodeId,
+    ) -> Result<Option<u64>, ClusterError> {
+        let Some(entry) = self
+            .bucket
+            .entry(key(held.shard))
+            .await
+            .map_err(ClusterError::nats)?
+        else {
+            return Ok(None);
+        };
+        if entry.operation != kv::Operation::Put {
+            return Ok(None);
+        }
+        let Ok(lease) = codec::decode::<ShardLease>(&entry.value) else {
+            return Ok(None);
+        };
+        let ours = lease.node_id == *node_id && lease.token == held.token.0;
+        Ok(ours.then_some(entry.revision))
     }
 
     /// Gives a held lease up, unless it was lost meanwhile (a newer holder's lease
