@@ -26,13 +26,15 @@ use support::{Node, SETTLE, new_thread, post, record, tool_starts_per_call};
 /// Runs executing when the database goes away.
 const RUNS: usize = 8;
 
-/// A node on `server`, its tools journaled to `journal`.
-async fn node(server: &PostgresServer, dir: &std::path::Path) -> Node {
+/// A node on `server` waiting `backend_wait` seconds for it in requests, its
+/// tools journaled to `journal`.
+async fn node(server: &PostgresServer, dir: &std::path::Path, backend_wait: u64) -> Node {
     let config = dir.join("awaken.toml");
     std::fs::write(
         &config,
         format!(
-            "demo_agents = true\n\n[server]\naddress = \"127.0.0.1:0\"\n\n\
+            "demo_agents = true\n\n[server]\naddress = \"127.0.0.1:0\"\n\
+             backend_wait_secs = {backend_wait}\n\n\
              [store]\nkind = \"postgres\"\nurl = \"{}\"\noutage_timeout_secs = 60\n",
             server.url()
         ),
@@ -99,7 +101,7 @@ async fn tools_started(journal: &std::path::Path, count: usize) {
 async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
     let server = PostgresServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let node = node(&server, dir.path()).await;
+    let node = node(&server, dir.path(), 30).await;
     let client = reqwest::Client::new();
     let mut runs = Vec::new();
     for _ in 0..RUNS {
@@ -121,7 +123,15 @@ async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
     // elsewhere) but alive (a restart would not help).
     assert_eq!(probe(&client, &node.base, "ready").await, 503);
     assert_eq!(probe(&client, &node.base, "live").await, 200);
+    // A request that needs the store waits for it rather than failing.
+    let asked = tokio::spawn(
+        client
+            .get(format!("{}/v1/runs/{}", node.base, runs[0]))
+            .send(),
+    );
     server.start_again().await;
+    let answered = asked.await.unwrap().unwrap();
+    assert_eq!(answered.status(), 200, "the request outlived the outage");
     let deadline = tokio::time::Instant::now() + SETTLE;
     while probe(&client, &node.base, "ready").await != 200 {
         assert!(
@@ -167,4 +177,32 @@ async fn runs_outlive_a_restart_of_the_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_outlive_a_crash_of_the_database() {
     runs_outlive(async |server| server.crash().await).await;
+}
+
+/// Past `server.backend_wait_secs` a request is answered 503 with `Retry-After`
+/// (the database stays down), and the node serves again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_backend_wait_is_told_to_retry_after() {
+    let server = PostgresServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&server, dir.path(), 1).await;
+    let client = reqwest::Client::new();
+    let thread = new_thread(&client, &node.base).await;
+    let url = format!("{}/v1/threads/{thread}", node.base);
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+
+    server.stop_fast().await;
+    let refused = client.get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("unavailable"),
+        "{body}"
+    );
+    assert!(gauge(&client, &node.base, "awaken_store_request_failures_total").await >= 1.0);
+
+    server.start_again().await;
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    assert!(gauge(&client, &node.base, "awaken_store_request_waits_total").await >= 1.0);
 }

@@ -118,15 +118,21 @@ pub trait RunControl: Send + Sync + 'static {
     }
 }
 
+/// How long a readiness probe waits for the store: Kubernetes' own probe
+/// timeout (1 s by default). The store's requests wait out an outage for the
+/// backend wait; readiness must say at once that the store is away.
+const STORE_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Probes the thread store with the cheapest query it answers.
 pub(crate) async fn probe_store(store: &dyn ThreadRunStore) -> Result<(), String> {
     let query = RunQuery {
         limit: 1,
         ..RunQuery::default()
     };
-    store
-        .list_runs(&query)
-        .await
-        .map(drop)
-        .map_err(|e| format!("thread store: {e}"))
+    match tokio::time::timeout(STORE_PROBE_WAIT, store.list_runs(&query)).await {
+        Ok(answer) => answer.map(drop).map_err(|e| format!("thread store: {e}")),
+        Err(_) => Err(format!(
+            "thread store: no answer within {STORE_PROBE_WAIT:?}"
+        )),
+    }
 }

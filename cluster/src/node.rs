@@ -45,7 +45,7 @@ use crate::delegation::Reach;
 use crate::error::ClusterError;
 use crate::events::{ClusterEventHub, EventsConfig, ReplayBuffers, RunFollow, follow_run};
 use crate::inbox::{DEFAULT_INBOX_BUCKET, KvRunInbox};
-use crate::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox};
+use crate::ledger::{DEFAULT_LEDGER_NAME, LedgerMailbox, LedgerOptions};
 use crate::membership::{MemberRecord, Membership, MembershipConfig, NodeId};
 use crate::node_metrics::NodeGauges;
 use crate::routing::{Answer, RouteError, RouterConfig, ShardServer, ThreadCall, ThreadRouter};
@@ -79,6 +79,9 @@ pub struct NodeConfig {
     pub http_url: Option<String>,
     /// Where the input of runs this node accepts is kept (decision 0078).
     pub run_input: RunInputPlacement,
+    /// How long a mailbox operation waits out a NATS reconnect or a stream
+    /// election before it is refused (`server.backend_wait_secs`).
+    pub backend_wait: Duration,
 }
 
 impl NodeConfig {
@@ -113,6 +116,7 @@ impl NodeConfig {
             routing: RouterConfig::default(),
             http_url: None,
             run_input: RunInputPlacement::default(),
+            backend_wait: crate::ledger::ANSWER_DEADLINE,
         }
     }
 }
@@ -175,10 +179,14 @@ impl ClusterNode {
         let runtime = Assembly::runtime(builder, hub, Some(&fence))?;
 
         let mailbox = Arc::new(
-            LedgerMailbox::open(
+            LedgerMailbox::open_with(
                 &js,
                 DEFAULT_LEDGER_NAME,
-                config.replicas,
+                LedgerOptions {
+                    replicas: config.replicas,
+                    answer_deadline: config.backend_wait,
+                    ..LedgerOptions::default()
+                },
                 config.mailbox.clone(),
             )
             .await

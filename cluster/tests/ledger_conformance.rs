@@ -43,6 +43,7 @@ mod cluster {
     const SNAPSHOT_OFTEN: LedgerOptions = LedgerOptions {
         replicas: 1,
         snapshot_interval: 4,
+        answer_deadline: awaken_cluster::ledger::ANSWER_DEADLINE,
     };
 
     fn thread(id: &str) -> ThreadId {

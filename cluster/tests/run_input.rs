@@ -31,6 +31,7 @@ const LEASE: u64 = 30_000;
 const SNAPSHOT_OFTEN: LedgerOptions = LedgerOptions {
     replicas: 1,
     snapshot_interval: 4,
+    answer_deadline: awaken_cluster::ledger::ANSWER_DEADLINE,
 };
 
 /// One node's mailbox and inbox, on its own connection.

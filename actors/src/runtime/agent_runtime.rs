@@ -19,7 +19,7 @@ use crate::event_sink::EventSink;
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::phase::PhaseRuntime;
 use crate::state::ProfileAccess;
-use crate::store::{InMemoryStore, ThreadRunStore, TimedStore};
+use crate::store::{InMemoryStore, PatientStore, ThreadRunStore, TimedStore};
 use crate::telemetry::RunMetrics;
 use crate::thread::{
     Activation, ControlError, DecideRequest, DecisionAck, EventHub, FenceSource, FollowRun,
@@ -100,7 +100,12 @@ impl AgentRuntime {
             .unwrap_or_else(|| Arc::new(InMemoryStore::new()));
         let deps = ThreadDeps {
             resolver: Arc::clone(&live) as Arc<dyn AgentResolver>,
-            store: TimedStore::wrap(store, metrics.store()),
+            // Each try is timed; the tries of one request share the wait.
+            store: PatientStore::wrap(
+                TimedStore::wrap(store, metrics.store()),
+                config.store_request_wait,
+                metrics.store(),
+            ),
             profile: services.profile,
             hub: Arc::clone(&watches) as Arc<dyn EventHub>,
             fence: services.fence.unwrap_or_else(|| Arc::new(SingleNodeFence)),

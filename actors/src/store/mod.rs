@@ -24,12 +24,14 @@ mod file_webhooks;
 mod memory;
 mod memory_webhooks;
 #[cfg(feature = "postgres")]
+mod patient;
 mod postgres;
 mod timed;
 mod webhooks;
 
 pub use file::FileStore;
 pub use memory::InMemoryStore;
+pub(crate) use patient::PatientStore;
 #[cfg(all(feature = "postgres", any(test, feature = "testsuite")))]
 pub use postgres::TestSchema;
 #[cfg(feature = "postgres")]

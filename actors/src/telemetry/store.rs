@@ -92,6 +92,12 @@ pub(crate) struct StoreMetrics {
     outage_failures: Counter,
     /// Runs waiting for the store now.
     outage_waiting: Gauge,
+    /// Reads and nothing-written writes that waited for the store.
+    request_waits: Counter,
+    /// Seconds they spent waiting, summed.
+    request_wait_seconds: Counter<f64, AtomicU64>,
+    /// Those that gave up past the backend wait.
+    request_failures: Counter,
 }
 
 fn store_histogram() -> Histogram {
@@ -114,6 +120,9 @@ impl Default for StoreMetrics {
             outage_wait_seconds: Counter::default(),
             outage_failures: Counter::default(),
             outage_waiting: Gauge::default(),
+            request_waits: Counter::default(),
+            request_wait_seconds: Counter::default(),
+            request_failures: Counter::default(),
         }
     }
 }
@@ -148,6 +157,22 @@ impl StoreMetrics {
             "Runs waiting for the thread store now",
             self.outage_waiting.clone(),
         );
+        awaken.register(
+            "store_request_waits",
+            "Store reads and writes that waited for the thread store to come back",
+            self.request_waits.clone(),
+        );
+        awaken.register_with_unit(
+            "store_request_wait",
+            "Time store reads and writes spent waiting for the thread store to come back, summed",
+            Unit::Seconds,
+            self.request_wait_seconds.clone(),
+        );
+        awaken.register(
+            "store_request_failures",
+            "Store reads and writes given up because the store stayed away past server.backend_wait",
+            self.request_failures.clone(),
+        );
     }
 
     /// `operation` took `elapsed`.
@@ -159,6 +184,16 @@ impl StoreMetrics {
     pub(crate) fn outage_began(&self) {
         self.outage_waits.inc();
         self.outage_waiting.inc();
+    }
+
+    /// A store request stopped waiting for the store after `waited`,
+    /// `recovered` or not.
+    pub(crate) fn request_waited(&self, waited: Duration, recovered: bool) {
+        self.request_waits.inc();
+        self.request_wait_seconds.inc_by(waited.as_secs_f64());
+        if !recovered {
+            self.request_failures.inc();
+        }
     }
 
     /// A run stopped waiting for the store after `waited`, `recovered` or not.

@@ -63,7 +63,13 @@ pub struct ThreadConfig {
     /// How long a run waits for a store that went away (a restart, a failover)
     /// before its checkpoint fails and the run ends in error.
     pub store_outage_timeout: Duration,
+    /// How long a store read (or a write that did nothing) waits for a store
+    /// that went away before it fails (`server.backend_wait_secs`).
+    pub store_request_wait: Duration,
 }
+
+/// Rides out a database restart; a longer outage is better answered 503.
+pub const DEFAULT_STORE_REQUEST_WAIT: Duration = Duration::from_secs(10);
 
 /// Covers a managed database's failover (typically 20 to 60 seconds).
 pub const DEFAULT_STORE_OUTAGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -76,6 +82,7 @@ impl Default for ThreadConfig {
             default_agent: None,
             max_restarts: 3,
             store_outage_timeout: DEFAULT_STORE_OUTAGE_TIMEOUT,
+            store_request_wait: DEFAULT_STORE_REQUEST_WAIT,
         }
     }
 }

@@ -29,7 +29,8 @@ pub use control::{Activation, ControlError, DecisionAck, RunSummary, RunTicket, 
 /// The activity type of the events that say a run waits for its store.
 pub const STORE_UNAVAILABLE_ACTIVITY: &str = run::STORE_UNAVAILABLE;
 pub use deps::{
-    DEFAULT_STORE_OUTAGE_TIMEOUT, FenceSource, SingleNodeFence, ThreadConfig, ThreadDeps,
+    DEFAULT_STORE_OUTAGE_TIMEOUT, DEFAULT_STORE_REQUEST_WAIT, FenceSource, SingleNodeFence,
+    ThreadConfig, ThreadDeps,
 };
 pub use emitter::{EventHub, NullEventHub};
 pub use keys::{RunLifecycle, RunLifecycleKey, ToolCallStates, ToolCalls, ToolCallsUpdate};

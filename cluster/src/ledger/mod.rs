@@ -50,7 +50,8 @@ use crate::streams::ensure_stream;
 /// The name the ledger's stream and snapshot bucket derive from, unless configured.
 pub const DEFAULT_LEDGER_NAME: &str = "awaken_mailbox";
 
-/// How long a caller waits for its command to come back applied.
+/// How long a caller waits for its command to come back applied, by default:
+/// long enough to ride out a NATS reconnect or a stream leader election.
 pub const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long [`LedgerMailbox::open`] keeps retrying a JetStream that does not answer.
@@ -66,6 +67,9 @@ pub struct LedgerOptions {
     pub replicas: usize,
     /// Batches between snapshots at the least (more when the state is large).
     pub snapshot_interval: u64,
+    /// How long a caller waits for its command to come back applied (the
+    /// node's `server.backend_wait`); a batch is published again meanwhile.
+    pub answer_deadline: Duration,
 }
 
 impl Default for LedgerOptions {
@@ -73,6 +77,7 @@ impl Default for LedgerOptions {
         Self {
             replicas: 1,
             snapshot_interval: 10_000,
+            answer_deadline: ANSWER_DEADLINE,
         }
     }
 }
@@ -108,6 +113,8 @@ struct Inner {
     _feed: Feed,
     /// Refuses ops left unanswered past the deadline, while the mailbox lives.
     _deadlines: AbortOnDropHandle<()>,
+    /// How long a caller waits for the ledger.
+    answer_deadline: Duration,
 }
 
 /// How often the deadline sweeper looks for ops left unanswered.
@@ -117,9 +124,9 @@ const DEADLINE_TICK: Duration = Duration::from_secs(1);
 /// than a submission takes, so only a submitter that gave up leaves one behind.
 const STAGED_INPUT_TTL: Duration = Duration::from_secs(600);
 
-/// Refuses, every [`DEADLINE_TICK`], the ops issued more than [`ANSWER_DEADLINE`]
-/// ago that are still waiting (op ids grow with time, so a bound per tick will do).
-async fn sweep_deadlines(replica: std::sync::Weak<Replica>) {
+/// Refuses, every [`DEADLINE_TICK`], the ops issued more than `deadline` ago
+/// that are still waiting (op ids grow with time, so a bound per tick will do).
+async fn sweep_deadlines(replica: std::sync::Weak<Replica>, deadline: Duration) {
     let mut marks: VecDeque<(tokio::time::Instant, u64)> = VecDeque::new();
     let mut tick = tokio::time::interval(DEADLINE_TICK);
     loop {
@@ -134,7 +141,7 @@ async fn sweep_deadlines(replica: std::sync::Weak<Replica>) {
         marks.push_back((now, replica.next_op()));
         let mut bound = None;
         while let Some((at, next)) = marks.front().copied() {
-            if now.duration_since(at) < ANSWER_DEADLINE {
+            if now.duration_since(at) < deadline {
                 break;
             }
             bound = Some(next);
@@ -144,7 +151,7 @@ async fn sweep_deadlines(replica: std::sync::Weak<Replica>) {
             replica.fail_before(
                 bound,
                 &MailboxError::Unavailable(format!(
-                    "no answer from the mailbox ledger within {ANSWER_DEADLINE:?}"
+                    "no answer from the mailbox ledger within {deadline:?}"
                 )),
             );
         }
@@ -241,9 +248,16 @@ impl LedgerMailbox {
             options.snapshot_interval.max(1),
         )
         .await?;
-        let writer = writer::spawn(js.clone(), subject(name), Arc::clone(&replica));
-        let deadlines =
-            AbortOnDropHandle::new(tokio::spawn(sweep_deadlines(Arc::downgrade(&replica))));
+        let writer = writer::spawn(
+            js.clone(),
+            subject(name),
+            Arc::clone(&replica),
+            options.answer_deadline,
+        );
+        let deadlines = AbortOnDropHandle::new(tokio::spawn(sweep_deadlines(
+            Arc::downgrade(&replica),
+            options.answer_deadline,
+        )));
         let mailbox = Self {
             config,
             inner: Arc::new(Inner {
@@ -252,6 +266,7 @@ impl LedgerMailbox {
                 stream,
                 _feed: feed,
                 _deadlines: deadlines,
+                answer_deadline: options.answer_deadline,
             }),
         };
         mailbox.sync().await?;
@@ -259,23 +274,38 @@ impl LedgerMailbox {
     }
 
     /// Waits until this node has applied everything the stream holds now, so a
-    /// read sees every change any node made before it.
+    /// read sees every change any node made before it. A stream that does not
+    /// answer (a reconnect, an election) is asked again until the deadline.
     async fn sync(&self) -> Result<(), MailboxError> {
-        let info = self.inner.stream.get_info().await.map_err(unavailable)?;
+        let deadline = self.inner.answer_deadline;
+        let give_up = tokio::time::Instant::now() + deadline;
+        let mut backoff = Backoff::new(OPEN_RETRY_DELAY, OPEN_RETRY_DELAY * 10);
+        let info = loop {
+            match self.inner.stream.get_info().await {
+                Ok(info) => break info,
+                Err(error) => {
+                    let pause = backoff.next_pause();
+                    if tokio::time::Instant::now() + pause >= give_up {
+                        return Err(unavailable(error));
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        };
         let last = info.state.last_sequence;
         self.inner.replica.note_known(last);
-        tokio::time::timeout(ANSWER_DEADLINE, self.inner.replica.reach(last))
+        tokio::time::timeout_at(give_up, self.inner.replica.reach(last))
             .await
             .map_err(|_| {
                 unavailable(format!(
-                    "the node's mailbox replica did not reach stream sequence {last} within {ANSWER_DEADLINE:?}"
+                    "the node's mailbox replica did not reach stream sequence {last} within {deadline:?}"
                 ))
             })?
     }
 
     /// Publishes `command` and waits for what applying it decided. Callers are
     /// not timed one by one: the deadline sweeper refuses the ops left waiting
-    /// past [`ANSWER_DEADLINE`].
+    /// past the answer deadline.
     async fn submit(&self, command: Command) -> Result<Answer, MailboxError> {
         self.submit_telling(command, None).await
     }

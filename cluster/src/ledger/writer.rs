@@ -11,11 +11,18 @@
 //! Each batch names its writer and number in headers, and the writer keeps the
 //! batch's commands: when the feed brings the batch back, this node applies the
 //! commands it already holds instead of decoding its own message.
+//!
+//! A batch whose publish fails or goes unanswered (a reconnect, a stream
+//! leader election) is published again, with the same `Nats-Msg-Id`, until
+//! the answer deadline: the stream drops a copy of a batch that had landed,
+//! so a blip of the connection costs the callers time, not an error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
+use awaken_actors::backoff::Backoff;
 use awaken_actors::mailbox::MailboxError;
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -26,6 +33,13 @@ use super::wire::{BATCH_HEADER, MAX_COMMAND, WRITER_HEADER, splice_batch};
 
 /// How many times the writer yields while commands keep joining a batch.
 const GATHER_ROUNDS: usize = 4;
+
+/// The first pause before a batch is published again; it doubles up to
+/// [`REPUBLISH_PAUSE_MAX`].
+const REPUBLISH_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest pause between two publishes of one batch.
+const REPUBLISH_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// A command on its way to the stream.
 #[derive(Debug)]
@@ -40,11 +54,13 @@ pub(crate) struct Submission {
     pub(crate) watchers_told: bool,
 }
 
-/// Starts the writer; it stops when every sender is dropped.
+/// Starts the writer; it stops when every sender is dropped. A batch not taken
+/// by the stream within `answer_deadline` is refused.
 pub(crate) fn spawn(
     js: jetstream::Context,
     subject: String,
     replica: Arc<Replica>,
+    answer_deadline: Duration,
 ) -> mpsc::UnboundedSender<Submission> {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(
@@ -52,6 +68,7 @@ pub(crate) fn spawn(
             js,
             subject,
             replica,
+            answer_deadline,
         }
         .run(rx),
     );
@@ -62,6 +79,7 @@ struct Writer {
     js: jetstream::Context,
     subject: String,
     replica: Arc<Replica>,
+    answer_deadline: Duration,
 }
 
 impl Writer {
@@ -117,20 +135,36 @@ impl Writer {
         let mut headers = HeaderMap::new();
         headers.insert(WRITER_HEADER, self.replica.writer());
         headers.insert(BATCH_HEADER, number.to_string().as_str());
+        let msg_id = format!("{}-{number}", self.replica.writer());
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
         // Held before publishing: the feed may bring the batch back first.
         self.replica.hold_own(number, commands);
-        let ack = match self
-            .js
-            .publish_with_headers(self.subject.clone(), headers, payload.into())
-            .await
-        {
-            Ok(ack) => ack,
-            Err(error) => return refuse(&error),
-        };
-        match ack.await {
-            Ok(ack) => self.replica.note_known(ack.sequence),
-            Err(error) => refuse(&error),
+        let payload = Bytes::from(payload);
+        let give_up = tokio::time::Instant::now() + self.answer_deadline;
+        let mut backoff = Backoff::new(REPUBLISH_PAUSE, REPUBLISH_PAUSE_MAX);
+        loop {
+            let error = match self.publish_once(headers.clone(), payload.clone()).await {
+                Ok(sequence) => return self.replica.note_known(sequence),
+                Err(error) => error,
+            };
+            let pause = backoff.next_pause();
+            if tokio::time::Instant::now() + pause >= give_up {
+                return refuse(&error);
+            }
+            tracing::debug!(%error, batch = number, "mailbox batch not taken yet; publishing it again");
+            tokio::time::sleep(pause).await;
         }
+    }
+
+    /// One publish of a batch and the stream's answer: the batch's sequence.
+    async fn publish_once(&self, headers: HeaderMap, payload: Bytes) -> Result<u64, String> {
+        let ack = self
+            .js
+            .publish_with_headers(self.subject.clone(), headers, payload)
+            .await
+            .map_err(|e| e.to_string())?;
+        let ack = ack.await.map_err(|e| e.to_string())?;
+        Ok(ack.sequence)
     }
 }
 

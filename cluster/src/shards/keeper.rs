@@ -223,8 +223,7 @@ impl Keeper {
         let sent_at = Instant::now();
         let outcomes = futures::future::join_all(self.held.iter_mut().map(
             |(shard, (lease, renewed_at))| async move {
-                let outcome = match tokio::time::timeout(wait, table.renew(lease, node_id)).await
-                {
+                let outcome = match tokio::time::timeout(wait, table.renew(lease, node_id)).await {
                     Ok(outcome) => outcome,
                     Err(_) => Err(ClusterError::TimedOut {
                         doing: "a lease renewal",

@@ -124,7 +124,13 @@ pub(super) async fn execute(args: NodeArgs, push: Option<&MetricsExportSettings>
         file_entries,
         mcp,
     } = compose::assemble(&config, journal).await?;
-    let node = compose::join_cluster(cluster, EventsConfig::default(), builder).await?;
+    let node = compose::join_cluster(
+        cluster,
+        EventsConfig::default(),
+        config.server.backend_wait(),
+        builder,
+    )
+    .await?;
     // Agents written through any node's config API run here too.
     let _config_api = ConfigManager::start(
         node.runtime().clone(),

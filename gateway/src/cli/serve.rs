@@ -102,7 +102,9 @@ pub(super) async fn execute(
         }
         Some(cluster) => {
             let drain = Duration::from_secs(cluster.drain_timeout_secs);
-            let node = compose::join_cluster(cluster, events, builder).await?;
+            let node =
+                compose::join_cluster(cluster, events, config.server.backend_wait(), builder)
+                    .await?;
             let node_id = node.node_id().to_string();
             let served = Served {
                 file_entries,

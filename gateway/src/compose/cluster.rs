@@ -18,6 +18,7 @@ use crate::error::{GatewayError, Result};
 pub async fn join_cluster(
     cluster: &ClusterConfig,
     events: EventsConfig,
+    backend_wait: Duration,
     builder: AgentRuntimeBuilder,
 ) -> Result<ClusterNode> {
     let node_id = cluster
@@ -36,6 +37,7 @@ pub async fn join_cluster(
     config.mailbox.lease_renewal_interval = Duration::from_millis(cluster.claim_lease_ms / 5);
     config.events = events;
     config.run_input = cluster.run_input;
+    config.backend_wait = backend_wait;
     let errors = ServerErrors::default();
     let client = nats::connect(cluster, config.node_id.as_str(), errors.clone()).await?;
     tokio::select! {

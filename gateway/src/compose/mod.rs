@@ -73,7 +73,7 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
         Some(rules) => rules.compile().map_err(|e| invalid("permissions", e))?,
         None => PermissionRules::new(PermissionBehavior::Allow),
     };
-    let mut builder = runtime_base(thread_config(&config.store), rules);
+    let mut builder = runtime_base(thread_config(config), rules);
     if config.wants_demo() {
         builder = demo::with_demo_tools(builder, Arc::new(FakeFiles::with_demo_files()), journal);
         builder = demo::with_demo_agents(builder)?;
@@ -93,11 +93,14 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
     })
 }
 
-/// The thread actors' settings the store's config decides: how long a run
-/// waits for a database that went away.
-fn thread_config(store: &StoreConfig) -> ThreadConfig {
-    let mut config = ThreadConfig::default();
-    if let StoreConfig::Postgres(postgres) = store {
+/// The thread actors' settings the file decides: how long a run, and a store
+/// request, wait for a database that went away.
+fn thread_config(file: &ServeConfig) -> ThreadConfig {
+    let mut config = ThreadConfig {
+        store_request_wait: file.server.backend_wait(),
+        ..ThreadConfig::default()
+    };
+    if let StoreConfig::Postgres(postgres) = &file.store {
         config.store_outage_timeout = std::time::Duration::from_secs(postgres.outage_timeout_secs);
     }
     config

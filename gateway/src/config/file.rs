@@ -13,7 +13,7 @@ use serde_json::Value as JsonValue;
 use super::{ClusterConfig, StoreConfig};
 use crate::runtime_config::{ConfigDocument, Namespace};
 use crate::secret::SecretError;
-use crate::server::ServerConfig;
+use crate::server::{MAX_BACKEND_WAIT_SECS, ServerConfig};
 use crate::telemetry::{LogConfig, TelemetryConfig};
 
 /// The config file read when `--config` is not given (if it exists).
@@ -182,6 +182,11 @@ impl ServeConfig {
                 "server.max_arriving_body_bytes must be at least server.max_body_bytes \
                  (one whole body must fit)",
             );
+        }
+        if !(1..=MAX_BACKEND_WAIT_SECS).contains(&self.server.backend_wait_secs) {
+            return Err(ConfigError(format!(
+                "server.backend_wait_secs must be between 1 and {MAX_BACKEND_WAIT_SECS}"
+            )));
         }
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
@@ -434,6 +439,22 @@ pub(super) mod tests {
             (
                 "[store]\nkind = \"postgres\"\nurl = \"postgres://x\"\noutage_timeout_secs = -5\n",
                 "store.outage_timeout_secs must be between 1 and 3600, found -5",
+            ),
+            (
+                "[server]\nbackend_wait_secs = 0\n",
+                "server.backend_wait_secs",
+            ),
+            (
+                "[server]\nbackend_wait_secs = 100000\n",
+                "server.backend_wait_secs",
+            ),
+            (
+                "[server]\nbackend_wait_secs = -1\n",
+                "server.backend_wait_secs",
+            ),
+            (
+                "[server]\nbackend_wait_secs = \"soon\"\n",
+                "server.backend_wait_secs",
             ),
             ("[server\n", "TOML"),
         ] {

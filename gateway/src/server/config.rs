@@ -71,7 +71,15 @@ pub struct ServerConfig {
     /// Agents served over A2A to the listed tenants only (agent id → tenants of
     /// `api_keys`); an agent not listed is served to every tenant.
     pub a2a_tenants: BTreeMap<String, Vec<String>>,
+    /// Seconds a request waits for the mailbox or the store while they are
+    /// away (a NATS reconnect, a database failover) before it gets 503 with
+    /// `Retry-After`.
+    pub backend_wait_secs: u64,
 }
+
+/// The longest `server.backend_wait_secs`: past five minutes a client is
+/// better told to come back.
+pub const MAX_BACKEND_WAIT_SECS: u64 = 300;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -98,11 +106,17 @@ impl Default for ServerConfig {
             a2a_push_allowed_hosts: Vec::new(),
             a2a_push: A2aPushConfig::default(),
             a2a_tenants: BTreeMap::new(),
+            backend_wait_secs: 10,
         }
     }
 }
 
 impl ServerConfig {
+    /// How long a request waits for a backend that is away.
+    pub fn backend_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.backend_wait_secs)
+    }
+
     /// Reads `api_keys_file` into `api_keys` and the card token's file.
     pub(crate) fn resolve_secrets(&mut self) -> Result<(), SecretError> {
         self.a2a_extended_card_bearer_token = resolve(

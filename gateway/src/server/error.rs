@@ -66,6 +66,11 @@ impl ApiError {
     }
 }
 
+/// What a 503 tells a client to wait before trying again: a backend that is
+/// away was already waited for (`server.backend_wait_secs`), so it is not a
+/// blip, and a few seconds spare it a retry storm.
+pub(crate) const RETRY_AFTER_SECS: u64 = 5;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -78,7 +83,15 @@ impl IntoResponse for ApiError {
                 other.to_string()
             }
         };
-        (status, Json(serde_json::json!({ "error": message }))).into_response()
+        let body = Json(serde_json::json!({ "error": message }));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            let retry_after = [(
+                axum::http::header::RETRY_AFTER,
+                RETRY_AFTER_SECS.to_string(),
+            )];
+            return (status, retry_after, body).into_response();
+        }
+        (status, body).into_response()
     }
 }
 
@@ -168,6 +181,31 @@ impl From<InterruptError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_503_says_when_to_try_again_and_other_errors_do_not() {
+        let unavailable = ApiError::Unavailable("mailbox unavailable: reconnecting".into());
+        let response = unavailable.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .unwrap(),
+            &RETRY_AFTER_SECS.to_string()
+        );
+        assert_eq!(
+            body(response).await["error"],
+            "mailbox unavailable: reconnecting"
+        );
+        let missing = ApiError::NotFound("no such run".into()).into_response();
+        assert!(
+            missing
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .is_none()
+        );
+    }
 
     async fn body(response: Response) -> serde_json::Value {
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)

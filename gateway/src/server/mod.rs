@@ -23,7 +23,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use config::{A2aPushConfig, ApiKeys, McpEndpointConfig, ServerConfig};
+pub use config::{A2aPushConfig, ApiKeys, MAX_BACKEND_WAIT_SECS, McpEndpointConfig, ServerConfig};
 use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use router::{router, served_routes};
