@@ -22,6 +22,7 @@ pub mod local;
 pub mod membership;
 pub mod node;
 mod node_metrics;
+mod reconnects;
 pub mod routing;
 pub mod run_input;
 pub mod shards;

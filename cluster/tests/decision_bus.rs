@@ -193,6 +193,26 @@ async fn a_decision_published_by_nats_py_resumes_the_waiting_run_once() {
     assert_eq!(f.echo.0.load(Ordering::SeqCst), 1, "the tool ran once");
 }
 
+/// The worker pulls again once its connection is back: a decision published
+/// after a restart of the server is applied within seconds, not once the pull
+/// that was in flight expires (`ack_wait` and more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_published_after_the_server_restarted_resumes_the_run() {
+    let mut f = fixture().await;
+    let call = waiting_run(&f.runtime, "t-restart").await;
+    f.server.restart().await.unwrap();
+    publish_with_nats_py(
+        &f.server,
+        "awaken.decisions.t-restart",
+        "application/json",
+        &decision(&call, "d-after-restart"),
+        None,
+    )
+    .await;
+    finished(&f.runtime, "t-restart").await;
+    assert_eq!(f.echo.0.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_msgpack_decision_resumes_too() {
     let f = fixture().await;

@@ -23,8 +23,8 @@ mod file_io;
 mod file_webhooks;
 mod memory;
 mod memory_webhooks;
-#[cfg(feature = "postgres")]
 mod patient;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod timed;
 mod webhooks;

@@ -21,6 +21,7 @@ mod wire;
 use std::sync::Arc;
 use std::time::Duration;
 
+use awaken_actors::backoff::Backoff;
 use awaken_actors::clock::now_ms;
 
 use async_nats::HeaderMap;
@@ -40,6 +41,7 @@ pub use wire::{
 };
 
 use crate::error::ClusterError;
+use crate::reconnects::Reconnects;
 use crate::streams::ensure_stream;
 use crate::trace_headers::{self, traceparent};
 
@@ -229,35 +231,102 @@ impl DecisionBus {
             })
             .await
             .map_err(ClusterError::nats)?;
-        let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
+        let first = consumer.messages().await.map_err(ClusterError::nats)?;
         let client = self.js.client();
         let config = self.config.clone();
         let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
         let task = tokio::spawn(async move {
-            while let Some(message) = messages.next().await {
-                let message = match message {
-                    Ok(message) => message,
-                    Err(error) => {
-                        tracing::warn!(%error, "decision bus: pull failed");
-                        continue;
+            let mut messages = first;
+            loop {
+                let pulled = pull(&client, &mut messages, |message| {
+                    let slots = Arc::clone(&slots);
+                    let client = client.clone();
+                    let target = Arc::clone(&target);
+                    let config = config.clone();
+                    let metrics = Arc::clone(&metrics);
+                    async move {
+                        let Ok(slot) = slots.acquire_owned().await else {
+                            return false;
+                        };
+                        tokio::spawn(async move {
+                            handle(&client, target.as_ref(), &metrics, message, &config).await;
+                            drop(slot);
+                        });
+                        true
                     }
-                };
-                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                })
+                .await;
+                if !pulled {
                     return;
-                };
-                let client = client.clone();
-                let target = Arc::clone(&target);
-                let config = config.clone();
-                let metrics = Arc::clone(&metrics);
-                tokio::spawn(async move {
-                    handle(&client, target.as_ref(), &metrics, message, &config).await;
-                    drop(slot);
-                });
+                }
+                messages = pull_again(&consumer).await;
             }
         });
         Ok(DecisionWorker {
             _task: AbortOnDropHandle::new(task),
         })
+    }
+}
+
+/// How often the worker looks whether its connection was re-established.
+const RECONNECT_CHECK: Duration = Duration::from_secs(1);
+
+/// The first pause before the worker asks for its pull stream again.
+const REPULL_PAUSE: Duration = Duration::from_millis(100);
+
+/// Hands each pulled decision to `take` until the stream ends or the connection
+/// was re-established (`true`: pull again; a pull in flight then may have been
+/// lost, and the client would only notice when it expires), or `take` says the
+/// worker is closing (`false`).
+async fn pull<F, Fut>(
+    client: &async_nats::Client,
+    messages: &mut consumer::pull::Stream,
+    mut take: F,
+) -> bool
+where
+    F: FnMut(jetstream::Message) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut reconnects = Reconnects::of(client);
+    let mut check = tokio::time::interval(RECONNECT_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let message = tokio::select! {
+            message = messages.next() => message,
+            _ = check.tick() => {
+                if reconnects.happened() {
+                    tracing::info!("decision bus: connection re-established; pulling again");
+                    return true;
+                }
+                continue;
+            }
+        };
+        match message {
+            Some(Ok(message)) => {
+                if !take(message).await {
+                    return false;
+                }
+            }
+            Some(Err(error)) => tracing::warn!(%error, "decision bus: pull failed"),
+            None => {
+                tracing::warn!("decision bus: pull stream ended; pulling again");
+                return true;
+            }
+        }
+    }
+}
+
+/// A new pull stream on `consumer`, asked for until it is given.
+async fn pull_again(consumer: &consumer::PullConsumer) -> consumer::pull::Stream {
+    let mut backoff = Backoff::new(REPULL_PAUSE, RECONNECT_CHECK * 5);
+    loop {
+        match consumer.messages().await {
+            Ok(messages) => return messages,
+            Err(error) => {
+                tracing::warn!(%error, "decision bus: pull stream not opened yet");
+                backoff.wait().await;
+            }
+        }
     }
 }
 

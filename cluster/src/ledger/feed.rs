@@ -22,6 +22,7 @@ use super::snapshot::{self, Snapshots, Written};
 use super::wire::{BATCH_HEADER, Batch, WRITER_HEADER};
 use crate::codec;
 use crate::error::ClusterError;
+use crate::reconnects::Reconnects;
 
 /// Keeps the replica following the stream while it lives.
 #[derive(Debug)]
@@ -143,10 +144,19 @@ impl Follower {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_applied = self.replica.applied();
         let mut still = 0;
+        let mut reconnects = Reconnects::of(&self.client);
         loop {
             let message = tokio::select! {
                 message = messages.next() => message,
                 _ = tick.tick() => {
+                    // After a reconnect the ordered consumer would wait for its
+                    // missed heartbeats, and start over from the stream's start
+                    // when it had delivered nothing yet: read on from here.
+                    if reconnects.happened() {
+                        tracing::info!(applied = self.replica.applied(),
+                            "mailbox ledger feed: connection re-established; resubscribing");
+                        return Interrupted::Resubscribe;
+                    }
                     let applied = self.replica.applied();
                     if applied != last_applied || self.replica.known() <= applied {
                         last_applied = applied;
