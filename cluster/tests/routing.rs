@@ -475,3 +475,21 @@ async fn events_emitted_together_go_out_as_one_message_in_order() {
     let alone = published.next().await.unwrap();
     assert_eq!(seqs(&decode_events(&alone.payload).unwrap()), [5]);
 }
+
+/// A call that only reads is asked again when its answer is lost: a status
+/// asked while the server is down (longer than three heartbeats, so the first
+/// try is given up on) is answered once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_asked_while_the_server_restarts_is_answered_once_it_is_back() {
+    let mut f = fixture().await;
+    let thread = thread("status-through-a-restart");
+    f.server.kill().await;
+    let asked = {
+        let router = f.router.clone();
+        tokio::spawn(async move { router.thread_status(&thread).await })
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    f.server.restart().await.unwrap();
+    let status = asked.await.unwrap();
+    assert!(status.is_ok(), "{status:?}");
+}

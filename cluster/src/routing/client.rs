@@ -102,11 +102,23 @@ impl ThreadRouter {
     }
 
     /// Sends `call` to the thread's owner, waiting up to `owner_wait` while the
-    /// thread has none.
+    /// thread has none. A call that only reads (status, replay) is also sent
+    /// again, within the same wait, when its answer was lost on the way (a
+    /// reconnect): asking twice changes nothing.
     pub async fn call(&self, call: ThreadCall) -> Result<Answer, RouteError> {
         let started = Instant::now();
         loop {
-            let answer = self.call_once(&call).await?;
+            let answer = match self.call_once(&call).await {
+                Ok(answer) => answer,
+                Err(error @ (RouteError::OwnerSilent { .. } | RouteError::Transport(_)))
+                    if call.only_reads() && started.elapsed() < self.config.owner_wait =>
+                {
+                    tracing::debug!(%error, call = call.operation(), "thread call asked again");
+                    tokio::time::sleep(self.config.retry_delay).await;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             if answer.outcome != CallOutcome::NotOwner {
                 return Ok(answer);
             }

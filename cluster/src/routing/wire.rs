@@ -71,6 +71,12 @@ impl ThreadCall {
         }
     }
 
+    /// Whether the call changes nothing at its owner, so that sending it again
+    /// after its answer was lost is safe.
+    pub fn only_reads(&self) -> bool {
+        matches!(self, Self::Status { .. } | Self::Replay { .. })
+    }
+
     /// The thread the call is about: its shard's owner answers it.
     pub fn thread_id(&self) -> &ThreadId {
         match self {
