@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::error::ClusterError;
+use crate::streams::ordered_consumer;
 
 /// Longest wait for the next entry of a scan.
 pub(crate) const SCAN_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -83,18 +84,18 @@ async fn follow_under(
     store: &kv::Store,
     key_prefix: &str,
 ) -> Result<Feed, ClusterError> {
-    let consumer = store
-        .stream
-        .create_consumer(push::OrderedConfig {
+    let consumer = ordered_consumer(
+        &store.stream,
+        push::OrderedConfig {
             deliver_subject: client.new_inbox(),
             description: Some("awaken kv feed".to_owned()),
             filter_subject: format!("{}{key_prefix}>", store.prefix),
             deliver_policy: DeliverPolicy::LastPerSubject,
             replay_policy: ReplayPolicy::Instant,
             ..Default::default()
-        })
-        .await
-        .map_err(ClusterError::nats)?;
+        },
+    )
+    .await?;
     let remaining = consumer.cached_info().num_pending;
     Ok(Feed {
         messages: consumer.messages().await.map_err(ClusterError::nats)?,

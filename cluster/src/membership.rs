@@ -103,6 +103,9 @@ pub struct MembershipConfig {
     pub bucket: String,
     /// A node missing heartbeats this long is gone.
     pub ttl: Duration,
+    /// Copies of the bucket on a clustered NATS: with one, losing its server
+    /// stops every heartbeat, and the members' shards with them.
+    pub replicas: usize,
 }
 
 impl Default for MembershipConfig {
@@ -110,6 +113,7 @@ impl Default for MembershipConfig {
         Self {
             bucket: DEFAULT_MEMBERS_BUCKET.to_owned(),
             ttl: Duration::from_secs(10),
+            replicas: 1,
         }
     }
 }
@@ -134,7 +138,9 @@ impl Membership {
         config: &MembershipConfig,
         record: MemberRecord,
     ) -> Result<Self, ClusterError> {
-        let spec = BucketSpec::new(&config.bucket).with_max_age(config.ttl);
+        let spec = BucketSpec::new(&config.bucket)
+            .with_max_age(config.ttl)
+            .with_replicas(config.replicas);
         let bucket = ensure_bucket(js, &spec).await?;
         let payload = codec::encode(&record)?;
         let node_id = record.node_id;

@@ -202,7 +202,10 @@ impl ClusterNode {
         );
         let membership = Membership::join(
             &js,
-            &config.membership,
+            &MembershipConfig {
+                replicas: config.replicas,
+                ..config.membership.clone()
+            },
             MemberRecord {
                 node_id: node_id.clone(),
                 joined_at_ms: now_ms(),

@@ -272,6 +272,15 @@ async fn a_run_its_owner_no_longer_buffers_ends_as_its_record_says() {
         ended.iter().map(body).collect::<Vec<_>>(),
         [body(&real_finish)]
     );
+
+    // A follow of the finished run (replaying only, as the gateway follows a
+    // run whose record says it is done) ends with that end too, not empty.
+    let mut replayed = f.follow(&first, &run, None).await.replay_only();
+    let ended = drain(&mut replayed).await;
+    assert_eq!(
+        ended.iter().map(|event| &event.event).collect::<Vec<_>>(),
+        [&real_finish.event]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,6 +41,8 @@ pub struct RunFollow {
     complete: bool,
     /// Set for runs that are not executing: live events are not waited for.
     replay_only: bool,
+    /// Whether a replay-only follow asked for the end it did not find.
+    finish_asked: bool,
 }
 
 /// Starts following `run_id` of `thread_id` after `after_seq` (from the start when
@@ -98,6 +100,7 @@ pub async fn follow_run(
         ended: false,
         complete,
         replay_only: false,
+        finish_asked: false,
     })
 }
 
@@ -114,6 +117,7 @@ pub fn follow_local(hub: &LocalEventHub, run_id: &RunId, after_seq: Option<u64>)
         ended: false,
         complete: replay.complete,
         replay_only: false,
+        finish_asked: false,
     }
 }
 
@@ -205,7 +209,10 @@ impl RunFollow {
                 None if self.replay_only => {
                     match tokio::time::timeout(FINISH_GRACE, self.next_live()).await {
                         Ok(Some(())) => continue,
-                        Ok(None) | Err(_) => return None,
+                        Ok(None) => return None,
+                        // Once: the run's end as its owner or record has it.
+                        Err(_) if !self.finish_asked && self.ask_for_finish().await => continue,
+                        Err(_) => return None,
                     }
                 }
                 None => {
@@ -259,6 +266,22 @@ impl RunFollow {
         self.last_seq = Some(event.seq);
         self.ended = matches!(event.event, AgentEvent::RunFinish { .. });
         Some(event)
+    }
+
+    /// For a run that is not executing and whose buffered events did not end
+    /// with its `RunFinish` (its owner changed, or its buffer was evicted): asks
+    /// the owner again, or reads the end from the run's record. Whether that
+    /// found anything; a follow on this node's hub has nowhere else to ask.
+    async fn ask_for_finish(&mut self) -> bool {
+        self.finish_asked = true;
+        let Live::Nats(_, catch_up) = &self.live else {
+            return false;
+        };
+        let missed = catch_up_after(catch_up, self.last_seq).await;
+        self.complete &= missed.complete;
+        let found = !missed.events.is_empty();
+        self.backlog.extend(missed.events);
+        found
     }
 
     /// Notes what a read of this node's buffer lost: events that left the buffer

@@ -23,6 +23,7 @@ use super::wire::{BATCH_HEADER, Batch, WRITER_HEADER};
 use crate::codec;
 use crate::error::ClusterError;
 use crate::reconnects::Reconnects;
+use crate::streams::ordered_consumer;
 
 /// Keeps the replica following the stream while it lives.
 #[derive(Debug)]
@@ -96,17 +97,17 @@ impl Follower {
                 start_sequence: applied + 1,
             }
         };
-        let consumer = self
-            .stream
-            .create_consumer(push::OrderedConfig {
+        let consumer = ordered_consumer(
+            &self.stream,
+            push::OrderedConfig {
                 deliver_subject: self.client.new_inbox(),
                 description: Some("awaken mailbox ledger".to_owned()),
                 deliver_policy,
                 replay_policy: ReplayPolicy::Instant,
                 ..Default::default()
-            })
-            .await
-            .map_err(ClusterError::nats)?;
+            },
+        )
+        .await?;
         consumer.messages().await.map_err(ClusterError::nats)
     }
 

@@ -393,6 +393,20 @@ impl LedgerMailbox {
         self.inner.replica.input(run_id)
     }
 
+    /// [`Self::carried_input`], once this node's replica has applied everything
+    /// the stream holds when it is not there yet: a run accepted through
+    /// another node a moment ago is found here too.
+    pub async fn carried_input_synced(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Option<RunRequest>, MailboxError> {
+        if let Some(input) = self.carried_input(run_id) {
+            return Ok(Some(input));
+        }
+        self.sync().await?;
+        Ok(self.carried_input(run_id))
+    }
+
     /// Whether the input of `run_id` came in the ledger with its dispatch (and
     /// so goes with it, leaving nothing to remove anywhere else).
     pub fn holds_carried_input(&self, run_id: &RunId) -> bool {

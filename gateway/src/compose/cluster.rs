@@ -38,6 +38,10 @@ pub async fn join_cluster(
     config.events = events;
     config.run_input = cluster.run_input;
     config.backend_wait = backend_wait;
+    // A request routed to a thread's owner waits as long for the owner as it
+    // waits for the mailbox: a shard without an owner after a NATS outage is
+    // one more backend coming back.
+    config.routing.owner_wait = config.routing.owner_wait.max(backend_wait);
     let errors = ServerErrors::default();
     let client = nats::connect(cluster, config.node_id.as_str(), errors.clone()).await?;
     tokio::select! {

@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
+use awaken_actors::backoff::Backoff;
 use awaken_actors::clock::now_ms;
 use awaken_actors::contract::{RunDispatchStatus, RunRecord};
 use awaken_actors::telemetry::{DecisionOutcome, DecisionSource};
 use awaken_actors::thread::ControlError;
 use awaken_actors::{RunId, ThreadId};
-use awaken_cluster::decisions::{DecisionPayload, Delivery};
+use awaken_cluster::decisions::{Decision, DecisionPayload, Delivery};
 use awaken_cluster::routing::{CallOutcome, ThreadCall};
 
 use super::RunService;
@@ -20,6 +21,9 @@ use crate::server::error::ApiError;
 /// active on its thread, so the cancel reaches it (claim and activation are two
 /// steps; between them the run is neither queued nor active).
 const STARTING_WAIT: Duration = Duration::from_secs(2);
+
+/// The first pause before a decision the owner asked to retry is sent again.
+const DECIDE_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 impl RunService {
     /// Reads a decision body for `thread_id` (optionally pinned to `run_id`) and hands
@@ -50,9 +54,12 @@ impl RunService {
             }
         };
         decision.resume.trace = crate::server::trace::incoming();
-        let answer = self.control.call(ThreadCall::Decide { decision }).await?;
-        match answer.outcome {
+        let (outcome, retried) = self.deliver(decision).await?;
+        match outcome {
+            // Asked again after its thread moved mid-run, the decision this
+            // request applied the first time comes back as a duplicate of itself.
             CallOutcome::Delivered(Delivery::Applied { duplicate }) => {
+                let duplicate = duplicate && !retried;
                 let outcome = if duplicate {
                     DecisionOutcome::Duplicate
                 } else {
@@ -74,6 +81,34 @@ impl RunService {
                 Err(refused.into())
             }
             other => Err(unexpected("decide", &other)),
+        }
+    }
+
+    /// Hands `decision` to its thread's owner, again while the owner answers
+    /// "try again" (its thread changing hands, the run it resumed cut off
+    /// before it stopped), for up to the backend wait: the outcome, and whether
+    /// it was sent more than once.
+    async fn deliver(&self, decision: Decision) -> Result<(CallOutcome, bool), ApiError> {
+        let started = tokio::time::Instant::now();
+        let mut backoff = Backoff::new(DECIDE_RETRY_PAUSE, DECIDE_RETRY_PAUSE * 10);
+        let mut retried = false;
+        loop {
+            let answer = self
+                .control
+                .call(ThreadCall::Decide {
+                    decision: decision.clone(),
+                })
+                .await?;
+            let CallOutcome::Delivered(Delivery::Retry(reason)) = &answer.outcome else {
+                return Ok((answer.outcome, retried));
+            };
+            let pause = backoff.next_pause();
+            if started.elapsed() + pause >= self.backend_wait {
+                return Ok((answer.outcome, retried));
+            }
+            tracing::debug!(%reason, "decision handed over again");
+            retried = true;
+            tokio::time::sleep(pause).await;
         }
     }
 

@@ -39,6 +39,9 @@ pub struct RunService {
     control: Arc<dyn RunControl>,
     /// Turns true when the server starts shutting down: open streams end then.
     stopping: watch::Receiver<bool>,
+    /// How long a request waits out a backend that is away or a thread that
+    /// changes hands (`server.backend_wait_secs`).
+    backend_wait: std::time::Duration,
 }
 
 impl std::fmt::Debug for RunService {
@@ -48,9 +51,18 @@ impl std::fmt::Debug for RunService {
 }
 
 impl RunService {
-    /// A service over `control` whose streams end when `stopping` turns true.
-    pub fn new(control: Arc<dyn RunControl>, stopping: watch::Receiver<bool>) -> Self {
-        Self { control, stopping }
+    /// A service over `control` whose streams end when `stopping` turns true,
+    /// its requests waiting up to `backend_wait` for what is away.
+    pub fn new(
+        control: Arc<dyn RunControl>,
+        stopping: watch::Receiver<bool>,
+        backend_wait: std::time::Duration,
+    ) -> Self {
+        Self {
+            control,
+            stopping,
+            backend_wait,
+        }
     }
 
     /// The node's agents, tools and models as they are now.

@@ -104,7 +104,11 @@ impl AppState {
             gauges.bodies_arriving.clone(),
             gauges.body_bytes_arriving.clone(),
         );
-        let runs = RunService::new(Arc::clone(&control), stopping.subscribe());
+        let runs = RunService::new(
+            Arc::clone(&control),
+            stopping.subscribe(),
+            config.backend_wait(),
+        );
         let config = Arc::new(config);
         let a2a = A2aState {
             runs: runs.clone(),
