@@ -10,11 +10,13 @@
 //! - every run ends on its own (`natural_end`), none in error;
 //! - every SSE stream ends with its run's `run_finish`, within 5 s of the run's
 //!   end;
-//! - every waiting run finishes once approved, and no tool call runs twice.
+//! - every waiting run finishes once approved, and no tool call runs twice;
+//! - while NATS is away, `/health/ready` is 503 and `/health/live` 200 on every
+//!   node; ready again once it is back.
 //!
 //! These faults are timing-dependent: `AWAKEN_STRESS_REPEATS=N` runs each
 //! scenario N times (the default suite runs it once), e.g.
-//! `AWAKEN_STRESS_REPEATS=5 cargo nextest run --workspace -E 'binary(nats_outage)'`.
+//! `AWAKEN_STRESS_REPEATS=5 cargo nextest run --workspace --profile stress -E 'binary(nats_outage)'`
 //!
 //! Needs PostgreSQL (`AWAKEN_TEST_POSTGRES_URL`), `nats-server` on the PATH and
 //! the `awaken` binary built beside this test.
@@ -32,7 +34,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use awaken_actors::contract::AgentEvent;
 use awaken_cluster::testing::{NatsCluster, NatsServer};
 use serde_json::{Value, json};
-use support::{Cluster, Node, RunStream, SETTLE, database, record, tool_starts_per_call};
+use support::{
+    Cluster, Node, RunStream, SETTLE, database, record, stress_repeats, tool_starts_per_call,
+};
 use tokio::sync::watch;
 
 /// W runs executing at once.
@@ -46,14 +50,6 @@ const BACKEND_WAIT_SECS: u64 = 30;
 /// How long after its run's end a stream may end (the record's `updated_at`
 /// counts whole seconds: one more).
 const STREAM_END_SLACK: f64 = 5.0 + 1.0;
-
-/// How many times each scenario runs (`AWAKEN_STRESS_REPEATS`, default 1).
-fn repeats() -> usize {
-    std::env::var("AWAKEN_STRESS_REPEATS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1)
-}
 
 fn cluster(nats_url: String, postgres_url: &str, replicas: usize, dir: &Path) -> Cluster {
     Cluster {
@@ -273,6 +269,7 @@ async fn nothing_lost(
         .filter(|sample| sample.statuses.iter().any(|status| *status >= 500))
         .collect();
     assert!(failed.is_empty(), "requests answered 5xx: {failed:#?}");
+    let mut slowest_end: f64 = 0.0;
     for sample in samples {
         assert!(
             matches!(sample.last, Some(AgentEvent::RunFinish { .. })),
@@ -288,7 +285,15 @@ async fn nothing_lost(
             sample.run_id,
             sample.stream_ended_at - ended_at
         );
+        slowest_end = slowest_end.max(sample.stream_ended_at - ended_at);
     }
+    // What docs/benchmarks.md reports of these runs.
+    eprintln!(
+        "nats outage: {} W runs and {} approved runs ended on their own; \
+         slowest stream end {slowest_end:.1} s after its run (or NATS) was back",
+        samples.len(),
+        waiting.len()
+    );
     for (run_id, _) in waiting {
         let run = support::done_run(client, base, run_id).await;
         assert_eq!(run["termination"]["type"], "natural_end", "{run}");
@@ -310,6 +315,24 @@ async fn nothing_lost(
         record(client, base, &samples[0].run_id).await.is_some(),
         "the node still serves"
     );
+}
+
+/// The status `/health/{which}` of `base` answers.
+async fn health(client: &reqwest::Client, base: &str, which: &str) -> u16 {
+    let response = client.get(format!("{base}/health/{which}")).send().await;
+    response.unwrap().status().as_u16()
+}
+
+/// Waits (bounded) until `/health/{which}` of `base` answers `status`.
+async fn health_turns(client: &reqwest::Client, base: &str, which: &str, status: u16) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while health(client, base, which).await != status {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{base}/health/{which} never answered {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The outage a scenario puts NATS through.
@@ -335,9 +358,18 @@ async fn single_server_scenario(outage: Outage) {
         Outage::Restart => nats.restart().await.unwrap(),
         Outage::StoppedFor(down) => {
             nats.kill().await;
+            // Meanwhile every node says it is not ready (Kubernetes sends its
+            // traffic elsewhere) and alive (a restart would not help).
+            for node in &nodes {
+                health_turns(&client, &node.base, "ready", 503).await;
+                assert_eq!(health(&client, &node.base, "live").await, 200);
+            }
             // The outage itself: how long NATS stays away.
             tokio::time::sleep(down).await;
             nats.restart().await.unwrap();
+            for node in &nodes {
+                health_turns(&client, &node.base, "ready", 200).await;
+            }
         }
     }
     let nats_back_at = unix_now();
@@ -358,21 +390,21 @@ async fn single_server_scenario(outage: Outage) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nats_restart_costs_no_run_and_hangs_no_stream() {
-    for _ in 0..repeats() {
+    for _ in 0..stress_repeats() {
         single_server_scenario(Outage::Restart).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_stopped_for_ten_seconds_costs_no_run_and_hangs_no_stream() {
-    for _ in 0..repeats() {
+    for _ in 0..stress_repeats() {
         single_server_scenario(Outage::StoppedFor(Duration::from_secs(10))).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nats_cluster_losing_a_server_costs_no_run_and_hangs_no_stream() {
-    for _ in 0..repeats() {
+    for _ in 0..stress_repeats() {
         let mut nats = NatsCluster::start().await.unwrap();
         let (postgres_url, _schema) = database().await;
         let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,8 @@
 //! false, liveness true), then go on, and none ends in error or runs its tool
 //! twice.
 //!
+//! `AWAKEN_STRESS_REPEATS=N` runs each scenario N times (`--profile stress`).
+//!
 //! Needs `initdb` and `pg_ctl` on the PATH (under root as the `postgres` user),
 //! and the `awaken` binary built beside this test.
 
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use postgres_server::PostgresServer;
 use serde_json::json;
-use support::{Node, SETTLE, new_thread, post, record, tool_starts_per_call};
+use support::{Node, SETTLE, new_thread, post, record, stress_repeats, tool_starts_per_call};
 
 /// Runs executing when the database goes away.
 const RUNS: usize = 8;
@@ -171,12 +173,16 @@ async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_outlive_a_restart_of_the_database() {
-    runs_outlive(async |server| server.stop_fast().await).await;
+    for _ in 0..stress_repeats() {
+        runs_outlive(async |server| server.stop_fast().await).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_outlive_a_crash_of_the_database() {
-    runs_outlive(async |server| server.crash().await).await;
+    for _ in 0..stress_repeats() {
+        runs_outlive(async |server| server.crash().await).await;
+    }
 }
 
 /// Past `server.backend_wait_secs` a request is answered 503 with `Retry-After`

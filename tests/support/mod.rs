@@ -23,6 +23,15 @@ pub(crate) mod tls;
 
 /// How long a suite waits for the cluster to settle after its faults.
 pub(crate) const SETTLE: Duration = Duration::from_secs(90);
+/// How many times an outage suite runs each scenario: `AWAKEN_STRESS_REPEATS`
+/// (its faults are timing-dependent), once by default.
+pub(crate) fn stress_repeats() -> usize {
+    std::env::var("AWAKEN_STRESS_REPEATS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
 /// The cluster's shards and lease TTL (as in each node's config).
 pub(crate) const SHARDS: usize = 16;
 pub(crate) const LEASE_TTL: Duration = Duration::from_secs(2);

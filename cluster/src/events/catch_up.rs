@@ -25,6 +25,11 @@ use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
 /// probe is one small request to the owner, answered from memory.
 pub(super) const QUIET_PROBE: Duration = Duration::from_secs(3);
 
+/// How long a catch-up waits for the thread to have an owner before it reads
+/// the run's record instead: a stream whose run ended while its shard moves
+/// ends within a probe and this.
+const OWNER_WAIT: Duration = Duration::from_secs(2);
+
 /// Where a follow over NATS refills what the subscription did not deliver.
 pub(super) struct CatchUp {
     router: ThreadRouter,
@@ -67,17 +72,29 @@ impl CatchUp {
     }
 
     /// The events after `after_seq` the owner still buffers; when it does not
-    /// know the run, the `RunFinish` the stored record implies, if the run is no
-    /// longer executing.
+    /// know the run, or the thread has no owner to ask within
+    /// [`OWNER_WAIT`] (its shard changing hands), the `RunFinish` the stored
+    /// record implies, if the run is no longer executing.
     pub(super) async fn missed(&self, after_seq: Option<u64>) -> Result<Missed, RouteError> {
-        let answer = self
+        let asked = self
             .router
-            .call(ThreadCall::Replay {
-                thread_id: self.thread_id.clone(),
-                run_id: self.run_id.clone(),
-                after_seq,
-            })
-            .await?;
+            .call_within(
+                ThreadCall::Replay {
+                    thread_id: self.thread_id.clone(),
+                    run_id: self.run_id.clone(),
+                    after_seq,
+                },
+                OWNER_WAIT,
+            )
+            .await;
+        let answer = match asked {
+            Ok(answer) => answer,
+            Err(error @ (RouteError::NoOwner { .. } | RouteError::OwnerSilent { .. })) => {
+                tracing::debug!(%error, run_id = %self.run_id, "no owner to ask; reading the run's record");
+                return self.recorded(after_seq).await;
+            }
+            Err(error) => return Err(error),
+        };
         let complete = match answer.outcome {
             CallOutcome::Replayed { complete } => complete,
             CallOutcome::Malformed(error) => return Err(RouteError::Malformed(error)),
@@ -96,6 +113,11 @@ impl CatchUp {
                 complete,
             });
         }
+        self.recorded(after_seq).await
+    }
+
+    /// What the run's record says was missed: its end, if it is not executing.
+    async fn recorded(&self, after_seq: Option<u64>) -> Result<Missed, RouteError> {
         let ended = self
             .recorded_end(after_seq)
             .await

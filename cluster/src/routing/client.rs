@@ -106,12 +106,23 @@ impl ThreadRouter {
     /// again, within the same wait, when its answer was lost on the way (a
     /// reconnect): asking twice changes nothing.
     pub async fn call(&self, call: ThreadCall) -> Result<Answer, RouteError> {
+        self.call_within(call, self.config.owner_wait).await
+    }
+
+    /// [`Self::call`], waiting at most `owner_wait` for an owner (and for a
+    /// lost answer to a call that only reads): for a caller with somewhere
+    /// else to look.
+    pub async fn call_within(
+        &self,
+        call: ThreadCall,
+        owner_wait: Duration,
+    ) -> Result<Answer, RouteError> {
         let started = Instant::now();
         loop {
             let answer = match self.call_once(&call).await {
                 Ok(answer) => answer,
                 Err(error @ (RouteError::OwnerSilent { .. } | RouteError::Transport(_)))
-                    if call.only_reads() && started.elapsed() < self.config.owner_wait =>
+                    if call.only_reads() && started.elapsed() < owner_wait =>
                 {
                     tracing::debug!(%error, call = call.operation(), "thread call asked again");
                     tokio::time::sleep(self.config.retry_delay).await;
@@ -122,7 +133,7 @@ impl ThreadRouter {
             if answer.outcome != CallOutcome::NotOwner {
                 return Ok(answer);
             }
-            if started.elapsed() >= self.config.owner_wait {
+            if started.elapsed() >= owner_wait {
                 return Err(RouteError::NoOwner {
                     thread_id: call.thread_id().clone(),
                     waited: started.elapsed(),
