@@ -10,7 +10,9 @@
 //! - every run ends on its own (`natural_end`), none in error;
 //! - every SSE stream ends with its run's `run_finish`, within 5 s of the run's
 //!   end;
-//! - every waiting run finishes once approved, and no tool call runs twice;
+//! - every waiting run finishes once approved, and no tool call runs twice
+//!   (where the outage outlasts the shard leases, a call its node was cut off
+//!   in starts once more on the next owner, as after a kill);
 //! - while NATS is away, `/health/ready` is 503 and `/health/live` 200 on every
 //!   node; ready again once it is back.
 //!
@@ -76,6 +78,11 @@ struct Sample {
     statuses: Vec<u16>,
     /// The last event of its stream.
     last: Option<AgentEvent>,
+    /// When its stream was asked for, and when the response began (unix
+    /// seconds): a node whose mailbox replica catches up after a reconnect
+    /// looks a run just accepted elsewhere up only once it has.
+    stream_asked_at: f64,
+    stream_began_at: f64,
     /// When its stream ended (unix seconds).
     stream_ended_at: f64,
 }
@@ -102,11 +109,14 @@ async fn w_run(client: &reqwest::Client, submit_to: &str, follow_on: &str) -> Sa
     .await
     .unwrap_or(Value::Null);
     let Some(thread) = thread["id"].as_str() else {
+        let now = unix_now();
         return Sample {
             run_id: String::new(),
             statuses,
             last: None,
-            stream_ended_at: unix_now(),
+            stream_asked_at: now,
+            stream_began_at: now,
+            stream_ended_at: now,
         };
     };
     let body = json!({"agentId": "bench",
@@ -122,11 +132,13 @@ async fn w_run(client: &reqwest::Client, submit_to: &str, follow_on: &str) -> Sa
     .await
     .unwrap_or(Value::Null);
     let run_id = queued["run_id"].as_str().unwrap_or_default().to_owned();
+    let stream_asked_at = unix_now();
     let response = send(
         &mut statuses,
         client.get(format!("{follow_on}/v1/runs/{run_id}/events")),
     )
     .await;
+    let stream_began_at = unix_now();
     let mut last = None;
     if response.status() == 200 {
         let mut stream = RunStream::new(response);
@@ -145,6 +157,8 @@ async fn w_run(client: &reqwest::Client, submit_to: &str, follow_on: &str) -> Sa
         run_id,
         statuses,
         last,
+        stream_asked_at,
+        stream_began_at,
         stream_ended_at: unix_now(),
     }
 }
@@ -255,7 +269,11 @@ async fn approve_all(client: &reqwest::Client, nodes: &[Node], waiting: &[(Strin
 /// Every W run and every approved run ended on its own, every stream with its
 /// run's `run_finish` within the slack of the run's end (or of NATS being
 /// back, `nats_back_at`, for a run that ended while the stream's node could not
-/// hear of it), nothing answered 5xx, and no tool call ran twice.
+/// hear of it, or of the stream's start, for a stream that began after its run
+/// ended: how long that took is reported), nothing answered 5xx, and no tool call ran twice, but where the
+/// outage outlasted the shard leases (`leases_lapsed`): then a call a node was
+/// cut off in (its tenure over, so it stops, decision 0048) starts once more on
+/// the next owner, as after a kill in `tests/chaos.rs`.
 async fn nothing_lost(
     client: &reqwest::Client,
     base: &str,
@@ -263,6 +281,7 @@ async fn nothing_lost(
     samples: &[Sample],
     waiting: &[(String, String)],
     nats_back_at: f64,
+    leases_lapsed: bool,
 ) {
     let failed: Vec<&Sample> = samples
         .iter()
@@ -270,6 +289,7 @@ async fn nothing_lost(
         .collect();
     assert!(failed.is_empty(), "requests answered 5xx: {failed:#?}");
     let mut slowest_end: f64 = 0.0;
+    let mut slowest_start: f64 = 0.0;
     for sample in samples {
         assert!(
             matches!(sample.last, Some(AgentEvent::RunFinish { .. })),
@@ -278,7 +298,12 @@ async fn nothing_lost(
         );
         let run = support::done_run(client, base, &sample.run_id).await;
         assert_eq!(run["termination"]["type"], "natural_end", "{run}");
-        let ended_at = run["updated_at"].as_f64().unwrap().max(nats_back_at);
+        let ended_at = run["updated_at"]
+            .as_f64()
+            .unwrap()
+            .max(nats_back_at)
+            .max(sample.stream_began_at);
+        slowest_start = slowest_start.max(sample.stream_began_at - sample.stream_asked_at);
         assert!(
             sample.stream_ended_at - ended_at <= STREAM_END_SLACK,
             "the stream of {} ended {:.1} s after its run (or NATS) was back",
@@ -290,7 +315,8 @@ async fn nothing_lost(
     // What docs/benchmarks.md reports of these runs.
     eprintln!(
         "nats outage: {} W runs and {} approved runs ended on their own; \
-         slowest stream end {slowest_end:.1} s after its run (or NATS) was back",
+         slowest stream end {slowest_end:.1} s after its run (or NATS) was back; \
+         slowest stream start {slowest_start:.1} s",
         samples.len(),
         waiting.len()
     );
@@ -298,19 +324,24 @@ async fn nothing_lost(
         let run = support::done_run(client, base, run_id).await;
         assert_eq!(run["termination"]["type"], "natural_end", "{run}");
     }
+    let most = if leases_lapsed { 2 } else { 1 };
     let starts = tool_starts_per_call(&cluster.journal);
-    let repeated: Vec<_> = starts.iter().filter(|(_, n)| **n > 1).collect();
+    let repeated: Vec<_> = starts.iter().filter(|(_, n)| **n > most).collect();
     assert!(
         repeated.is_empty(),
-        "calls run more than once: {repeated:?}"
+        "calls run more than {most} times: {repeated:?}"
     );
     for (run_id, call) in waiting {
-        assert_eq!(
-            starts.get(&format!("{run_id}:{call}")),
-            Some(&1),
-            "{run_id}: {starts:?}"
+        let started = starts.get(&format!("{run_id}:{call}")).copied();
+        assert!(
+            started.is_some_and(|n| (1..=most).contains(&n)),
+            "{run_id}:{call} started {started:?} times"
         );
     }
+    eprintln!(
+        "nats outage: {} calls started twice (a node cut off mid-call)",
+        starts.values().filter(|n| **n > 1).count()
+    );
     assert!(
         record(client, base, &samples[0].run_id).await.is_some(),
         "the node still serves"
@@ -354,9 +385,10 @@ async fn single_server_scenario(outage: Outage) {
     let load = Load::start(&client, &nodes);
     load.finishes(RUNS_AROUND_THE_FAULT).await;
 
-    match outage {
+    match &outage {
         Outage::Restart => nats.restart().await.unwrap(),
         Outage::StoppedFor(down) => {
+            let down = *down;
             nats.kill().await;
             // Meanwhile every node says it is not ready (Kubernetes sends its
             // traffic elsewhere) and alive (a restart would not help).
@@ -377,6 +409,8 @@ async fn single_server_scenario(outage: Outage) {
     load.finishes(RUNS_AROUND_THE_FAULT).await;
     let samples = load.stop().await;
     approve_all(&client, &nodes, &waiting).await;
+    // Leases (2 s here) lapse in an outage longer than they are.
+    let leases_lapsed = matches!(outage, Outage::StoppedFor(_));
     nothing_lost(
         &client,
         &nodes[0].base,
@@ -384,6 +418,7 @@ async fn single_server_scenario(outage: Outage) {
         &samples,
         &waiting,
         nats_back_at,
+        leases_lapsed,
     )
     .await;
 }
@@ -423,6 +458,8 @@ async fn a_nats_cluster_losing_a_server_costs_no_run_and_hangs_no_stream() {
 
         let samples = load.stop().await;
         approve_all(&client, &nodes, &waiting).await;
+        // The lease bucket's stream elects a new leader when its leader's
+        // server is lost, which can outlast the 2 s leases.
         nothing_lost(
             &client,
             &nodes[0].base,
@@ -430,6 +467,7 @@ async fn a_nats_cluster_losing_a_server_costs_no_run_and_hangs_no_stream() {
             &samples,
             &waiting,
             nats_back_at,
+            true,
         )
         .await;
     }

@@ -17,8 +17,9 @@ use awaken_cluster::LedgerMailbox;
 use awaken_cluster::ledger::{self, DEFAULT_LEDGER_NAME, LedgerOptions};
 use awaken_cluster::testing::NatsServer;
 
-/// Longer than the client's own wait for a JetStream answer (5 s): the first
-/// publish of a batch goes unanswered, and only a second one can land it.
+/// Longer than one publish's wait for its answer (2 s, the client's own is
+/// 5 s): the first publish of a batch goes unanswered, and only a later one
+/// can land it.
 const OUTAGE: Duration = Duration::from_secs(6);
 
 async fn mailbox(server: &NatsServer, answer_deadline: Duration) -> LedgerMailbox {

@@ -23,12 +23,12 @@ use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
 /// anything was missed: a lost `RunFinish` ends the stream within about this
 /// long of the run's end. Model calls and tools are often quieter than this; a
 /// probe is one small request to the owner, answered from memory.
-pub(super) const QUIET_PROBE: Duration = Duration::from_secs(3);
+pub(super) const QUIET_PROBE: Duration = Duration::from_secs(2);
 
-/// How long a catch-up waits for the thread to have an owner before it reads
-/// the run's record instead: a stream whose run ended while its shard moves
-/// ends within a probe and this.
-const OWNER_WAIT: Duration = Duration::from_secs(2);
+/// How long a catch-up waits for the thread's owner to answer (or for the
+/// thread to have one) before it reads the run's record instead: a stream whose
+/// run ended while its shard moves ends within a probe and this.
+const OWNER_WAIT: Duration = Duration::from_millis(1500);
 
 /// Where a follow over NATS refills what the subscription did not deliver.
 pub(super) struct CatchUp {

@@ -41,6 +41,12 @@ const REPUBLISH_PAUSE: Duration = Duration::from_millis(50);
 /// The longest pause between two publishes of one batch.
 const REPUBLISH_PAUSE_MAX: Duration = Duration::from_secs(1);
 
+/// How long one publish of a batch waits for the stream's answer before the
+/// batch goes out again (the client's own wait is 5 s): an answer lost in a
+/// reconnect would otherwise hold every mailbox operation of the node that
+/// long. The stream answers a healthy publish within milliseconds.
+const PUBLISH_ATTEMPT: Duration = Duration::from_secs(2);
+
 /// A command on its way to the stream.
 #[derive(Debug)]
 pub(crate) struct Submission {
@@ -143,28 +149,47 @@ impl Writer {
         let give_up = tokio::time::Instant::now() + self.answer_deadline;
         let mut backoff = Backoff::new(REPUBLISH_PAUSE, REPUBLISH_PAUSE_MAX);
         loop {
-            let error = match self.publish_once(headers.clone(), payload.clone()).await {
+            let wait =
+                PUBLISH_ATTEMPT.min(give_up.saturating_duration_since(tokio::time::Instant::now()));
+            let error = match self
+                .publish_once(headers.clone(), payload.clone(), wait)
+                .await
+            {
                 Ok(sequence) => return self.replica.note_known(sequence),
                 Err(error) => error,
             };
             let pause = backoff.next_pause();
             if tokio::time::Instant::now() + pause >= give_up {
-                return refuse(&error);
+                return refuse(&format!(
+                    "the mailbox ledger did not take the batch within {:?}: {error}",
+                    self.answer_deadline
+                ));
             }
             tracing::debug!(%error, batch = number, "mailbox batch not taken yet; publishing it again");
             tokio::time::sleep(pause).await;
         }
     }
 
-    /// One publish of a batch and the stream's answer: the batch's sequence.
-    async fn publish_once(&self, headers: HeaderMap, payload: Bytes) -> Result<u64, String> {
-        let ack = self
-            .js
-            .publish_with_headers(self.subject.clone(), headers, payload)
+    /// One publish of a batch and the stream's answer within `wait`: the
+    /// batch's sequence.
+    async fn publish_once(
+        &self,
+        headers: HeaderMap,
+        payload: Bytes,
+        wait: Duration,
+    ) -> Result<u64, String> {
+        let published = async {
+            let ack = self
+                .js
+                .publish_with_headers(self.subject.clone(), headers, payload)
+                .await
+                .map_err(|e| e.to_string())?;
+            let ack = ack.await.map_err(|e| e.to_string())?;
+            Ok(ack.sequence)
+        };
+        tokio::time::timeout(wait, published)
             .await
-            .map_err(|e| e.to_string())?;
-        let ack = ack.await.map_err(|e| e.to_string())?;
-        Ok(ack.sequence)
+            .unwrap_or_else(|_| Err(format!("no answer within {wait:?}")))
     }
 }
 

@@ -118,8 +118,15 @@ impl ThreadRouter {
         owner_wait: Duration,
     ) -> Result<Answer, RouteError> {
         let started = Instant::now();
+        // A call that only reads is answered at once, with no `Working` frames:
+        // silence past the caller's own wait is an answer lost on the way.
+        let silence = if call.only_reads() {
+            (self.config.heartbeat * 3).min(owner_wait)
+        } else {
+            self.config.heartbeat * 3
+        };
         loop {
-            let answer = match self.call_once(&call).await {
+            let answer = match self.attempt(&call, silence).await {
                 Ok(answer) => answer,
                 Err(error @ (RouteError::OwnerSilent { .. } | RouteError::Transport(_)))
                     if call.only_reads() && started.elapsed() < owner_wait =>
@@ -146,15 +153,20 @@ impl ThreadRouter {
     /// One attempt: `NotOwner` when no node (or a node that just lost it) answered
     /// for the thread.
     pub async fn call_once(&self, call: &ThreadCall) -> Result<Answer, RouteError> {
+        self.attempt(call, self.config.heartbeat * 3).await
+    }
+
+    /// One attempt, the owner counted gone after `silence` without a frame.
+    async fn attempt(&self, call: &ThreadCall, silence: Duration) -> Result<Answer, RouteError> {
         if let Some(host) = &self.host
             && host.owns(call.thread_id())
         {
             return Ok(host.handle(call.clone()).await);
         }
-        self.remote(call).await
+        self.remote(call, silence).await
     }
 
-    async fn remote(&self, call: &ThreadCall) -> Result<Answer, RouteError> {
+    async fn remote(&self, call: &ThreadCall, silence: Duration) -> Result<Answer, RouteError> {
         let transport = |e: &dyn std::fmt::Display| RouteError::Transport(e.to_string());
         let payload = codec::encode(call).map_err(|e| transport(&e))?;
         let inbox = self.client.new_inbox();
@@ -179,7 +191,6 @@ impl ThreadRouter {
             }
         }
         .map_err(|e| transport(&e))?;
-        let silence = self.config.heartbeat * 3;
         let mut events = Vec::new();
         loop {
             let message = match tokio::time::timeout(silence, frames.next()).await {
