@@ -115,19 +115,24 @@ impl Fixture {
             .await
             .unwrap();
         let events = drain(&mut follow).await;
-        let call = events
-            .iter()
-            .find_map(|event| match &event.event {
-                AgentEvent::ToolCallDone {
-                    id,
-                    outcome: ToolCallOutcome::Suspended,
-                    ..
-                } => Some(id.clone()),
-                _ => None,
-            })
-            .expect("the run suspended");
+        let call = suspended_call(&events);
         (run_id, events, call)
     }
+}
+
+/// The call a run's events show suspended.
+fn suspended_call(events: &[StreamEvent]) -> ToolCallId {
+    events
+        .iter()
+        .find_map(|event| match &event.event {
+            AgentEvent::ToolCallDone {
+                id,
+                outcome: ToolCallOutcome::Suspended,
+                ..
+            } => Some(id.clone()),
+            _ => None,
+        })
+        .expect("the run suspended")
 }
 
 fn stamped(seq: u64, event: AgentEvent) -> StreamEvent {
@@ -336,17 +341,7 @@ async fn a_follower_whose_server_was_down_ends_with_the_runs_finish() {
     .await
     .unwrap();
     let events = drain(&mut waiting).await;
-    let call = events
-        .iter()
-        .find_map(|event| match &event.event {
-            AgentEvent::ToolCallDone {
-                id,
-                outcome: ToolCallOutcome::Suspended,
-                ..
-            } => Some(id.clone()),
-            _ => None,
-        })
-        .expect("the run suspended");
+    let call = suspended_call(&events);
     let mut resumed = follow(thread.clone(), run, events.last().map(|e| e.seq)).await;
 
     cluster.kill(1).await;

@@ -95,16 +95,7 @@ impl CatchUp {
             }
             Err(error) => return Err(error),
         };
-        let complete = match answer.outcome {
-            CallOutcome::Replayed { complete } => complete,
-            CallOutcome::Malformed(error) => return Err(RouteError::Malformed(error)),
-            other => {
-                return Err(RouteError::Unexpected {
-                    call: "replay",
-                    outcome: Box::new(other),
-                });
-            }
-        };
+        let complete = replayed(answer.outcome)?;
         // A buffer that knows the run answers `complete` with nothing new while
         // the run is still at work; an unknown run is empty and incomplete.
         if complete || !answer.events.is_empty() {
@@ -172,6 +163,19 @@ impl CatchUp {
                     .map(|message| message.text())
             })
             .unwrap_or_default())
+    }
+}
+
+/// Whether a `Replay` answer says it sent every event asked for; an error for
+/// any other answer.
+pub(super) fn replayed(outcome: CallOutcome) -> Result<bool, RouteError> {
+    match outcome {
+        CallOutcome::Replayed { complete } => Ok(complete),
+        CallOutcome::Malformed(error) => Err(RouteError::Malformed(error)),
+        other => Err(RouteError::Unexpected {
+            call: "replay",
+            outcome: Box::new(other),
+        }),
     }
 }
 

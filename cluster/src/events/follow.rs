@@ -10,10 +10,10 @@ use awaken_actors::store::ThreadRunStore;
 use awaken_actors::{RunId, ThreadId};
 use futures::{FutureExt, StreamExt};
 
-use super::catch_up::{CatchUp, Missed, QUIET_PROBE};
+use super::catch_up::{CatchUp, Missed, QUIET_PROBE, replayed};
 use super::local::{Fed, LiveSubscription, LocalEventHub};
 use super::{decode_events, event_subject};
-use crate::routing::{CallOutcome, RouteError, ThreadCall, ThreadRouter};
+use crate::routing::{RouteError, ThreadCall, ThreadRouter};
 
 /// How long a follow of an ended run still takes live events once its buffered
 /// ones are read and its `RunFinish` was not among them.
@@ -74,16 +74,7 @@ pub async fn follow_run(
             after_seq,
         })
         .await?;
-    let complete = match answer.outcome {
-        CallOutcome::Replayed { complete } => complete,
-        CallOutcome::Malformed(error) => return Err(RouteError::Malformed(error)),
-        other => {
-            return Err(RouteError::Unexpected {
-                call: "replay",
-                outcome: Box::new(other),
-            });
-        }
-    };
+    let complete = replayed(answer.outcome)?;
     Ok(RunFollow {
         run_id: run_id.clone(),
         backlog: answer.events.into(),
