@@ -489,7 +489,12 @@ impl RunControl for ClusterNode {
     }
 
     async fn accepted_run(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
-        self.inbox.get(run_id).await
+        if let Some(input) = self.inbox.get(run_id).await? {
+            return Ok(Some(input));
+        }
+        // A run accepted through another node a moment ago: this node's replica
+        // may not have applied its enqueue yet.
+        self.mailbox.carried_input_synced(run_id).await
     }
 
     async fn call(&self, call: ThreadCall) -> Result<Answer, RouteError> {

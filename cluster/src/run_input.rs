@@ -133,7 +133,7 @@ impl RunInbox for ClusterRunInbox {
     }
 
     async fn get(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
-        match self.ledger.carried_input_synced(run_id).await? {
+        match self.ledger.carried_input(run_id) {
             Some(input) => Ok(Some(input)),
             None => self.kv.get(run_id).await,
         }
