@@ -313,10 +313,11 @@ impl Keeper {
             .set(earliest.map(|sent_at| self.tenure.deadline(sent_at)));
     }
 
-    /// How long one renewal may take: a fifth of the TTL, so a round ends
-    /// well before the next tick (a third) and the leases it renews still run.
+    /// How long one renewal may take: a tick (a third of the TTL), so a round
+    /// ends by the next one and a slow but healthy server still renews; the
+    /// leases it renews still run for two thirds of a TTL.
     fn renewal_wait(&self) -> std::time::Duration {
-        self.config.lease_ttl / 5
+        self.config.lease_ttl / 3
     }
 
     /// Publishes the held shards (and their tenure).
