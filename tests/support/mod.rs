@@ -426,13 +426,15 @@ pub(crate) async fn holds_a_shard(nats: async_nats::Client, node: &str) {
 
 /// A new thread, created through `base`, in the shard node `owner` holds now and
 /// prefers most: the one it keeps while it holds any (membership changes move
-/// the shards a node prefers least).
+/// the shards a node prefers least). Waits until `owner` holds a shard first: a
+/// node that just joined gets its share once the others handed it off.
 pub(crate) async fn thread_owned_by(
     client: &reqwest::Client,
     base: &str,
     nats: async_nats::Client,
     owner: &str,
 ) -> String {
+    holds_a_shard(nats.clone(), owner).await;
     let js = async_nats::jetstream::new(nats);
     let leases = LeaseTable::open(&js, DEFAULT_SHARDS_BUCKET, LEASE_TTL, 1)
         .await
