@@ -192,9 +192,14 @@ impl ClusterNode {
             .await
             .map_err(|e| e.during("opening the mailbox ledger"))?,
         );
-        let kv_inbox = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, config.replicas)
-            .await
-            .map_err(|e| e.during("opening the run inbox"))?;
+        let kv_inbox = KvRunInbox::open(
+            &js,
+            DEFAULT_INBOX_BUCKET,
+            config.replicas,
+            config.backend_wait,
+        )
+        .await
+        .map_err(|e| e.during("opening the run inbox"))?;
         let config_store = Arc::new(
             NatsConfigStore::open(&js, DEFAULT_CONFIG_BUCKET, config.replicas)
                 .await

@@ -47,7 +47,7 @@ async fn node(server: &NatsServer, placement: RunInputPlacement) -> Node {
             .await
             .unwrap(),
     );
-    let kv = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
+    let kv = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1, ledger::ANSWER_DEADLINE)
         .await
         .unwrap();
     Node {

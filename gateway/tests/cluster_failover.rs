@@ -173,9 +173,14 @@ impl Cluster {
         let mailbox = LedgerMailbox::open(&js, DEFAULT_LEDGER_NAME, 1, MailboxConfig::default())
             .await
             .unwrap();
-        let inbox = KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
-            .await
-            .unwrap();
+        let inbox = KvRunInbox::open(
+            &js,
+            DEFAULT_INBOX_BUCKET,
+            1,
+            awaken_cluster::ledger::ANSWER_DEADLINE,
+        )
+        .await
+        .unwrap();
         let leases = LeaseTable::open(
             &js,
             DEFAULT_SHARDS_BUCKET,

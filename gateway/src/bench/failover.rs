@@ -83,9 +83,14 @@ pub async fn run(
         mailbox: LedgerMailbox::open(&js, DEFAULT_LEDGER_NAME, 1, MailboxConfig::default())
             .await
             .map_err(bench_error)?,
-        inbox: KvRunInbox::open(&js, DEFAULT_INBOX_BUCKET, 1)
-            .await
-            .map_err(bench_error)?,
+        inbox: KvRunInbox::open(
+            &js,
+            DEFAULT_INBOX_BUCKET,
+            1,
+            awaken_cluster::ledger::ANSWER_DEADLINE,
+        )
+        .await
+        .map_err(bench_error)?,
         bus: DecisionBus::open(js, DecisionBusConfig::default())
             .await
             .map_err(bench_error)?,
