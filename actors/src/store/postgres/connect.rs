@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+use super::identity::Identity;
 use super::stats::StoreStats;
 use super::{PostgresStore, db_error, held, nodelay};
 use crate::error::StorageError;
@@ -31,6 +32,10 @@ pub struct PoolSettings {
     /// another batch starts beside it only when enough wait or the one in flight
     /// is stuck. At least one, and at most `max_connections`.
     pub checkpoint_writers: usize,
+    /// How long an operation waits for a connection (the pool's acquire
+    /// timeout): while the server is away, or refused (module `identity`), the
+    /// pool keeps trying to connect until then.
+    pub connect_wait: Duration,
 }
 
 impl Default for PoolSettings {
@@ -39,6 +44,7 @@ impl Default for PoolSettings {
             max_connections: 16,
             write_hold_limit: Duration::from_secs(2),
             checkpoint_writers: 2,
+            connect_wait: Duration::from_secs(10),
         }
     }
 }
@@ -78,9 +84,11 @@ impl PostgresStore {
         let tcp_port = options.get_socket().is_none().then(|| options.get_port());
         let stats = Arc::new(StoreStats::default());
         let pinged = Arc::clone(&stats);
+        let identity = Arc::new(Identity::new(PostgresStore::DEFAULT_PREFIX));
+        let verifier = Arc::clone(&identity);
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections.max(1))
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(settings.connect_wait)
             // sqlx pings every connection it hands out: a round trip more per
             // statement. One used a moment ago is alive; only one idle for a while
             // (it may have outlived a server restart) is pinged first.
@@ -95,12 +103,13 @@ impl PostgresStore {
                     Ok(true)
                 })
             })
-            .after_connect(move |_, _| {
+            .after_connect(move |conn, _| {
+                let identity = Arc::clone(&verifier);
                 Box::pin(async move {
                     if let Some(port) = tcp_port {
                         nodelay::on_connections_to(port);
                     }
-                    Ok(())
+                    identity.verify(conn).await
                 })
             })
             .connect_with(options)
@@ -111,6 +120,7 @@ impl PostgresStore {
             Self::DEFAULT_PREFIX,
             stats,
             settings.checkpoint_writers,
+            identity,
         ))
     }
 }

@@ -14,6 +14,7 @@
 //! | `{prefix}_runs` | `id` | `data` (the [`RunRecord`]), `thread_id`, `status`, `created_at` |
 //! | `{prefix}_state` | `thread_id` | `data` (the [`PersistedState`]) |
 //! | `{prefix}_profiles` | `(namespace, key)` | `data` (the value) |
+//! | `{prefix}_identity` | one row | `store_id`, `schema_version`: which store the tables belong to (module `identity`) |
 //! | `{prefix}_webhooks` | `(run_id, id)` | `config`, `progress`, `dead_letters` (JSONB), `thread_id`, `done`, `lease_holder`, `lease_until`, `created_at` (module `webhooks`) |
 //!
 //! Records are `json` (profiles and webhooks `jsonb`); the columns beside them exist
@@ -66,6 +67,7 @@ macro_rules! statement {
 mod connect;
 mod group;
 mod held;
+mod identity;
 mod json_text;
 mod monitor;
 mod nodelay;
@@ -94,6 +96,7 @@ use crate::ids::{AgentId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 use group::GroupCommit;
 use held::{HeldConnections, Lease};
+use identity::Identity;
 use json_text::JsonText;
 use monitor::Monitor;
 use stats::StoreStats;
@@ -112,6 +115,9 @@ pub struct PostgresStore {
     commits: Arc<GroupCommit>,
     held: Arc<HeldConnections>,
     monitor: Arc<Monitor>,
+    /// The database the store writes to, checked on every new connection of
+    /// a pool it made itself ([`PostgresStore::connect`]).
+    identity: Arc<Identity>,
 }
 
 /// A statement text, marked safe: it is built from constants and a validated prefix.
@@ -151,6 +157,9 @@ fn is_outage(error: &sqlx::Error) -> bool {
 }
 
 fn db_error(err: sqlx::Error) -> StorageError {
+    if let Some(refusal) = identity::refusal_in(&err) {
+        return StorageError::Unavailable(format!("postgres: {refusal}"));
+    }
     match err {
         sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::Encode(_) => {
             StorageError::Serialization(err.to_string())
@@ -215,7 +224,8 @@ impl PostgresStore {
 
     fn build(pool: PgPool, prefix: &str) -> Self {
         let writers = PoolSettings::default().checkpoint_writers;
-        Self::counted_by(pool, prefix, Arc::default(), writers)
+        let identity = Arc::new(Identity::new(prefix));
+        Self::counted_by(pool, prefix, Arc::default(), writers, identity)
     }
 
     fn counted_by(
@@ -223,8 +233,10 @@ impl PostgresStore {
         prefix: &str,
         stats: Arc<StoreStats>,
         checkpoint_writers: usize,
+        identity: Arc<Identity>,
     ) -> Self {
         Self {
+            identity,
             commits: Arc::new(GroupCommit::new(checkpoint_writers)),
             held: Arc::new(HeldConnections::new(pool.clone())),
             monitor: Arc::new(Monitor::default()),
@@ -240,7 +252,8 @@ impl PostgresStore {
     /// [`Self::send_in`].
     async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
         self.stats.statement();
-        self.held.lease(&self.stats).await
+        let leased = self.held.lease(&self.stats).await;
+        leased.map_err(|error| self.identity.explain(error))
     }
 
     /// A transaction on a connection of the pool, which tests it when the
@@ -248,7 +261,8 @@ impl PostgresStore {
     async fn begin_with(&self, statement: &'static str) -> Result<Tx, StorageError> {
         self.stats.statement();
         self.stats.released(1);
-        self.pool.begin_with(statement).await.map_err(db_error)
+        let begun = self.pool.begin_with(statement).await;
+        begun.map_err(|error| db_error(self.identity.explain(error)))
     }
 
     /// The transaction's connection, to send one statement on (counted).

@@ -1,6 +1,6 @@
 //! The store's tables and the text of every statement, with the prefix filled in.
 
-use super::{PostgresStore, db_error, sql, webhooks, write};
+use super::{PostgresStore, Tx, db_error, sql, webhooks, write};
 use crate::error::StorageError;
 
 /// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
@@ -264,6 +264,7 @@ impl PostgresStore {
             .schema
             .iter()
             .chain(&self.sql.webhooks.schema)
+            .chain([&self.identity.schema])
             .filter_map(|statement| created_relation(statement))
             .collect();
         let (current, search_path, present): (Option<String>, String, i64) = sqlx::query_as(
@@ -280,8 +281,7 @@ impl PostgresStore {
         // `CREATE INDEX IF NOT EXISTS` would lock the tables against every
         // node's writes while it checks, even for an index that exists.
         if usize::try_from(present).is_ok_and(|present| present == relations.len()) {
-            self.stats.statement();
-            return tx.commit().await.map_err(db_error);
+            return self.know_identity(tx).await;
         }
         let missing = current.is_none();
         let schema = match current {
@@ -310,12 +310,25 @@ impl PostgresStore {
             .await
             .map_err(db_error)?;
         }
-        for statement in self.sql.schema.iter().chain(&self.sql.webhooks.schema) {
+        let statements = self.sql.schema.iter().chain(&self.sql.webhooks.schema);
+        for statement in statements.chain([&self.identity.schema]) {
             sqlx::query(sql(statement))
                 .execute(self.send_in(&mut tx))
                 .await
                 .map_err(db_error)?;
         }
+        self.know_identity(tx).await
+    }
+
+    /// Names the tables' store if they have no name yet (new tables, or ones a
+    /// build before the identity made), learns the name (module `identity`)
+    /// and commits.
+    async fn know_identity(&self, mut tx: Tx) -> Result<(), StorageError> {
+        self.identity
+            .name(self.send_in(&mut tx))
+            .await
+            .map_err(db_error)?;
+        self.identity.learn(self.send_in(&mut tx)).await?;
         self.stats.statement();
         tx.commit().await.map_err(db_error)
     }
@@ -384,7 +397,7 @@ mod tests {
             .await;
         result.unwrap();
         assert_eq!(
-            created, 6,
+            created, 7,
             "the tables are in the schema the search_path names"
         );
         drop(fresh);
@@ -424,12 +437,14 @@ mod tests {
         assert_eq!(
             tables(&store).await,
             [
+                "awaken_identity",
                 "awaken_messages",
                 "awaken_profiles",
                 "awaken_runs",
                 "awaken_state",
                 "awaken_threads",
                 "awaken_webhooks",
+                "myapp_identity",
                 "myapp_messages",
                 "myapp_profiles",
                 "myapp_runs",
@@ -533,11 +548,11 @@ mod tests {
             .await
             .expect("a store in another schema creates its tables meanwhile")
             .unwrap();
-        assert_eq!(tables(&other).await.len(), 6);
+        assert_eq!(tables(&other).await.len(), 7);
 
         blocker.rollback().await.unwrap();
         creating.await.unwrap().unwrap();
-        assert_eq!(tables(&stuck).await.len(), 6);
+        assert_eq!(tables(&stuck).await.len(), 7);
     }
 
     #[tokio::test]
@@ -552,7 +567,12 @@ mod tests {
         for racer in racers {
             racer.await.unwrap().unwrap();
         }
-        assert_eq!(tables(&store).await.len(), 6);
+        assert_eq!(tables(&store).await.len(), 7);
+        let identities: (i64,) = sqlx::query_as("SELECT count(*) FROM awaken_identity")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(identities.0, 1, "the racers agreed on one identity");
     }
 
     #[tokio::test]

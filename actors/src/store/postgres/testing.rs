@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use sqlx::Connection;
-use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 
 use super::connect::connect_options;
 use super::*;
@@ -21,6 +21,14 @@ impl TestSchema {
     /// The schema's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Options connecting to the schema, the sessions named `application`.
+    pub fn connect_options(&self, application: &str) -> PgConnectOptions {
+        connect_options(&self.url)
+            .unwrap_or_else(|err| panic!("the test URL: {err}"))
+            .application_name(application)
+            .options([("search_path", self.name.as_str())])
     }
 }
 
