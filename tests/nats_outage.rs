@@ -1,10 +1,10 @@
 //! NATS outages under load: three `awaken serve` nodes on PostgreSQL and NATS
 //! (one server, or a three-server JetStream cluster), workload W kept
-//! [`IN_FLIGHT`] runs at a time over HTTP (each run submitted through one node
-//! and its SSE stream followed through another), and [`WAITING`] runs waiting
+//! [`load::IN_FLIGHT`] runs at a time over HTTP (each run submitted through one node
+//! and its SSE stream followed through another), and [`load::WAITING`] runs waiting
 //! for approval, while NATS restarts, stops for ten seconds, or loses one of
 //! its three servers. Whatever happens, for outages shorter than the nodes'
-//! `server.backend_wait_secs`:
+//! `server.backend_wait_secs` (the load and the checks: `tests/support/load.rs`):
 //!
 //! - no request is answered 5xx;
 //! - every run ends on its own (`natural_end`), none in error;
@@ -28,30 +28,20 @@
 #[allow(dead_code)] // each suite uses some of the shared helpers
 mod support;
 
+#[path = "support/load.rs"]
+mod load;
+
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use awaken_actors::contract::AgentEvent;
 use awaken_cluster::testing::{NatsCluster, NatsServer};
-use serde_json::{Value, json};
-use support::{
-    Cluster, Node, RunStream, SETTLE, database, record, stress_repeats, tool_starts_per_call,
-};
-use tokio::sync::watch;
+use load::{Load, approve_all, nothing_lost, unix_now, waiting_runs};
+use support::{Cluster, Node, SETTLE, database, stress_repeats};
 
-/// W runs executing at once.
-const IN_FLIGHT: usize = 8;
-/// Runs waiting for approval through the outage.
-const WAITING: usize = 200;
 /// W runs that finish before the fault, and after it, before the load stops.
 const RUNS_AROUND_THE_FAULT: usize = 16;
 /// The nodes' `server.backend_wait_secs`: longer than every outage here.
 const BACKEND_WAIT_SECS: u64 = 30;
-/// How long after its run's end a stream may end (the record's `updated_at`
-/// counts whole seconds: one more).
-const STREAM_END_SLACK: f64 = 5.0 + 1.0;
 
 fn cluster(nats_url: String, postgres_url: &str, replicas: usize, dir: &Path) -> Cluster {
     Cluster {
@@ -61,291 +51,6 @@ fn cluster(nats_url: String, postgres_url: &str, replicas: usize, dir: &Path) ->
         journal: dir.join("tools.journal"),
         server_toml: format!("backend_wait_secs = {BACKEND_WAIT_SECS}"),
     }
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// One W run as the load saw it.
-#[derive(Debug)]
-struct Sample {
-    run_id: String,
-    /// Every HTTP status the run's requests were answered with.
-    statuses: Vec<u16>,
-    /// The last event of its stream.
-    last: Option<AgentEvent>,
-    /// When its stream was asked for, and when the response began (unix
-    /// seconds): a node whose mailbox replica catches up after a reconnect
-    /// looks a run just accepted elsewhere up only once it has.
-    stream_asked_at: f64,
-    stream_began_at: f64,
-    /// When its stream ended (unix seconds).
-    stream_ended_at: f64,
-}
-
-/// A request's status, recorded; its body.
-async fn send(statuses: &mut Vec<u16>, request: reqwest::RequestBuilder) -> reqwest::Response {
-    let response = request.send().await.unwrap();
-    statuses.push(response.status().as_u16());
-    response
-}
-
-/// One W run: a new thread and its message through `submit_to`, its stream
-/// followed through `follow_on` to its end.
-async fn w_run(client: &reqwest::Client, submit_to: &str, follow_on: &str) -> Sample {
-    let mut statuses = Vec::new();
-    let thread: Value = send(
-        &mut statuses,
-        client
-            .post(format!("{submit_to}/v1/threads"))
-            .json(&json!({})),
-    )
-    .await
-    .json()
-    .await
-    .unwrap_or(Value::Null);
-    let Some(thread) = thread["id"].as_str() else {
-        let now = unix_now();
-        return Sample {
-            run_id: String::new(),
-            statuses,
-            last: None,
-            stream_asked_at: now,
-            stream_began_at: now,
-            stream_ended_at: now,
-        };
-    };
-    let body = json!({"agentId": "bench",
-        "messages": [{"role": "user", "content": "echo this"}]});
-    let queued: Value = send(
-        &mut statuses,
-        client
-            .post(format!("{submit_to}/v1/threads/{thread}/messages"))
-            .json(&body),
-    )
-    .await
-    .json()
-    .await
-    .unwrap_or(Value::Null);
-    let run_id = queued["run_id"].as_str().unwrap_or_default().to_owned();
-    let stream_asked_at = unix_now();
-    let response = send(
-        &mut statuses,
-        client.get(format!("{follow_on}/v1/runs/{run_id}/events")),
-    )
-    .await;
-    let stream_began_at = unix_now();
-    let mut last = None;
-    if response.status() == 200 {
-        let mut stream = RunStream::new(response);
-        let followed = tokio::time::timeout(SETTLE, async {
-            while let Some(event) = stream.next().await {
-                last = Some(event.event);
-            }
-        })
-        .await;
-        assert!(
-            followed.is_ok(),
-            "the stream of {run_id} hung: last {last:?}"
-        );
-    }
-    Sample {
-        run_id,
-        statuses,
-        last,
-        stream_asked_at,
-        stream_began_at,
-        stream_ended_at: unix_now(),
-    }
-}
-
-/// Workload W kept [`IN_FLIGHT`] at a time until told to stop.
-struct Load {
-    stop: watch::Sender<bool>,
-    finished: Arc<AtomicUsize>,
-    workers: Vec<tokio::task::JoinHandle<Vec<Sample>>>,
-}
-
-impl Load {
-    fn start(client: &reqwest::Client, nodes: &[Node]) -> Self {
-        let (stop, stopping) = watch::channel(false);
-        let finished = Arc::new(AtomicUsize::new(0));
-        let bases: Vec<String> = nodes.iter().map(|node| node.base.clone()).collect();
-        let workers = (0..IN_FLIGHT)
-            .map(|i| {
-                let (client, stopping) = (client.clone(), stopping.clone());
-                let finished = Arc::clone(&finished);
-                let submit_to = bases[i % bases.len()].clone();
-                let follow_on = bases[(i + 1) % bases.len()].clone();
-                tokio::spawn(async move {
-                    let mut samples = Vec::new();
-                    while !*stopping.borrow() {
-                        samples.push(w_run(&client, &submit_to, &follow_on).await);
-                        finished.fetch_add(1, Ordering::SeqCst);
-                    }
-                    samples
-                })
-            })
-            .collect();
-        Self {
-            stop,
-            finished,
-            workers,
-        }
-    }
-
-    /// Waits (bounded) until `more` runs beyond those finished now have finished.
-    async fn finishes(&self, more: usize) {
-        let target = self.finished.load(Ordering::SeqCst) + more;
-        let deadline = tokio::time::Instant::now() + SETTLE;
-        while self.finished.load(Ordering::SeqCst) < target {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the load stalled at {} runs",
-                self.finished.load(Ordering::SeqCst)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn stop(self) -> Vec<Sample> {
-        self.stop.send_replace(true);
-        let mut samples = Vec::new();
-        for worker in self.workers {
-            samples.extend(worker.await.unwrap());
-        }
-        samples
-    }
-}
-
-/// Runs of `bench-hitl` on new threads spread over `nodes`, 16 started at a
-/// time, once each waits: (run id, call id).
-async fn waiting_runs(client: &reqwest::Client, nodes: &[Node]) -> Vec<(String, String)> {
-    let bases: Vec<String> = nodes.iter().map(|node| node.base.clone()).collect();
-    let mut waiting = Vec::with_capacity(WAITING);
-    for batch in (0..WAITING).collect::<Vec<_>>().chunks(16) {
-        let started: Vec<_> = batch
-            .iter()
-            .map(|&i| {
-                let (client, base) = (client.clone(), bases[i % bases.len()].clone());
-                tokio::spawn(async move {
-                    let thread_id = support::new_thread(&client, &base).await;
-                    let body = json!({"agentId": "bench-hitl",
-                        "messages": [{"role": "user", "content": "echo, once approved"}]});
-                    let url = format!("{base}/v1/threads/{thread_id}/messages");
-                    let (status, queued) = support::post(&client, url, body).await;
-                    assert_eq!(status, 202, "{queued}");
-                    let run_id = queued["run_id"].as_str().unwrap().to_owned();
-                    let call = support::waiting_call(&client, &base, &run_id).await;
-                    (run_id, call)
-                })
-            })
-            .collect();
-        for run in started {
-            waiting.push(run.await.unwrap());
-        }
-    }
-    waiting
-}
-
-/// Approves every waiting run, through the nodes in turn: each answered 200
-/// at the first try, and applied.
-async fn approve_all(client: &reqwest::Client, nodes: &[Node], waiting: &[(String, String)]) {
-    for (i, (run_id, call)) in waiting.iter().enumerate() {
-        let base = &nodes[i % nodes.len()].base;
-        let decision = json!({"call_id": call, "decision_id": format!("d-{i}"),
-            "action": "resume", "result": {"approved": true}});
-        let url = format!("{base}/v1/runs/{run_id}/decision");
-        let (status, answer) = support::post(client, url, decision).await;
-        assert_eq!(status, 200, "the decision for {run_id}: {answer}");
-        assert_eq!(answer["duplicate"], false, "{answer}");
-    }
-}
-
-/// Every W run and every approved run ended on its own, every stream with its
-/// run's `run_finish` within the slack of the run's end (or of NATS being
-/// back, `nats_back_at`, for a run that ended while the stream's node could not
-/// hear of it, or of the stream's start, for a stream that began after its run
-/// ended: how long that took is reported), nothing answered 5xx, and no tool call ran twice, but where the
-/// outage outlasted the shard leases (`leases_lapsed`): then a call a node was
-/// cut off in (its tenure over, so it stops, decision 0048) starts once more on
-/// the next owner, as after a kill in `tests/chaos.rs`.
-async fn nothing_lost(
-    client: &reqwest::Client,
-    base: &str,
-    cluster: &Cluster,
-    samples: &[Sample],
-    waiting: &[(String, String)],
-    nats_back_at: f64,
-    leases_lapsed: bool,
-) {
-    let failed: Vec<&Sample> = samples
-        .iter()
-        .filter(|sample| sample.statuses.iter().any(|status| *status >= 500))
-        .collect();
-    assert!(failed.is_empty(), "requests answered 5xx: {failed:#?}");
-    let mut slowest_end: f64 = 0.0;
-    let mut slowest_start: f64 = 0.0;
-    for sample in samples {
-        assert!(
-            matches!(sample.last, Some(AgentEvent::RunFinish { .. })),
-            "the stream of {} ended without its run_finish: {sample:?}",
-            sample.run_id
-        );
-        let run = support::done_run(client, base, &sample.run_id).await;
-        assert_eq!(run["termination"]["type"], "natural_end", "{run}");
-        let ended_at = run["updated_at"]
-            .as_f64()
-            .unwrap()
-            .max(nats_back_at)
-            .max(sample.stream_began_at);
-        slowest_start = slowest_start.max(sample.stream_began_at - sample.stream_asked_at);
-        assert!(
-            sample.stream_ended_at - ended_at <= STREAM_END_SLACK,
-            "the stream of {} ended {:.1} s after its run (or NATS) was back",
-            sample.run_id,
-            sample.stream_ended_at - ended_at
-        );
-        slowest_end = slowest_end.max(sample.stream_ended_at - ended_at);
-    }
-    // What docs/benchmarks.md reports of these runs.
-    eprintln!(
-        "nats outage: {} W runs and {} approved runs ended on their own; \
-         slowest stream end {slowest_end:.1} s after its run (or NATS) was back; \
-         slowest stream start {slowest_start:.1} s",
-        samples.len(),
-        waiting.len()
-    );
-    for (run_id, _) in waiting {
-        let run = support::done_run(client, base, run_id).await;
-        assert_eq!(run["termination"]["type"], "natural_end", "{run}");
-    }
-    let most = if leases_lapsed { 2 } else { 1 };
-    let starts = tool_starts_per_call(&cluster.journal);
-    let repeated: Vec<_> = starts.iter().filter(|(_, n)| **n > most).collect();
-    assert!(
-        repeated.is_empty(),
-        "calls run more than {most} times: {repeated:?}"
-    );
-    for (run_id, call) in waiting {
-        let started = starts.get(&format!("{run_id}:{call}")).copied();
-        assert!(
-            started.is_some_and(|n| (1..=most).contains(&n)),
-            "{run_id}:{call} started {started:?} times"
-        );
-    }
-    eprintln!(
-        "nats outage: {} calls started twice (a node cut off mid-call)",
-        starts.values().filter(|n| **n > 1).count()
-    );
-    assert!(
-        record(client, base, &samples[0].run_id).await.is_some(),
-        "the node still serves"
-    );
 }
 
 /// The status `/health/{which}` of `base` answers.
@@ -414,7 +119,7 @@ async fn single_server_scenario(outage: Outage) {
     nothing_lost(
         &client,
         &nodes[0].base,
-        &cluster,
+        &cluster.journal,
         &samples,
         &waiting,
         nats_back_at,
@@ -463,7 +168,7 @@ async fn a_nats_cluster_losing_a_server_costs_no_run_and_hangs_no_stream() {
         nothing_lost(
             &client,
             &nodes[0].base,
-            &cluster,
+            &cluster.journal,
             &samples,
             &waiting,
             nats_back_at,

@@ -3,7 +3,11 @@
 //! does, `-m immediate` as a crash does) and started again: the runs wait for it
 //! (the node's `awaken_store_outage_runs_waiting` says how many; readiness is
 //! false, liveness true), then go on, and none ends in error or runs its tool
-//! twice.
+//! twice. Under workload W with runs waiting for approval (the load and its
+//! checks shared with the NATS outages, `tests/support/load.rs`), a restart, a
+//! crash and twenty seconds without the database cost no run, no 5xx and no
+//! stream. Past `store.outage_timeout` the runs end in error saying so, and the
+//! node serves again once the database is back.
 //!
 //! `AWAKEN_STRESS_REPEATS=N` runs each scenario N times (`--profile stress`).
 //!
@@ -19,8 +23,12 @@ mod support;
 #[path = "support/postgres_server.rs"]
 mod postgres_server;
 
+#[path = "support/load.rs"]
+mod load;
+
 use std::time::Duration;
 
+use load::{Load, approve_all, nothing_lost, unix_now, waiting_runs};
 use postgres_server::PostgresServer;
 use serde_json::json;
 use support::{Node, SETTLE, new_thread, post, record, stress_repeats, tool_starts_per_call};
@@ -28,16 +36,21 @@ use support::{Node, SETTLE, new_thread, post, record, stress_repeats, tool_start
 /// Runs executing when the database goes away.
 const RUNS: usize = 8;
 
-/// A node on `server` waiting `backend_wait` seconds for it in requests, its
-/// tools journaled to `journal`.
-async fn node(server: &PostgresServer, dir: &std::path::Path, backend_wait: u64) -> Node {
+/// A node on `server` waiting `backend_wait` seconds for it in requests and
+/// `outage_timeout` in runs, its tools journaled to `dir/tools.journal`.
+async fn node(
+    server: &PostgresServer,
+    dir: &std::path::Path,
+    backend_wait: u64,
+    outage_timeout: u64,
+) -> Node {
     let config = dir.join("awaken.toml");
     std::fs::write(
         &config,
         format!(
             "demo_agents = true\n\n[server]\naddress = \"127.0.0.1:0\"\n\
              backend_wait_secs = {backend_wait}\n\n\
-             [store]\nkind = \"postgres\"\nurl = \"{}\"\noutage_timeout_secs = 60\n",
+             [store]\nkind = \"postgres\"\nurl = \"{}\"\noutage_timeout_secs = {outage_timeout}\n",
             server.url()
         ),
     )
@@ -103,7 +116,7 @@ async fn tools_started(journal: &std::path::Path, count: usize) {
 async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
     let server = PostgresServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let node = node(&server, dir.path(), 30).await;
+    let node = node(&server, dir.path(), 30, 60).await;
     let client = reqwest::Client::new();
     let mut runs = Vec::new();
     for _ in 0..RUNS {
@@ -191,7 +204,7 @@ async fn runs_outlive_a_crash_of_the_database() {
 async fn a_request_past_the_backend_wait_is_told_to_retry_after() {
     let server = PostgresServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let node = node(&server, dir.path(), 1).await;
+    let node = node(&server, dir.path(), 1, 60).await;
     let client = reqwest::Client::new();
     let thread = new_thread(&client, &node.base).await;
     let url = format!("{}/v1/threads/{thread}", node.base);
@@ -211,4 +224,88 @@ async fn a_request_past_the_backend_wait_is_told_to_retry_after() {
     server.start_again().await;
     assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
     assert!(gauge(&client, &node.base, "awaken_store_request_waits_total").await >= 1.0);
+}
+
+/// W runs that finish before the fault, and after it, before the load stops.
+const RUNS_AROUND_THE_FAULT: usize = 16;
+
+/// What a W-load scenario does to the database.
+enum Outage {
+    /// Stopped (`fast`) or crashed (`immediate`), and started again at once.
+    Restart { crash: bool },
+    /// Stopped, and started again this much later.
+    StoppedFor(Duration),
+}
+
+/// Waits (bounded) until `/health/{which}` answers `status`.
+async fn probe_turns(client: &reqwest::Client, base: &str, which: &str, status: u16) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while probe(client, base, which).await != status {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/health/{which} never answered {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Workload W and waiting runs on one node while the database goes through
+/// `outage` (shorter than the node's waits): nothing lost.
+async fn w_load_outlives(outage: Outage) {
+    let server = PostgresServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = [node(&server, dir.path(), 30, 60).await];
+    let base = nodes[0].base.clone();
+    let client = reqwest::Client::new();
+    let waiting = waiting_runs(&client, &nodes).await;
+    let load = Load::start(&client, &nodes);
+    load.finishes(RUNS_AROUND_THE_FAULT).await;
+
+    match outage {
+        Outage::Restart { crash } => {
+            if crash {
+                server.crash().await;
+            } else {
+                server.stop_fast().await;
+            }
+            server.start_again().await;
+        }
+        Outage::StoppedFor(down) => {
+            server.stop_fast().await;
+            probe_turns(&client, &base, "ready", 503).await;
+            assert_eq!(probe(&client, &base, "live").await, 200);
+            // The outage itself: how long the database stays away.
+            tokio::time::sleep(down).await;
+            server.start_again().await;
+            probe_turns(&client, &base, "ready", 200).await;
+        }
+    }
+    let back_at = unix_now();
+
+    load.finishes(RUNS_AROUND_THE_FAULT).await;
+    let samples = load.stop().await;
+    approve_all(&client, &nodes, &waiting).await;
+    let journal = dir.path().join("tools.journal");
+    nothing_lost(&client, &base, &journal, &samples, &waiting, back_at, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn w_load_outlives_a_restart_of_the_database() {
+    for _ in 0..stress_repeats() {
+        w_load_outlives(Outage::Restart { crash: false }).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn w_load_outlives_a_crash_of_the_database() {
+    for _ in 0..stress_repeats() {
+        w_load_outlives(Outage::Restart { crash: true }).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn w_load_outlives_the_database_stopped_for_twenty_seconds() {
+    for _ in 0..stress_repeats() {
+        w_load_outlives(Outage::StoppedFor(Duration::from_secs(20))).await;
+    }
 }
