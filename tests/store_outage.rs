@@ -309,3 +309,109 @@ async fn w_load_outlives_the_database_stopped_for_twenty_seconds() {
         w_load_outlives(Outage::StoppedFor(Duration::from_secs(20))).await;
     }
 }
+
+/// Past `store.outage_timeout` (2 s here) the runs the outage caught end in
+/// error naming it, once the database is back to record that; nothing of them
+/// is half-written; and the node serves new runs again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_past_the_outage_timeout_end_saying_so_and_the_node_serves_again() {
+    let server = PostgresServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&server, dir.path(), 1, 2).await;
+    let client = reqwest::Client::new();
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let thread = new_thread(&client, &node.base).await;
+        let url = format!("{}/v1/threads/{thread}/messages", node.base);
+        let body = json!({"agentId": "slow",
+            "messages": [{"role": "user", "content": "take your time"}]});
+        let (status, queued) = post(&client, url, body).await;
+        assert_eq!(status, 202, "{queued}");
+        runs.push((thread, queued["run_id"].as_str().unwrap().to_owned()));
+    }
+    let journal = dir.path().join("tools.journal");
+    tools_started(&journal, RUNS).await;
+
+    server.stop_fast().await;
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while gauge(&client, &node.base, "awaken_store_outage_failures_total").await < RUNS as f64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the runs never gave up on the store"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.start_again().await;
+    probe_turns(&client, &node.base, "ready", 200).await;
+
+    for (thread, run_id) in &runs {
+        let run = support::done_run(&client, &node.base, run_id).await;
+        assert_eq!(run["termination"]["type"], "error", "{run}");
+        let cause = run["termination"]["value"].as_str().unwrap();
+        assert!(
+            cause.contains("(store.outage_timeout): storage unavailable"),
+            "{run}"
+        );
+        // Each try waits for a connection no longer than the timeout, so the
+        // run gives up near it, not a pool's wait (10 s) later.
+        let waited: u64 = cause
+            .split("unavailable for ")
+            .nth(1)
+            .and_then(|rest| rest.split('s').next())
+            .and_then(|secs| secs.parse().ok())
+            .unwrap();
+        assert!(waited < 10, "{run}");
+        transcript_is_whole(&client, &node.base, thread).await;
+    }
+    assert_eq!(
+        gauge(&client, &node.base, "awaken_store_outage_failures_total").await,
+        RUNS as f64
+    );
+    // The node serves new runs at once.
+    let thread = new_thread(&client, &node.base).await;
+    let url = format!("{}/v1/threads/{thread}/messages", node.base);
+    let body = json!({"agentId": "bench",
+        "messages": [{"role": "user", "content": "echo this"}]});
+    let (status, queued) = post(&client, url, body).await;
+    assert_eq!(status, 202, "{queued}");
+    let run = support::done_run(&client, &node.base, queued["run_id"].as_str().unwrap()).await;
+    assert_eq!(run["termination"]["type"], "natural_end", "{run}");
+}
+
+/// Asserts that the thread's stored messages are one whole transcript: seqs
+/// from 1 without a gap, and every tool call answered by its result.
+async fn transcript_is_whole(client: &reqwest::Client, base: &str, thread: &str) {
+    let page: serde_json::Value = client
+        .get(format!("{base}/v1/threads/{thread}/messages"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let messages = page["messages"].as_array().unwrap();
+    let seqs: Vec<u64> = messages
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=messages.len() as u64).collect::<Vec<_>>(),
+        "{page}"
+    );
+    for message in messages {
+        for call in message["message"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                messages
+                    .iter()
+                    .any(|m| m["message"]["tool_call_id"] == call["id"]),
+                "the call {} has no result: {page}",
+                call["id"]
+            );
+        }
+    }
+}

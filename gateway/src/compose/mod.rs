@@ -60,7 +60,7 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
         .cluster
         .as_ref()
         .map(|cluster| std::time::Duration::from_secs(cluster.lease_ttl_secs));
-    let store = open_store(&config.store, lease_ttl).await?;
+    let store = open_store(&config.store, lease_ttl, config.server.backend_wait()).await?;
     let file_entries = config
         .entries()
         .map_err(|e| GatewayError::Config(e.to_string()))?;

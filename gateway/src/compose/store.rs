@@ -15,12 +15,25 @@ use crate::error::Result;
 /// The PostgreSQL pool of a node. In a cluster (`lease_ttl` set) its writes may
 /// hold a thread's row lock for half the shard lease TTL at most, and no more than
 /// the default (so a paused owner's open transaction is rolled back before another
-/// node can own its threads).
-fn pool_settings(lease_ttl: Option<Duration>) -> PoolSettings {
-    let mut settings = PoolSettings::default();
+/// node can own its threads). While the database is away, an operation waits
+/// for a connection no longer than a request (`backend_wait`) or a run
+/// (`store.outage_timeout_secs`) waits for the store in all: each waits by
+/// trying again, and one try waiting longer would overrun both.
+fn pool_settings(
+    config: &PostgresConfig,
+    lease_ttl: Option<Duration>,
+    backend_wait: Duration,
+) -> PoolSettings {
+    let mut settings = PoolSettings {
+        max_connections: config.pool_size,
+        checkpoint_writers: config.checkpoint_writers,
+        ..PoolSettings::default()
+    };
     if let Some(ttl) = lease_ttl {
         settings.write_hold_limit = settings.write_hold_limit.min(ttl / 2);
     }
+    let outage_timeout = Duration::from_secs(config.outage_timeout_secs);
+    settings.connect_wait = settings.connect_wait.min(backend_wait).min(outage_timeout);
     settings
 }
 
@@ -70,8 +83,13 @@ impl NodeStore {
 }
 
 /// Opens the configured store (a PostgreSQL schema is created or migrated);
-/// `lease_ttl` is the shard lease of a cluster member.
-pub async fn open_store(config: &StoreConfig, lease_ttl: Option<Duration>) -> Result<NodeStore> {
+/// `lease_ttl` is the shard lease of a cluster member, `backend_wait` how long
+/// its requests wait for what is away (`server.backend_wait_secs`).
+pub async fn open_store(
+    config: &StoreConfig,
+    lease_ttl: Option<Duration>,
+    backend_wait: Duration,
+) -> Result<NodeStore> {
     Ok(match config {
         StoreConfig::Memory => NodeStore::of(InMemoryStore::new()),
         StoreConfig::File { path } => NodeStore::of(
@@ -80,9 +98,7 @@ pub async fn open_store(config: &StoreConfig, lease_ttl: Option<Duration>) -> Re
                 .map_err(|e| invalid("store.path", e))?,
         ),
         StoreConfig::Postgres(postgres) => {
-            let mut settings = pool_settings(lease_ttl);
-            settings.max_connections = postgres.pool_size;
-            settings.checkpoint_writers = postgres.checkpoint_writers;
+            let settings = pool_settings(postgres, lease_ttl, backend_wait);
             let store = PostgresStore::connect_with(connect_options(postgres)?, settings)
                 .await
                 .map_err(|e| invalid("store.url", e))?;
