@@ -38,6 +38,11 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 /// The longest pause between two tries of an operation.
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
+/// How long one try may take before it is made again: a request sent as the
+/// connection broke is lost, and the client would wait its whole request
+/// timeout (10 s) for the answer. The bucket answers within milliseconds.
+const ATTEMPT: Duration = Duration::from_secs(2);
+
 /// Runs' input in a KV bucket.
 #[derive(Debug, Clone)]
 pub struct KvRunInbox {
@@ -82,9 +87,11 @@ impl KvRunInbox {
         let give_up = Instant::now() + self.patience;
         let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         loop {
-            let reason = match tokio::time::timeout_at(give_up, attempt()).await {
+            let try_until = give_up.min(Instant::now() + ATTEMPT);
+            let reason = match tokio::time::timeout_at(try_until, attempt()).await {
                 Ok(Err(MailboxError::Unavailable(reason))) => reason,
                 Ok(answered) => return answered,
+                Err(_) if try_until < give_up => format!("no answer within {ATTEMPT:?}"),
                 Err(_) => {
                     return Err(unavailable(format!(
                         "the run inbox did not answer within {:?}",

@@ -57,6 +57,11 @@ pub const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
 /// How long [`LedgerMailbox::open`] keeps retrying a JetStream that does not answer.
 pub const OPEN_DEADLINE: Duration = Duration::from_secs(20);
 
+/// How long one look at the stream's state may take before it is asked again
+/// (a request lost in a reconnect would wait the client's 10 s); a healthy
+/// stream answers within milliseconds.
+const SYNC_ATTEMPT: Duration = Duration::from_secs(2);
+
 /// The first pause between open attempts (doubling, up to 16 times this).
 const OPEN_RETRY_DELAY: Duration = Duration::from_millis(100);
 
@@ -281,16 +286,20 @@ impl LedgerMailbox {
         let give_up = tokio::time::Instant::now() + deadline;
         let mut backoff = Backoff::new(OPEN_RETRY_DELAY, OPEN_RETRY_DELAY * 10);
         let info = loop {
-            match self.inner.stream.get_info().await {
-                Ok(info) => break info,
-                Err(error) => {
-                    let pause = backoff.next_pause();
-                    if tokio::time::Instant::now() + pause >= give_up {
-                        return Err(unavailable(error));
-                    }
-                    tokio::time::sleep(pause).await;
-                }
+            // Each try bounded: a request lost in a reconnect would wait the
+            // client's whole request timeout.
+            let try_until = give_up.min(tokio::time::Instant::now() + SYNC_ATTEMPT);
+            let asked = tokio::time::timeout_at(try_until, self.inner.stream.get_info()).await;
+            let error = match asked {
+                Ok(Ok(info)) => break info,
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {SYNC_ATTEMPT:?}"),
+            };
+            let pause = backoff.next_pause();
+            if tokio::time::Instant::now() + pause >= give_up {
+                return Err(unavailable(error));
             }
+            tokio::time::sleep(pause).await;
         };
         let last = info.state.last_sequence;
         self.inner.replica.note_known(last);
