@@ -1,4 +1,5 @@
-//! Membership on a real nats-server: joins, graceful leaves and crashes are seen.
+//! Membership on a real nats-server: joins, graceful leaves and crashes are
+//! seen, and members' features are learned across a server restart.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
@@ -23,12 +24,17 @@ fn node(id: &str) -> NodeId {
 }
 
 async fn join(server: &NatsServer, id: &str) -> Membership {
+    join_listing(server, id, &[]).await
+}
+
+/// Joins `id`, its record listing `features`.
+async fn join_listing(server: &NatsServer, id: &str, features: &[&str]) -> Membership {
     let js = jetstream::new(server.connect().await.unwrap());
     let record = MemberRecord {
         node_id: node(id),
         joined_at_ms: 0,
         http_url: None,
-        features: Vec::new(),
+        features: features.iter().map(|f| (*f).to_owned()).collect(),
     };
     Membership::join(&js, &config(), record).await.unwrap()
 }
@@ -75,6 +81,33 @@ async fn a_crashed_node_drops_out_after_its_ttl() {
         "the live node never dropped out: {:?}",
         a.members()
     );
+}
+
+/// After a NATS restart a node still learns what members list: one that joins
+/// afterwards counts as having its features (a watch the restart ended would
+/// leave it lacking them forever, and the node on the older forms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn features_of_members_are_learned_after_a_nats_restart() {
+    let mut server = NatsServer::start().await.unwrap();
+    let a = join_listing(&server, "node-a", &["x"]).await;
+    let mut features = a.features();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !features.everyone_has("x") {
+        tokio::time::timeout_at(deadline, features.changed())
+            .await
+            .expect("node-a never learned its own record")
+            .unwrap();
+    }
+    server.restart().await.unwrap();
+    let _b = join_listing(&server, "node-b", &["x"]).await;
+    sees(&a, &["node-a", "node-b"], 5 * TTL).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !features.everyone_has("x") {
+        tokio::time::timeout_at(deadline, features.changed())
+            .await
+            .expect("node-b's features were never learned after the restart")
+            .unwrap();
+    }
 }
 
 #[test]
