@@ -10,9 +10,10 @@
 //! - every run ends on its own (`natural_end`), none in error;
 //! - every SSE stream ends with its run's `run_finish`, within 5 s of the run's
 //!   end;
-//! - every waiting run finishes once approved, and no tool call runs twice
-//!   (where the outage outlasts the shard leases, a call its node was cut off
-//!   in starts once more on the next owner, as after a kill);
+//! - every waiting run finishes once approved, every run caught in its tool
+//!   call ends on its own, and no tool call runs twice (where the outage
+//!   outlasts the shard leases, a call its node was cut off in starts once more
+//!   on the next owner, as after a kill; with leases that outlast it, none);
 //! - while NATS is away, `/health/ready` is 503 and `/health/live` 200 on every
 //!   node; ready again once it is back.
 //!
@@ -35,7 +36,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use awaken_cluster::testing::{NatsCluster, NatsServer};
-use load::{Load, approve_all, nothing_lost, unix_now, waiting_runs};
+use load::{Load, approve_all, nothing_lost, runs_in_their_tools, unix_now, waiting_runs};
 use support::{Cluster, Node, SETTLE, database, stress_repeats};
 
 /// W runs that finish before the fault, and after it, before the load stops.
@@ -79,16 +80,39 @@ enum Outage {
     StoppedFor(Duration),
 }
 
-async fn single_server_scenario(outage: Outage) {
+/// The shard leases of a scenario's nodes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leases {
+    /// The suites' 2 s: a ten-second outage outlasts them.
+    Short,
+    /// Long enough that the nodes' tenure outlasts a ten-second outage (the
+    /// last renewal may be a third of the TTL before it, the tenure ends a
+    /// tenth before the TTL).
+    OutlastingTheOutage,
+}
+
+/// Runs of the `slow` agent each outage catches in its tool call.
+const IN_THEIR_TOOLS: usize = 6;
+
+async fn single_server_scenario(outage: Outage, leases: Leases) {
     let mut nats = NatsServer::start().await.unwrap();
     let (postgres_url, _schema) = database().await;
     let dir = tempfile::tempdir().unwrap();
     let cluster = cluster(nats.url(), &postgres_url, 1, dir.path());
-    let nodes = Node::start_all(3, &cluster).await;
+    let env: &[(&str, &str)] = match leases {
+        Leases::Short => &[],
+        Leases::OutlastingTheOutage => &[("AWAKEN_CLUSTER__LEASE_TTL_SECS", "25")],
+    };
+    let mut nodes = Vec::new();
+    for i in 1..=3 {
+        nodes.push(Node::start_with_env(&format!("n{i}"), &cluster, env).await);
+    }
     let client = reqwest::Client::new();
     let waiting = waiting_runs(&client, &nodes).await;
     let load = Load::start(&client, &nodes);
     load.finishes(RUNS_AROUND_THE_FAULT).await;
+    let in_their_tools =
+        runs_in_their_tools(&client, &nodes, &cluster.journal, IN_THEIR_TOOLS).await;
 
     match &outage {
         Outage::Restart => nats.restart().await.unwrap(),
@@ -114,14 +138,14 @@ async fn single_server_scenario(outage: Outage) {
     load.finishes(RUNS_AROUND_THE_FAULT).await;
     let samples = load.stop().await;
     approve_all(&client, &nodes, &waiting).await;
-    // Leases (2 s here) lapse in an outage longer than they are.
-    let leases_lapsed = matches!(outage, Outage::StoppedFor(_));
+    // Short leases lapse in an outage longer than they are.
+    let leases_lapsed = matches!(outage, Outage::StoppedFor(_)) && leases == Leases::Short;
     nothing_lost(
         &client,
         &nodes[0].base,
         &cluster.journal,
         &samples,
-        &waiting,
+        &[waiting, in_their_tools].concat(),
         nats_back_at,
         leases_lapsed,
     )
@@ -131,14 +155,26 @@ async fn single_server_scenario(outage: Outage) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nats_restart_costs_no_run_and_hangs_no_stream() {
     for _ in 0..stress_repeats() {
-        single_server_scenario(Outage::Restart).await;
+        single_server_scenario(Outage::Restart, Leases::Short).await;
     }
 }
 
+/// With the suites' 2 s leases: they lapse, and a call its node was cut off
+/// in may start once more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_stopped_for_ten_seconds_costs_no_run_and_hangs_no_stream() {
     for _ in 0..stress_repeats() {
-        single_server_scenario(Outage::StoppedFor(Duration::from_secs(10))).await;
+        single_server_scenario(Outage::StoppedFor(Duration::from_secs(10)), Leases::Short).await;
+    }
+}
+
+/// Within the configured waits, leases included: no call runs twice, also
+/// the calls executing while NATS is away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_stopped_within_the_lease_ttl_runs_no_call_twice() {
+    for _ in 0..stress_repeats() {
+        let outage = Outage::StoppedFor(Duration::from_secs(10));
+        single_server_scenario(outage, Leases::OutlastingTheOutage).await;
     }
 }
 
@@ -154,6 +190,8 @@ async fn a_nats_cluster_losing_a_server_costs_no_run_and_hangs_no_stream() {
         let waiting = waiting_runs(&client, &nodes).await;
         let load = Load::start(&client, &nodes);
         load.finishes(RUNS_AROUND_THE_FAULT).await;
+        let in_their_tools =
+            runs_in_their_tools(&client, &nodes, &cluster.journal, IN_THEIR_TOOLS).await;
 
         // Two servers of three carry on: NATS as a whole is never away.
         nats.kill(0).await;
@@ -170,7 +208,7 @@ async fn a_nats_cluster_losing_a_server_costs_no_run_and_hangs_no_stream() {
             &nodes[0].base,
             &cluster.journal,
             &samples,
-            &waiting,
+            &[waiting, in_their_tools].concat(),
             nats_back_at,
             true,
         )

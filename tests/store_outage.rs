@@ -28,7 +28,7 @@ mod load;
 
 use std::time::Duration;
 
-use load::{Load, approve_all, nothing_lost, unix_now, waiting_runs};
+use load::{Load, approve_all, nothing_lost, runs_in_their_tools, unix_now, waiting_runs};
 use postgres_server::PostgresServer;
 use serde_json::json;
 use support::{Node, SETTLE, new_thread, post, record, stress_repeats, tool_starts_per_call};
@@ -260,6 +260,8 @@ async fn w_load_outlives(outage: Outage) {
     let waiting = waiting_runs(&client, &nodes).await;
     let load = Load::start(&client, &nodes);
     load.finishes(RUNS_AROUND_THE_FAULT).await;
+    let journal = dir.path().join("tools.journal");
+    let in_their_tools = runs_in_their_tools(&client, &nodes, &journal, 6).await;
 
     match outage {
         Outage::Restart { crash } => {
@@ -285,8 +287,16 @@ async fn w_load_outlives(outage: Outage) {
     load.finishes(RUNS_AROUND_THE_FAULT).await;
     let samples = load.stop().await;
     approve_all(&client, &nodes, &waiting).await;
-    let journal = dir.path().join("tools.journal");
-    nothing_lost(&client, &base, &journal, &samples, &waiting, back_at, false).await;
+    nothing_lost(
+        &client,
+        &base,
+        &journal,
+        &samples,
+        &[waiting, in_their_tools].concat(),
+        back_at,
+        false,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -215,6 +215,49 @@ pub(crate) async fn waiting_runs(
     waiting
 }
 
+/// Runs of the `slow` agent (its tool sleeps 1.5 s) on new threads spread over
+/// `nodes`, returned once every one's tool executes (the journal shows it), so
+/// an outage begun now catches each in its call: (run id, call id).
+pub(crate) async fn runs_in_their_tools(
+    client: &reqwest::Client,
+    nodes: &[Node],
+    journal: &Path,
+    count: usize,
+) -> Vec<(String, String)> {
+    let mut runs = Vec::with_capacity(count);
+    for i in 0..count {
+        let base = &nodes[i % nodes.len()].base;
+        let thread_id = support::new_thread(client, base).await;
+        let body = json!({"agentId": "slow",
+            "messages": [{"role": "user", "content": "take your time"}]});
+        let url = format!("{base}/v1/threads/{thread_id}/messages");
+        let (status, queued) = support::post(client, url, body).await;
+        assert_eq!(status, 202, "{queued}");
+        runs.push(queued["run_id"].as_str().unwrap().to_owned());
+    }
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let starts = tool_starts_per_call(journal);
+        let calls: Vec<(String, String)> = runs
+            .iter()
+            .filter_map(|run| {
+                let prefix = format!("{run}:");
+                let call = starts.keys().find_map(|key| key.strip_prefix(&prefix))?;
+                Some((run.clone(), call.to_owned()))
+            })
+            .collect();
+        if calls.len() == count {
+            return calls;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of {count} slow runs reached their tools",
+            calls.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Approves every waiting run, through the nodes in turn: each answered 200
 /// at the first try, and applied.
 pub(crate) async fn approve_all(
@@ -233,7 +276,8 @@ pub(crate) async fn approve_all(
     }
 }
 
-/// Every W run and every approved run ended on its own, every stream with its
+/// Every W run, and every run of `calls` (approved ones, ones an outage caught
+/// in their tool: run and call ids), ended on its own, every stream with its
 /// run's `run_finish` within the slack of the run's end (or of NATS being
 /// back, `nats_back_at`, for a run that ended while the stream's node could not
 /// hear of it, or of the stream's start, for a stream that began after its run
@@ -246,7 +290,7 @@ pub(crate) async fn nothing_lost(
     base: &str,
     journal: &Path,
     samples: &[Sample],
-    waiting: &[(String, String)],
+    calls: &[(String, String)],
     nats_back_at: f64,
     leases_lapsed: bool,
 ) {
@@ -281,13 +325,13 @@ pub(crate) async fn nothing_lost(
     }
     // What docs/benchmarks.md reports of these runs.
     eprintln!(
-        "outage: {} W runs and {} approved runs ended on their own; \
+        "outage: {} W runs and {} approved or caught runs ended on their own; \
          slowest stream end {slowest_end:.1} s after its run (or NATS) was back; \
          slowest stream start {slowest_start:.1} s",
         samples.len(),
-        waiting.len()
+        calls.len()
     );
-    for (run_id, _) in waiting {
+    for (run_id, _) in calls {
         let run = support::done_run(client, base, run_id).await;
         assert_eq!(run["termination"]["type"], "natural_end", "{run}");
     }
@@ -298,7 +342,7 @@ pub(crate) async fn nothing_lost(
         repeated.is_empty(),
         "calls run more than {most} times: {repeated:?}"
     );
-    for (run_id, call) in waiting {
+    for (run_id, call) in calls {
         let started = starts.get(&format!("{run_id}:{call}")).copied();
         assert!(
             started.is_some_and(|n| (1..=most).contains(&n)),
