@@ -6,10 +6,12 @@
 //! (`server.backend_wait_secs`), so an API request or a thread's activation
 //! costs latency during a blip rather than an error. A write that may have
 //! landed ([`StorageError::MaybeWritten`]) is not repeated blindly: its caller
-//! decides. Checkpoints pass straight through: the run loop retries them under
+//! decides. A create tried again that finds its record there already checks
+//! whether the record is the one it wrote (an unanswered try that landed). Checkpoints pass straight through: the run loop retries them under
 //! its own, longer `store.outage_timeout` (decision 0086).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -66,6 +68,21 @@ impl PatientStore {
     }
 }
 
+/// Whether `stored` is the thread a create wrote: a try that failed as
+/// unavailable may have landed all the same (its statement went out before the
+/// connection broke), and the try after it then finds the thread there. The
+/// store stamps the times the creator left unset.
+fn is_the_thread_written(stored: &Thread, written: &Thread) -> bool {
+    let mut stored = stored.clone();
+    if written.metadata.created_at.is_none() {
+        stored.metadata.created_at = None;
+    }
+    if written.metadata.updated_at.is_none() {
+        stored.metadata.updated_at = None;
+    }
+    stored == *written
+}
+
 /// Awaits `$call` until it does not fail with `Unavailable`, or the wait is over.
 macro_rules! patient {
     ($self:ident, $call:expr) => {{
@@ -96,7 +113,22 @@ macro_rules! patient {
 #[async_trait]
 impl ThreadRunStore for PatientStore {
     async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
-        patient!(self, self.inner.create_thread(thread))
+        let tries = AtomicU32::new(0);
+        let created = patient!(self, async {
+            tries.fetch_add(1, Ordering::Relaxed);
+            self.inner.create_thread(thread).await
+        });
+        match created {
+            Err(StorageError::AlreadyExists(what)) if tries.into_inner() > 1 => {
+                let stored = patient!(self, self.inner.load_thread(&thread.id))?;
+                if stored.is_some_and(|stored| is_the_thread_written(&stored, thread)) {
+                    Ok(())
+                } else {
+                    Err(StorageError::AlreadyExists(what))
+                }
+            }
+            other => other,
+        }
     }
 
     async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
@@ -150,7 +182,22 @@ impl ThreadRunStore for PatientStore {
     }
 
     async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
-        patient!(self, self.inner.create_run(record))
+        let tries = AtomicU32::new(0);
+        let created = patient!(self, async {
+            tries.fetch_add(1, Ordering::Relaxed);
+            self.inner.create_run(record).await
+        });
+        match created {
+            Err(StorageError::AlreadyExists(what)) if tries.into_inner() > 1 => {
+                let stored = patient!(self, self.inner.load_run(&record.run_id))?;
+                if stored.is_some_and(|stored| stored == *record) {
+                    Ok(())
+                } else {
+                    Err(StorageError::AlreadyExists(what))
+                }
+            }
+            other => other,
+        }
     }
 
     async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError> {
@@ -191,5 +238,151 @@ impl ThreadRunStore for PatientStore {
 
     async fn waiting_runs(&self) -> Result<WaitingRuns, StorageError> {
         patient!(self, self.inner.waiting_runs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::store::InMemoryStore;
+
+    /// The in-memory store whose first create is answered as if the connection
+    /// broke before the answer, whatever it did (it may have landed, as a
+    /// database crash mid-statement leaves it).
+    #[derive(Default)]
+    struct LandsUnanswered {
+        inner: InMemoryStore,
+        answered_once: AtomicBool,
+    }
+
+    #[async_trait]
+    impl ThreadRunStore for LandsUnanswered {
+        async fn create_thread(&self, thread: &Thread) -> Result<(), StorageError> {
+            let created = self.inner.create_thread(thread).await;
+            if self.answered_once.swap(true, Ordering::SeqCst) {
+                created
+            } else {
+                Err(StorageError::Unavailable("connection reset".to_owned()))
+            }
+        }
+        async fn load_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StorageError> {
+            self.inner.load_thread(id).await
+        }
+        async fn update_thread_metadata(
+            &self,
+            id: &ThreadId,
+            metadata: ThreadMetadata,
+        ) -> Result<(), StorageError> {
+            self.inner.update_thread_metadata(id, metadata).await
+        }
+        async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+            self.inner.delete_thread(id).await
+        }
+        async fn list_threads(
+            &self,
+            offset: usize,
+            limit: usize,
+        ) -> Result<Vec<ThreadId>, StorageError> {
+            self.inner.list_threads(offset, limit).await
+        }
+        async fn list_thread_summaries(
+            &self,
+            offset: usize,
+            limit: usize,
+        ) -> Result<Vec<ThreadSummary>, StorageError> {
+            self.inner.list_thread_summaries(offset, limit).await
+        }
+        async fn load_messages(
+            &self,
+            id: &ThreadId,
+            query: &MessageQuery,
+        ) -> Result<MessagePage, StorageError> {
+            self.inner.load_messages(id, query).await
+        }
+        async fn load_thread_snapshot(
+            &self,
+            id: &ThreadId,
+        ) -> Result<Option<ThreadSnapshot>, StorageError> {
+            self.inner.load_thread_snapshot(id).await
+        }
+        async fn create_run(&self, record: &RunRecord) -> Result<(), StorageError> {
+            self.inner.create_run(record).await
+        }
+        async fn load_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StorageError> {
+            self.inner.load_run(run_id).await
+        }
+        async fn latest_run(
+            &self,
+            thread_id: &ThreadId,
+        ) -> Result<Option<RunRecord>, StorageError> {
+            self.inner.latest_run(thread_id).await
+        }
+        async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
+            self.inner.list_runs(query).await
+        }
+        async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+            self.inner.checkpoint(checkpoint).await
+        }
+        async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
+            self.inner.fence(id, token).await
+        }
+        fn webhooks(&self) -> &dyn WebhookStore {
+            self.inner.webhooks()
+        }
+    }
+
+    fn patient(inner: Arc<dyn ThreadRunStore>) -> PatientStore {
+        PatientStore {
+            inner,
+            wait: Duration::from_secs(5),
+            metrics: Arc::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_create_that_landed_unanswered_is_not_refused_on_its_retry() {
+        let store = patient(Arc::new(LandsUnanswered::default()));
+        let thread = Thread::new();
+        store.create_thread(&thread).await.unwrap();
+        assert_eq!(
+            store.load_thread(&thread.id).await.unwrap().unwrap().id,
+            thread.id
+        );
+    }
+
+    #[tokio::test]
+    async fn a_thread_already_there_is_still_refused() {
+        let inner = Arc::new(LandsUnanswered::default());
+        let thread = Thread::new();
+        // Created before, and answered at the first try: refused as it is.
+        inner.inner.create_thread(&thread).await.unwrap();
+        inner.answered_once.store(true, Ordering::SeqCst);
+        let store = patient(Arc::clone(&inner) as Arc<dyn ThreadRunStore>);
+        let again = store.create_thread(&thread).await;
+        assert!(
+            matches!(again, Err(StorageError::AlreadyExists(_))),
+            "{again:?}"
+        );
+
+        // Another thread under the id, found by the retry of an unanswered try:
+        // not the one written.
+        let inner = Arc::new(LandsUnanswered::default());
+        let mut theirs = Thread::with_id(thread.id.clone());
+        theirs.metadata.title = Some("theirs".to_owned());
+        inner.inner.create_thread(&theirs).await.unwrap();
+        let store = patient(Arc::clone(&inner) as Arc<dyn ThreadRunStore>);
+        let mut ours = Thread::with_id(thread.id.clone());
+        ours.metadata.title = Some("ours".to_owned());
+        let clash = store.create_thread(&ours).await;
+        assert!(
+            matches!(clash, Err(StorageError::AlreadyExists(_))),
+            "{clash:?}"
+        );
+        let stored = store.load_thread(&thread.id).await.unwrap().unwrap();
+        assert_eq!(stored.metadata.title.as_deref(), Some("theirs"));
     }
 }
