@@ -7,7 +7,8 @@
 //! costs latency during a blip rather than an error. A write that may have
 //! landed ([`StorageError::MaybeWritten`]) is not repeated blindly: its caller
 //! decides. A create tried again that finds its record there already checks
-//! whether the record is the one it wrote (an unanswered try that landed). Checkpoints pass straight through: the run loop retries them under
+//! whether the record is the one it wrote, and a delete tried again that finds
+//! nothing succeeds (an unanswered try that landed). Checkpoints pass straight through: the run loop retries them under
 //! its own, longer `store.outage_timeout` (decision 0086).
 
 use std::sync::Arc;
@@ -147,7 +148,16 @@ impl ThreadRunStore for PatientStore {
     }
 
     async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
-        patient!(self, self.inner.delete_thread(id))
+        let tries = AtomicU32::new(0);
+        let deleted = patient!(self, async {
+            tries.fetch_add(1, Ordering::Relaxed);
+            self.inner.delete_thread(id).await
+        });
+        match deleted {
+            // An unanswered try deleted it: gone, as asked.
+            Err(StorageError::NotFound(_)) if tries.into_inner() > 1 => Ok(()),
+            other => other,
+        }
     }
 
     async fn list_threads(
@@ -280,7 +290,12 @@ mod tests {
             self.inner.update_thread_metadata(id, metadata).await
         }
         async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
-            self.inner.delete_thread(id).await
+            let deleted = self.inner.delete_thread(id).await;
+            if self.answered_once.swap(true, Ordering::SeqCst) {
+                deleted
+            } else {
+                Err(StorageError::Unavailable("connection reset".to_owned()))
+            }
         }
         async fn list_threads(
             &self,
@@ -351,6 +366,22 @@ mod tests {
         assert_eq!(
             store.load_thread(&thread.id).await.unwrap().unwrap().id,
             thread.id
+        );
+    }
+
+    #[tokio::test]
+    async fn a_delete_that_landed_unanswered_is_not_refused_on_its_retry() {
+        let inner = Arc::new(LandsUnanswered::default());
+        let thread = Thread::new();
+        inner.inner.create_thread(&thread).await.unwrap();
+        let store = patient(Arc::clone(&inner) as Arc<dyn ThreadRunStore>);
+        store.delete_thread(&thread.id).await.unwrap();
+        assert!(store.load_thread(&thread.id).await.unwrap().is_none());
+        // Answered at the first try, an unknown thread is still not found.
+        let unknown = store.delete_thread(&ThreadId::generate()).await;
+        assert!(
+            matches!(unknown, Err(StorageError::NotFound(_))),
+            "{unknown:?}"
         );
     }
 
