@@ -110,7 +110,23 @@ async fn tools_started(journal: &std::path::Path, count: usize) {
     }
 }
 
-/// Starts `slow` runs (each sleeps 1.5 s in its tool), stops the database once
+/// Starts [`RUNS`] runs of the `slow` agent (each sleeps 1.5 s in its tool),
+/// each on a new thread: (thread id, run id).
+async fn slow_runs(client: &reqwest::Client, base: &str) -> Vec<(String, String)> {
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let thread = new_thread(client, base).await;
+        let url = format!("{base}/v1/threads/{thread}/messages");
+        let body = json!({"agentId": "slow",
+            "messages": [{"role": "user", "content": "take your time"}]});
+        let (status, queued) = post(client, url, body).await;
+        assert_eq!(status, 202, "{queued}");
+        runs.push((thread, queued["run_id"].as_str().unwrap().to_owned()));
+    }
+    runs
+}
+
+/// Starts `slow` runs, stops the database once
 /// every tool runs, starts it again once every run waits for it, and checks that
 /// every run ended on its own with each tool run once.
 async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
@@ -118,16 +134,11 @@ async fn runs_outlive(stop: impl AsyncFnOnce(&PostgresServer)) {
     let dir = tempfile::tempdir().unwrap();
     let node = node(&server, dir.path(), 30, 60).await;
     let client = reqwest::Client::new();
-    let mut runs = Vec::new();
-    for _ in 0..RUNS {
-        let thread = new_thread(&client, &node.base).await;
-        let url = format!("{}/v1/threads/{thread}/messages", node.base);
-        let body = json!({"agentId": "slow",
-            "messages": [{"role": "user", "content": "take your time"}]});
-        let (status, queued) = post(&client, url, body).await;
-        assert_eq!(status, 202, "{queued}");
-        runs.push(queued["run_id"].as_str().unwrap().to_owned());
-    }
+    let runs: Vec<String> = slow_runs(&client, &node.base)
+        .await
+        .into_iter()
+        .map(|(_, run)| run)
+        .collect();
     let journal = dir.path().join("tools.journal");
     tools_started(&journal, RUNS).await;
 
@@ -329,16 +340,7 @@ async fn runs_past_the_outage_timeout_end_saying_so_and_the_node_serves_again() 
     let dir = tempfile::tempdir().unwrap();
     let node = node(&server, dir.path(), 1, 2).await;
     let client = reqwest::Client::new();
-    let mut runs = Vec::new();
-    for _ in 0..RUNS {
-        let thread = new_thread(&client, &node.base).await;
-        let url = format!("{}/v1/threads/{thread}/messages", node.base);
-        let body = json!({"agentId": "slow",
-            "messages": [{"role": "user", "content": "take your time"}]});
-        let (status, queued) = post(&client, url, body).await;
-        assert_eq!(status, 202, "{queued}");
-        runs.push((thread, queued["run_id"].as_str().unwrap().to_owned()));
-    }
+    let runs = slow_runs(&client, &node.base).await;
     let journal = dir.path().join("tools.journal");
     tools_started(&journal, RUNS).await;
 
