@@ -21,6 +21,7 @@ mod inline;
 pub mod integral;
 pub mod llm;
 pub mod mailbox;
+pub mod memory;
 pub mod permission;
 pub mod phase;
 pub mod plugin;

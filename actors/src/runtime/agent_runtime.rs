@@ -17,6 +17,7 @@ use crate::delegation::{ChildRuns, ChildRunsSlot};
 use crate::error::{ResolveError, RuntimeError};
 use crate::event_sink::EventSink;
 use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
+use crate::memory::NodeMemory;
 use crate::phase::PhaseRuntime;
 use crate::state::ProfileAccess;
 use crate::store::{InMemoryStore, PatientStore, ThreadRunStore, TimedStore};
@@ -34,6 +35,7 @@ pub(crate) struct RuntimeServices {
     pub(crate) profile: Option<ProfileAccess>,
     pub(crate) hub: Option<Arc<dyn EventHub>>,
     pub(crate) fence: Option<Arc<dyn FenceSource>>,
+    pub(crate) memory: Option<Arc<NodeMemory>>,
     pub(crate) config: ThreadConfig,
 }
 
@@ -113,6 +115,7 @@ impl AgentRuntime {
             config,
             children: Arc::new(ChildRunsSlot::default()),
             metrics,
+            memory: services.memory.unwrap_or_default(),
         };
         Self {
             registries: live,
@@ -126,6 +129,11 @@ impl AgentRuntime {
     /// The metrics of the runs on this runtime, for the node to expose.
     pub fn metrics(&self) -> &Arc<RunMetrics> {
         &self.deps.metrics
+    }
+
+    /// The node's memory budget and what its shares hold.
+    pub fn memory(&self) -> &Arc<NodeMemory> {
+        &self.deps.memory
     }
 
     /// The agent runs use when neither the request nor the thread names one.

@@ -9,6 +9,7 @@ use crate::delegation::{DiscoveryError, RemoteBackend, RemoteError};
 use crate::error::BuildError;
 use crate::ids::AgentId;
 use crate::llm::LlmExecutor;
+use crate::memory::NodeMemory;
 use crate::plugin::Plugin;
 use crate::policies::StopPolicy;
 use crate::state::{ProfileAccess, ProfileStore};
@@ -226,6 +227,13 @@ impl AgentRuntimeBuilder {
     /// Tunes thread actors (passivation, restarts).
     pub fn with_thread_config(mut self, config: ThreadConfig) -> Self {
         self.services.config = config;
+        self
+    }
+
+    /// Keeps the node's caches within `memory`'s shares (one budget shared with
+    /// the node's other caches and its admission); a default budget otherwise.
+    pub fn with_memory(mut self, memory: Arc<NodeMemory>) -> Self {
+        self.services.memory = Some(memory);
         self
     }
 

@@ -256,6 +256,12 @@ impl StateStore {
         self.registry.get(key)
     }
 
+    /// How many values the store holds (its keys' defaults included) and how
+    /// many it retains for keys no plugin declares: what a memory estimate counts.
+    pub fn value_count(&self) -> usize {
+        self.current.len() + self.retained.len()
+    }
+
     /// The current revision; every state-changing commit increments it.
     pub fn revision(&self) -> u64 {
         self.revision

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::delegation::ChildRunsSlot;
 use crate::ids::{AgentId, ThreadId};
+use crate::memory::NodeMemory;
 use crate::phase::PhaseRuntime;
 use crate::runtime::AgentResolver;
 use crate::state::ProfileAccess;
@@ -108,6 +109,8 @@ pub struct ThreadDeps {
     pub children: Arc<ChildRunsSlot>,
     /// The metrics runs record into.
     pub metrics: Arc<RunMetrics>,
+    /// The node's memory budget, which warm cores keep within.
+    pub memory: Arc<NodeMemory>,
 }
 
 impl std::fmt::Debug for ThreadDeps {

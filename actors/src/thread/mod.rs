@@ -20,6 +20,7 @@ mod region;
 mod request;
 mod run;
 mod tool_call;
+mod warm;
 
 pub use actor::{
     DecideRequest, FollowRun, SegmentDone, ThreadActor, ThreadActorArgs, ThreadActorState,

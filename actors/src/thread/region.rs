@@ -11,7 +11,7 @@
 //! `ThreadConfig::idle_passivation`: the thread is then passivated.
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, SupervisionEvent};
@@ -19,17 +19,13 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, Supervi
 use crate::contract::Thread;
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
+use crate::memory::NodeMemory;
 
 use super::actor::{Kept, RegionView, ThreadActor, ThreadActorArgs, ThreadMsg};
 use super::control::ControlError;
 use super::core::WarmThread;
 use super::deps::ThreadDeps;
-
-/// A thread without an actor, still in memory.
-struct Dormant {
-    warm: WarmThread,
-    since: Instant,
-}
+use super::warm::WarmCores;
 
 /// Messages waiting for a thread's actor.
 ///
@@ -70,12 +66,11 @@ enum Slot {
     Passivating(ActorRef<ThreadMsg>, Parked),
 }
 
-#[derive(Default)]
 struct Slots {
     /// Threads with an actor. Lock order: an entry of `map`, then one of `warm`.
     map: FastDashMap<ThreadId, Slot>,
     /// Idle threads without an actor; never holds a thread that is in `map`.
-    warm: FastDashMap<ThreadId, Dormant>,
+    warm: WarmCores,
     /// Woken whenever a thread's actor stops or its warm core is dropped.
     passivated: tokio::sync::Notify,
     /// The thread each supervised actor serves, and its restarts so far: an actor
@@ -84,16 +79,27 @@ struct Slots {
 }
 
 impl Slots {
+    fn new(memory: Arc<NodeMemory>) -> Self {
+        Self {
+            map: FastDashMap::default(),
+            warm: WarmCores::new(memory),
+            passivated: tokio::sync::Notify::new(),
+            supervised: FastDashMap::default(),
+        }
+    }
+
     /// Drops warm cores idle for `keep` or longer, except those of threads not
     /// written yet, which only their first run (or [`ThreadRegion::take_unwritten`])
     /// takes away.
     fn sweep(&self, keep: Duration) {
-        let now = Instant::now();
-        let before = self.warm.len();
-        self.warm.retain(|_, dormant| {
-            dormant.warm.is_unwritten() || now.saturating_duration_since(dormant.since) < keep
-        });
-        if self.warm.len() != before {
+        if self.warm.sweep(keep) > 0 {
+            self.passivated.notify_waiters();
+        }
+    }
+
+    /// Gives warm cores back past the node's warm-threads share.
+    fn evict_warm(&self) {
+        if self.warm.evict_over_share() > 0 {
             self.passivated.notify_waiters();
         }
     }
@@ -175,13 +181,13 @@ impl RegionView for Slots {
                         // Warm before the slot goes: a message that finds no slot
                         // must find the warm core.
                         if let Some(warm) = warm {
-                            let since = Instant::now();
-                            self.warm.insert(thread_id.clone(), Dormant { warm, since });
+                            self.warm.insert(thread_id, warm);
                         }
                         occupied.remove();
                         // Forgotten before anyone learns it stopped.
                         self.supervised.remove(&actor.get_id());
                         self.passivated.notify_waiters();
+                        self.evict_warm();
                         Ok(())
                     } else {
                         occupied.insert(Slot::Live(actor.clone()));
@@ -214,7 +220,7 @@ impl std::fmt::Debug for ThreadRegion {
 impl ThreadRegion {
     /// A region with its supervisor actor.
     pub async fn start(deps: Arc<ThreadDeps>) -> Result<Self, ControlError> {
-        let slots = Arc::new(Slots::default());
+        let slots = Arc::new(Slots::new(Arc::clone(&deps.memory)));
         let (supervisor, _) = Actor::spawn(
             None,
             ThreadSupervisor,
@@ -261,7 +267,7 @@ impl ThreadRegion {
                 Entry::Vacant(vacant) => {
                     vacant.insert(Slot::Starting(Parked::with(message)));
                     // Nothing adds a warm core while the slot is `Starting`.
-                    let warm = self.slots.warm.remove(thread_id).map(|(_, d)| d.warm);
+                    let warm = self.slots.warm.remove(thread_id);
                     return start_actor(
                         Arc::clone(&self.deps),
                         Arc::clone(&self.slots),
@@ -288,12 +294,9 @@ impl ThreadRegion {
         if let Entry::Vacant(_slot) = self.slots.map.entry(thread_id.clone()) {
             self.slots
                 .warm
-                .entry(thread_id.clone())
-                .or_insert_with(|| Dormant {
-                    warm: WarmThread::empty(thread_id),
-                    since: Instant::now(),
-                });
+                .insert_if_absent(thread_id, || WarmThread::empty(thread_id));
         }
+        self.slots.evict_warm();
     }
 
     /// Keeps `thread`, made for a run about to start and not in the store yet,
@@ -307,32 +310,28 @@ impl ThreadRegion {
     pub fn adopt_unwritten(&self, thread: &Thread) -> bool {
         // Under the slot's lock, as `send` takes it: no actor can start between
         // the check and the insert, and `warm` never holds a thread in `map`.
-        let Entry::Vacant(_slot) = self.slots.map.entry(thread.id.clone()) else {
-            return false;
-        };
-        match self.slots.warm.entry(thread.id.clone()) {
+        let kept = match self.slots.map.entry(thread.id.clone()) {
+            Entry::Vacant(_slot) => self
+                .slots
+                .warm
+                .insert_if_absent(&thread.id, || WarmThread::unwritten(thread)),
             Entry::Occupied(_) => false,
-            Entry::Vacant(vacant) => {
-                vacant.insert(Dormant {
-                    warm: WarmThread::unwritten(thread),
-                    since: Instant::now(),
-                });
-                true
-            }
-        }
+        };
+        self.slots.evict_warm();
+        kept
     }
 
     /// Takes away the warm core of a thread [adopted](Self::adopt_unwritten) and
     /// still unwritten, giving back the thread: its run was refused, or ends
     /// without starting and is recorded with the thread.
     pub fn take_unwritten(&self, thread_id: &ThreadId) -> Option<Thread> {
-        let (id, dormant) = self
-            .slots
-            .warm
-            .remove_if(thread_id, |_, dormant| dormant.warm.is_unwritten())?;
+        let warm = self.slots.warm.remove_unwritten(thread_id)?;
         self.slots.passivated.notify_waiters();
-        let metadata = *dormant.warm.core.unwritten?;
-        Some(Thread { id, metadata })
+        let metadata = *warm.core.unwritten?;
+        Some(Thread {
+            id: thread_id.clone(),
+            metadata,
+        })
     }
 
     /// Whether the thread has an actor on this node (live, starting or stopping).
@@ -352,7 +351,7 @@ impl ThreadRegion {
 
     /// Whether the thread is idle without an actor, its core still in memory.
     pub fn is_warm(&self, thread_id: &ThreadId) -> bool {
-        self.slots.warm.contains_key(thread_id)
+        self.slots.warm.contains(thread_id)
     }
 
     /// Resolves once the thread has no actor on this node.
@@ -408,9 +407,12 @@ impl ThreadRegion {
             tokio::pin!(notified);
             notified.as_mut().enable();
             // A stopping actor may still park its core in `warm`: clear every round.
-            let before = self.slots.warm.len();
-            self.slots.warm.retain(|thread_id, _| !select(thread_id));
-            if self.slots.warm.len() != before {
+            if self
+                .slots
+                .warm
+                .drop_where(|thread_id, _, _| select(thread_id))
+                > 0
+            {
                 self.slots.passivated.notify_waiters();
             }
             let mut remaining = false;

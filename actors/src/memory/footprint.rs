@@ -1,0 +1,153 @@
+//! Estimates of the heap bytes a value holds, for caches that keep within a
+//! byte budget.
+//!
+//! Estimates, not measurements: strings count their length, containers their
+//! elements plus a fixed overhead per element for the allocation and the
+//! container's own slots. Allocator slack is the budget's unshared fifth.
+
+use crate::JsonValue;
+use crate::contract::{ContentBlock, Message, ToolCall};
+
+/// What one heap allocation costs beyond its bytes (header, rounding).
+const ALLOCATION: usize = 16;
+/// What an `Arc<str>` id costs beyond its text (counts and allocation).
+const ID: usize = 32;
+
+/// A value whose heap use can be estimated.
+pub trait Footprint {
+    /// Approximately how many bytes the value holds on the heap (not counting
+    /// its own inline size).
+    fn heap_bytes(&self) -> usize;
+}
+
+impl Footprint for String {
+    fn heap_bytes(&self) -> usize {
+        if self.capacity() == 0 {
+            0
+        } else {
+            self.capacity() + ALLOCATION
+        }
+    }
+}
+
+impl<T: Footprint> Footprint for Option<T> {
+    fn heap_bytes(&self) -> usize {
+        self.as_ref().map_or(0, Footprint::heap_bytes)
+    }
+}
+
+impl Footprint for JsonValue {
+    fn heap_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<JsonValue>();
+        match self {
+            JsonValue::Null | JsonValue::Bool(_) | JsonValue::Number(_) => 0,
+            JsonValue::String(text) => text.heap_bytes(),
+            JsonValue::Array(items) => {
+                ALLOCATION
+                    + items
+                        .iter()
+                        .map(|item| slot + item.heap_bytes())
+                        .sum::<usize>()
+            }
+            // A map entry: its key string, its value slot, its node's links.
+            JsonValue::Object(fields) => fields
+                .iter()
+                .map(|(key, value)| {
+                    key.heap_bytes() + slot + value.heap_bytes() + 3 * std::mem::size_of::<usize>()
+                })
+                .sum(),
+        }
+    }
+}
+
+impl Footprint for ContentBlock {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            ContentBlock::Text { text } => text.heap_bytes(),
+            ContentBlock::Image {
+                url,
+                data,
+                media_type,
+            } => url.heap_bytes() + data.heap_bytes() + media_type.heap_bytes(),
+            ContentBlock::Reasoning { text, signature } => {
+                text.heap_bytes() + signature.heap_bytes()
+            }
+        }
+    }
+}
+
+impl Footprint for ToolCall {
+    fn heap_bytes(&self) -> usize {
+        ID + self.id.as_str().len() + self.name.heap_bytes() + self.arguments.heap_bytes()
+    }
+}
+
+impl Footprint for Message {
+    fn heap_bytes(&self) -> usize {
+        let blocks = if self.content.is_empty() {
+            0
+        } else {
+            ALLOCATION
+                + self
+                    .content
+                    .iter()
+                    .map(|block| std::mem::size_of::<ContentBlock>() + block.heap_bytes())
+                    .sum::<usize>()
+        };
+        let calls = if self.tool_calls.is_empty() {
+            0
+        } else {
+            ALLOCATION
+                + self
+                    .tool_calls
+                    .iter()
+                    .map(|call| std::mem::size_of::<ToolCall>() + call.heap_bytes())
+                    .sum::<usize>()
+        };
+        let ids = ID
+            + self.id.as_str().len()
+            + self
+                .tool_call_id
+                .as_ref()
+                .map_or(0, |id| ID + id.as_str().len())
+            + self.run_id.as_ref().map_or(0, |id| ID + id.as_str().len());
+        blocks + calls + ids
+    }
+}
+
+/// The heap bytes of a message log, its slots included.
+pub fn message_bytes(messages: &[Message]) -> usize {
+    ALLOCATION
+        + messages
+            .iter()
+            .map(|message| std::mem::size_of::<Message>() + message.heap_bytes())
+            .sum::<usize>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_longer_message_weighs_more_by_its_text() {
+        let short = Message::user("hi");
+        let long = Message::user("x".repeat(10_000));
+        let difference = long.heap_bytes() - short.heap_bytes();
+        assert!((9_990..10_100).contains(&difference), "{difference}");
+    }
+
+    #[test]
+    fn json_counts_keys_and_nested_values() {
+        let flat = serde_json::json!({"a": 1});
+        let nested = serde_json::json!({"a": {"b": "y".repeat(500)}});
+        assert!(nested.heap_bytes() > flat.heap_bytes() + 500);
+        assert_eq!(JsonValue::Null.heap_bytes(), 0);
+    }
+
+    #[test]
+    fn a_log_counts_every_message() {
+        let one = vec![Message::user("hello")];
+        let two = vec![Message::user("hello"), Message::assistant("hi there")];
+        assert!(message_bytes(&two) > message_bytes(&one) + std::mem::size_of::<Message>());
+    }
+}
