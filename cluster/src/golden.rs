@@ -24,6 +24,7 @@ use awaken_actors::contract::{
     Visibility,
 };
 use awaken_actors::ids::{AgentId, DecisionId, DispatchId, MessageId, RunId, ThreadId, ToolCallId};
+use awaken_actors::mailbox::{Mark, MarkDigest};
 use awaken_actors::thread::{ControlError, RunRequest, RunSummary, ThreadStatus};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -468,6 +469,8 @@ fn every_command() -> Vec<Op> {
         Command::Gc {
             ttl_ms: 86_400_000,
             now_ms: AT_MS,
+            dedupe_window_ms: Some(600_000),
+            max_settled: Some(1_000_000),
         },
         // The run's input carried with its dispatch (decision 0078).
         Command::Enqueue {
@@ -527,6 +530,11 @@ fn the_mailbox_ledger_keeps_its_wire_form() {
             thread_id: thread(),
             epoch: 2,
         }],
+        settled: vec![Mark {
+            digest: MarkDigest::of_id(&dispatch_id()),
+            status: RunDispatchStatus::Acked,
+            at_ms: AT_MS,
+        }],
     };
     pin("ledger.snapshot_part", &part);
     let dispatches: Vec<_> = part
@@ -534,7 +542,12 @@ fn the_mailbox_ledger_keeps_its_wire_form() {
         .iter()
         .map(|stored| codec::encode(stored).unwrap())
         .collect();
-    let spliced = splice_part(&dispatches, &[codec::encode(&part.epochs[0]).unwrap()]).unwrap();
+    let spliced = splice_part(
+        &dispatches,
+        &[codec::encode(&part.epochs[0]).unwrap()],
+        &[codec::encode(&part.settled[0]).unwrap()],
+    )
+    .unwrap();
     assert_eq!(
         msgpack_to_json(&spliced),
         read_golden("ledger.snapshot_part")

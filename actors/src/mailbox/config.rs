@@ -4,6 +4,23 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// Marks of settled dispatches kept by default: about 72 MB
+/// ([`MARK_BYTES`](super::MARK_BYTES) each), the settled share of the default
+/// memory budget (`memory::Share::SettledDispatches`).
+pub const DEFAULT_MAX_SETTLED: usize = 1_000_000;
+
+/// What a garbage collection removes: the inputs of a `gc` command, so every
+/// replica of a replicated mailbox removes the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcRules {
+    /// Dead letters older than this go, ms.
+    pub ttl_ms: u64,
+    /// Marks of dispatches settled longer ago than this go, ms.
+    pub dedupe_window_ms: u64,
+    /// Beyond this many marks the oldest go.
+    pub max_settled: usize,
+}
+
 /// Tunables of the mailbox, with the book's defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -18,12 +35,19 @@ pub struct MailboxConfig {
     /// How often expired leases are reclaimed.
     #[serde(with = "humantime_serde")]
     pub sweep_interval: Duration,
-    /// How often terminal dispatches are garbage-collected.
+    /// How often dead letters and marks of settled dispatches are collected.
     #[serde(with = "humantime_serde")]
     pub gc_interval: Duration,
-    /// How long terminal dispatches are kept.
+    /// How long dead letters are kept (other dispatches leave as they settle).
     #[serde(with = "humantime_serde")]
     pub gc_ttl: Duration,
+    /// How long a settled dispatch's id and dedupe key still refuse a duplicate.
+    #[serde(with = "humantime_serde")]
+    pub dedupe_window: Duration,
+    /// The most marks of settled dispatches remembered, oldest going first (a
+    /// dispatch leaves one, two with a dedupe key): the window is shorter when
+    /// more settle within it.
+    pub max_settled: usize,
     /// Delivery attempts before a dispatch is dead-lettered.
     pub default_max_attempts: u32,
     /// Back-off before the first retry, ms; doubles per attempt.
@@ -41,6 +65,8 @@ impl Default for MailboxConfig {
             sweep_interval: Duration::from_secs(30),
             gc_interval: Duration::from_secs(60),
             gc_ttl: Duration::from_secs(24 * 60 * 60),
+            dedupe_window: Duration::from_secs(10 * 60),
+            max_settled: DEFAULT_MAX_SETTLED,
             default_max_attempts: 5,
             default_retry_delay_ms: 250,
             max_retry_delay_ms: 30_000,
@@ -63,6 +89,15 @@ impl MailboxConfig {
     /// `gc_ttl` in milliseconds.
     pub fn gc_ttl_ms(&self) -> u64 {
         u64::try_from(self.gc_ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// What a collection by this configuration removes.
+    pub fn gc_rules(&self) -> GcRules {
+        GcRules {
+            ttl_ms: self.gc_ttl_ms(),
+            dedupe_window_ms: u64::try_from(self.dedupe_window.as_millis()).unwrap_or(u64::MAX),
+            max_settled: self.max_settled,
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::{
     DispatchQuery, HeldClaim, InMemoryMailboxStore, MailboxConfig, MailboxError, MailboxStore,
-    QueueWatch, QueuedThread,
+    QueueWatch, QueuedThread, SETTLED_KEPT,
 };
 use crate::contract::TerminationReason;
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
@@ -49,6 +49,7 @@ macro_rules! mailbox_store_conformance {
             list_filters_and_pages,
             expired_leases_are_reclaimed,
             gc_purges_old_terminal_dispatches,
+            settled_dispatches_beyond_the_kept_leave_and_their_marks_expire,
             gc_keeps_what_a_thread_must_remember,
             unknown_ids_are_not_found,
             queued_threads_lists_waiting_work,
@@ -76,12 +77,13 @@ macro_rules! mailbox_store_conformance {
     };
 }
 
-/// The configuration the rules assume: the defaults with three attempts and a
-/// one-hour `gc_ttl`.
+/// The configuration the rules assume: the defaults with three attempts, a
+/// one-hour `gc_ttl` and a ten-minute dedupe window.
 pub fn rules_config() -> MailboxConfig {
     MailboxConfig {
         default_max_attempts: 3,
         gc_ttl: Duration::from_secs(3600),
+        dedupe_window: Duration::from_secs(600),
         ..MailboxConfig::default()
     }
 }
@@ -658,6 +660,83 @@ pub async fn gc_purges_old_terminal_dispatches(store: &dyn MailboxStore) {
         .enqueue(dispatch("t1", "r3").with_dedupe_key("k"), T0 + ttl)
         .await
         .expect("a purged dispatch's dedupe key is free again");
+}
+
+/// Past the [`SETTLED_KEPT`] latest settled dispatches, the earliest enqueued
+/// leave; their id and dedupe key still refuse duplicates, and an operation on
+/// one is told its status, until `gc` forgets them after the dedupe window.
+pub async fn settled_dispatches_beyond_the_kept_leave_and_their_marks_expire(
+    store: &dyn MailboxStore,
+) {
+    let window = rules_config().gc_rules().dedupe_window_ms;
+    let first = store
+        .enqueue(dispatch("t1", "r-first").with_dedupe_key("k"), T0)
+        .await
+        .unwrap();
+    store.cancel(&first.dispatch_id, T0).await.unwrap();
+    let live = enqueued(store, "t1", "r-live").await;
+    // Settled in rounds of concurrent calls: a replicated mailbox batches them.
+    let mut settled = 0;
+    while settled < SETTLED_KEPT {
+        let round = (SETTLED_KEPT - settled).min(64);
+        futures::future::join_all((settled..settled + round).map(|n| async move {
+            let d = enqueued(store, &format!("t-{n}"), "r").await;
+            store.cancel(&d.dispatch_id, T0).await.unwrap();
+        }))
+        .await;
+        settled += round;
+    }
+
+    assert_eq!(store.load_dispatch(&first.dispatch_id).await.unwrap(), None);
+    assert!(
+        store
+            .load_dispatch(&live.dispatch_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        store.cancel(&first.dispatch_id, T0).await.unwrap_err(),
+        MailboxError::WrongState {
+            dispatch_id: first.dispatch_id.clone(),
+            status: RunDispatchStatus::Cancelled,
+            operation: "cancel",
+        }
+    );
+    let mut same_id = dispatch("t1", "r-again");
+    same_id.dispatch_id = first.dispatch_id.clone();
+    assert!(matches!(
+        store.enqueue(same_id.clone(), T0 + 1).await,
+        Err(MailboxError::Duplicate(_))
+    ));
+    assert!(matches!(
+        store
+            .enqueue(dispatch("t1", "r-key").with_dedupe_key("k"), T0 + 1)
+            .await,
+        Err(MailboxError::Duplicate(_))
+    ));
+
+    assert_eq!(store.gc(T0 + window - 1).await.unwrap(), 0);
+    assert_eq!(
+        store.gc(T0 + window).await.unwrap(),
+        2,
+        "the id's mark and the key's"
+    );
+    assert_eq!(
+        store
+            .cancel(&first.dispatch_id, T0 + window)
+            .await
+            .unwrap_err(),
+        MailboxError::NotFound(first.dispatch_id.clone())
+    );
+    store
+        .enqueue(dispatch("t1", "r-key").with_dedupe_key("k"), T0 + window)
+        .await
+        .expect("a forgotten dispatch's dedupe key is free again");
+    store
+        .enqueue(same_id, T0 + window)
+        .await
+        .expect("and so is its id");
 }
 
 /// Garbage collection may forget a thread that holds nothing, but never a raised

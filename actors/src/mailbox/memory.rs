@@ -229,6 +229,6 @@ impl MailboxStore for InMemoryMailboxStore {
     }
 
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {
-        Ok(self.lock().gc(self.config.gc_ttl_ms(), now_ms))
+        Ok(self.lock().gc(&self.config.gc_rules(), now_ms))
     }
 }

@@ -13,6 +13,7 @@
 mod config;
 mod inbox;
 mod memory;
+mod settled;
 mod state;
 mod submit;
 pub mod transition;
@@ -23,10 +24,11 @@ pub mod conformance;
 
 use async_trait::async_trait;
 
-pub use config::MailboxConfig;
+pub use config::{DEFAULT_MAX_SETTLED, GcRules, MailboxConfig};
 pub use inbox::{InMemoryRunInbox, RunInbox};
 pub use memory::InMemoryMailboxStore;
-pub use state::{MailboxState, SequencedDispatch};
+pub use settled::{MARK_BYTES, Mark, MarkDigest, SettledMarks};
+pub use state::{DEAD_LETTERS_KEPT, MailboxState, SETTLED_KEPT, SequencedDispatch};
 pub use submit::{SubmitOptions, submit};
 pub use worker::{Claimant, Liveness, MailboxWorker, Placement};
 
@@ -36,7 +38,8 @@ use crate::ids::{DispatchId, ThreadId};
 /// Why a mailbox operation was refused. A refused operation changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MailboxError {
-    /// No dispatch with this id (never enqueued, or garbage-collected).
+    /// No dispatch with this id (never enqueued, or settled and forgotten: see
+    /// [`MailboxState`]).
     #[error("dispatch {0} not found")]
     NotFound(DispatchId),
     /// A retained dispatch already has this dispatch id or dedupe key.

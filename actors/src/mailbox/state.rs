@@ -10,14 +10,31 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::settled::{Mark, MarkDigest, SettledMarks};
 use super::transition;
-use super::{DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, QueuedThread};
+use super::{
+    DispatchPage, DispatchQuery, GcRules, HeldClaim, MailboxConfig, MailboxError, QueuedThread,
+};
 use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 use crate::hashing::FastHashMap;
 use crate::ids::{DispatchId, ThreadId};
 use crate::store::clamp_limit;
 
+/// Settled dispatches kept whole, for operators (and the thread's mailbox page)
+/// to read: beyond them the earliest enqueued go, leaving their marks. A
+/// number, not a time, so every replica of a replicated mailbox keeps the same.
+pub const SETTLED_KEPT: usize = 1024;
+
+/// Dead letters kept whole, beside [`SETTLED_KEPT`] others: a burst of acks does
+/// not push them out.
+pub const DEAD_LETTERS_KEPT: usize = 1024;
+
 /// The dispatches of a mailbox, their enqueue order and the threads' epochs.
+///
+/// Retained whole are the dispatches in flight (`Queued`, `Claimed`), the
+/// latest [`SETTLED_KEPT`] settled ones and [`DEAD_LETTERS_KEPT`] dead letters;
+/// older settled dispatches are remembered only by their [`SettledMarks`]
+/// (decision 0089).
 #[derive(Debug, Default, Clone)]
 pub struct MailboxState {
     /// Boxed: the map grows with every retained dispatch, and a box moves in 8
@@ -31,6 +48,12 @@ pub struct MailboxState {
     threads: FastHashMap<ThreadId, ThreadMailbox>,
     dedupe: FastHashMap<String, DispatchId>,
     next_seq: u64,
+    /// Sequence numbers of the settled dispatches kept whole, dead letters aside.
+    recent: BTreeSet<u64>,
+    /// Sequence numbers of the retained dead letters.
+    dead_letters: BTreeSet<u64>,
+    /// Ids and dedupe keys of settled dispatches.
+    settled: SettledMarks,
 }
 
 #[derive(Debug, Clone)]
@@ -56,17 +79,23 @@ pub struct SequencedDispatch {
 }
 
 impl MailboxState {
-    /// Rebuilds a state from what [`Self::sequenced`], [`Self::epochs`] and
-    /// [`Self::next_seq`] gave: the same dispatches, order, epochs and dedupe keys.
+    /// Rebuilds a state from what [`Self::sequenced`], [`Self::epochs`],
+    /// [`Self::settled`] and [`Self::next_seq`] gave: the same dispatches, order,
+    /// epochs, dedupe keys and marks (settled dispatches beyond what is kept
+    /// whole, as states before decision 0089 had, leave their marks instead).
     pub fn restore(
         next_seq: u64,
         dispatches: impl IntoIterator<Item = SequencedDispatch>,
         epochs: impl IntoIterator<Item = (ThreadId, u64)>,
+        settled: impl IntoIterator<Item = Mark>,
     ) -> Self {
         let mut state = Self {
             next_seq,
             ..Self::default()
         };
+        for mark in settled {
+            state.settled.insert(mark);
+        }
         for (thread_id, epoch) in epochs {
             state.threads.entry(thread_id).or_default().epoch = epoch;
         }
@@ -74,9 +103,23 @@ impl MailboxState {
         entries.sort_unstable_by_key(|entry| entry.seq);
         for SequencedDispatch { seq, dispatch } in entries {
             state.next_seq = state.next_seq.max(seq.saturating_add(1));
+            let settles = dispatch.status.is_terminal();
             state.insert(seq, dispatch);
+            if settles {
+                state.settle(seq);
+            }
         }
         state
+    }
+
+    /// The marks of settled dispatches, oldest first.
+    pub fn settled(&self) -> impl Iterator<Item = &Mark> {
+        self.settled.iter()
+    }
+
+    /// How many settled dispatches' ids and keys are remembered.
+    pub fn settled_len(&self) -> usize {
+        self.settled.len()
     }
 
     /// Every retained dispatch in enqueue order.
@@ -117,14 +160,20 @@ impl MailboxState {
         mut dispatch: RunDispatch,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        if self.dispatches.contains_key(&dispatch.dispatch_id) {
+        if self.dispatches.contains_key(&dispatch.dispatch_id)
+            || self
+                .settled
+                .get(&MarkDigest::of_id(&dispatch.dispatch_id))
+                .is_some()
+        {
             return Err(MailboxError::Duplicate(format!(
                 "dispatch id {}",
                 dispatch.dispatch_id
             )));
         }
         if let Some(key) = &dispatch.dedupe_key
-            && self.dedupe.contains_key(key)
+            && (self.dedupe.contains_key(key)
+                || self.settled.get(&MarkDigest::of_key(key)).is_some())
         {
             return Err(MailboxError::Duplicate(format!("dedupe key {key:?}")));
         }
@@ -163,7 +212,7 @@ impl MailboxState {
         );
         let mut claimed = Vec::with_capacity(chosen.len());
         for id in chosen {
-            let taken = self.change(&id, |dispatch| {
+            let taken = self.change(&id, "claim", |dispatch| {
                 transition::claim(dispatch, consumer, lease_ms, now_ms, tokens());
                 Ok(())
             });
@@ -183,7 +232,7 @@ impl MailboxState {
         now_ms: u64,
         token: String,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "claim", |dispatch| {
             if !transition::claimable(dispatch, now_ms) {
                 return Err(transition::wrong_state(dispatch, "claim"));
             }
@@ -199,7 +248,7 @@ impl MailboxState {
         claim_token: &str,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "ack", |dispatch| {
             transition::check_claimed(dispatch, claim_token, "ack")?;
             transition::release(dispatch, RunDispatchStatus::Acked, now_ms);
             Ok(())
@@ -216,7 +265,7 @@ impl MailboxState {
         error: &str,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "nack", |dispatch| {
             transition::check_claimed(dispatch, claim_token, "nack")?;
             transition::fail_attempt(config, dispatch, error, now_ms);
             Ok(())
@@ -231,7 +280,7 @@ impl MailboxState {
         error: &str,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "dead-letter", |dispatch| {
             transition::check_claimed(dispatch, claim_token, "dead-letter")?;
             dispatch.last_error = Some(error.to_owned());
             transition::release(dispatch, RunDispatchStatus::DeadLetter, now_ms);
@@ -245,7 +294,7 @@ impl MailboxState {
         dispatch_id: &DispatchId,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "cancel", |dispatch| {
             transition::check_status(dispatch, RunDispatchStatus::Queued, "cancel")?;
             transition::release(dispatch, RunDispatchStatus::Cancelled, now_ms);
             Ok(())
@@ -260,7 +309,7 @@ impl MailboxState {
         lease_ms: u64,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "extend the lease of", |dispatch| {
             transition::check_claimed(dispatch, claim_token, "extend the lease of")?;
             dispatch.lease_until = Some(now_ms.saturating_add(lease_ms));
             dispatch.updated_at = now_ms;
@@ -281,7 +330,7 @@ impl MailboxState {
         let mut interrupting = transition::Interrupting::default();
         for id in ids {
             // Every id was just read from the map, so the change finds it.
-            let _visited = self.change(&id, |dispatch| {
+            let _visited = self.change(&id, "interrupt", |dispatch| {
                 interrupting.visit(dispatch, now_ms);
                 Ok(())
             });
@@ -295,7 +344,7 @@ impl MailboxState {
         dispatch_id: &DispatchId,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "supersede", |dispatch| {
             transition::check_status(dispatch, RunDispatchStatus::Claimed, "supersede")?;
             transition::release(dispatch, RunDispatchStatus::Superseded, now_ms);
             Ok(())
@@ -309,7 +358,7 @@ impl MailboxState {
         dispatch_instance_id: &str,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "record the start of", |dispatch| {
             transition::record_start(dispatch, dispatch_instance_id, now_ms);
             Ok(())
         })
@@ -322,7 +371,7 @@ impl MailboxState {
         result: RunDispatchResult,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "record the result of", |dispatch| {
             transition::record_result(dispatch, result, now_ms)
         })
     }
@@ -336,7 +385,7 @@ impl MailboxState {
         result: RunDispatchResult,
         now_ms: u64,
     ) -> Result<RunDispatch, MailboxError> {
-        self.change(dispatch_id, |dispatch| {
+        self.change(dispatch_id, "ack", |dispatch| {
             transition::check_claimed(dispatch, claim_token, "ack")?;
             if let Err(error) = transition::record_result(dispatch, result, now_ms) {
                 tracing::warn!(%dispatch_id, %error, "recording the run result failed");
@@ -393,7 +442,7 @@ impl MailboxState {
         expired
             .iter()
             .filter_map(|id| {
-                self.change(id, |dispatch| {
+                self.change(id, "reclaim", |dispatch| {
                     transition::fail_attempt(config, dispatch, "lease expired", now_ms);
                     Ok(())
                 })
@@ -427,19 +476,41 @@ impl MailboxState {
             .collect()
     }
 
-    /// Removes the terminal dispatches older than `gc_ttl_ms`; how many.
-    pub fn gc(&mut self, gc_ttl_ms: u64, now_ms: u64) -> usize {
+    /// Removes the settled dispatches kept whole that are older than the rules'
+    /// `ttl_ms` and forgets the marks past the dedupe window or count; how many
+    /// of both.
+    pub fn gc(&mut self, rules: &GcRules, now_ms: u64) -> usize {
         let expired: Vec<DispatchId> = self
-            .dispatches
-            .values()
+            .recent
+            .iter()
+            .chain(&self.dead_letters)
+            .filter_map(|seq| self.order.get(seq))
+            .filter_map(|id| self.dispatches.get(id))
             .map(|entry| &entry.dispatch)
-            .filter(|d| transition::collectable(d, gc_ttl_ms, now_ms))
+            .filter(|d| transition::collectable(d, rules.ttl_ms, now_ms))
             .map(|d| d.dispatch_id.clone())
             .collect();
         for id in &expired {
             self.remove(id);
         }
-        expired.len()
+        let forgotten = self
+            .settled
+            .trim(rules.dedupe_window_ms, rules.max_settled, now_ms);
+        expired.len() + forgotten
+    }
+
+    /// Whether [`Self::gc`] by `rules` at `now_ms` would remove anything: a
+    /// replicated mailbox skips the command otherwise.
+    pub fn gc_due(&self, rules: &GcRules, now_ms: u64) -> bool {
+        self.recent
+            .iter()
+            .chain(&self.dead_letters)
+            .filter_map(|seq| self.order.get(seq))
+            .filter_map(|id| self.dispatches.get(id))
+            .any(|entry| transition::collectable(&entry.dispatch, rules.ttl_ms, now_ms))
+            || self
+                .settled
+                .trims(rules.dedupe_window_ms, rules.max_settled, now_ms)
     }
 
     /// The dispatches in flight, in enqueue order.
@@ -453,22 +524,85 @@ impl MailboxState {
 
     /// Applies `op` to the dispatch and keeps the in-flight set in step; the
     /// dispatch as changed. A refusal from `op` must leave the dispatch untouched.
+    /// A dispatch that settles leaves (see [`Self::settle`]); `operation` names
+    /// what was attempted on one that already left.
     fn change(
         &mut self,
         id: &DispatchId,
+        operation: &'static str,
         op: impl FnOnce(&mut RunDispatch) -> Result<(), MailboxError>,
     ) -> Result<RunDispatch, MailboxError> {
-        let entry = self
-            .dispatches
-            .get_mut(id)
-            .ok_or_else(|| MailboxError::NotFound(id.clone()))?;
+        let Some(entry) = self.dispatches.get_mut(id) else {
+            return Err(match self.settled.get(&MarkDigest::of_id(id)) {
+                Some(mark) => MailboxError::WrongState {
+                    dispatch_id: id.clone(),
+                    status: mark.status,
+                    operation,
+                },
+                None => MailboxError::NotFound(id.clone()),
+            });
+        };
+        let was_settled = entry.dispatch.status.is_terminal();
         op(&mut entry.dispatch)?;
-        if entry.dispatch.status.is_terminal() {
-            self.live.remove(&entry.seq);
-        } else {
-            self.live.insert(entry.seq);
+        let (seq, changed) = (entry.seq, entry.dispatch.clone());
+        if !changed.status.is_terminal() {
+            self.live.insert(seq);
+        } else if !was_settled {
+            self.live.remove(&seq);
+            self.settle(seq);
         }
-        Ok(entry.dispatch.clone())
+        Ok(changed)
+    }
+
+    /// A dispatch just settled: it stays whole among the kept ones, and the
+    /// earliest enqueued beyond their number leave, remembered by marks.
+    fn settle(&mut self, seq: u64) {
+        let Some(id) = self.order.get(&seq) else {
+            return;
+        };
+        let dead = self
+            .dispatches
+            .get(id)
+            .is_some_and(|entry| entry.dispatch.status == RunDispatchStatus::DeadLetter);
+        let (kept, limit) = if dead {
+            (&mut self.dead_letters, DEAD_LETTERS_KEPT)
+        } else {
+            (&mut self.recent, SETTLED_KEPT)
+        };
+        kept.insert(seq);
+        let mut leaving = Vec::new();
+        while kept.len() > limit {
+            if let Some(earliest) = kept.pop_first() {
+                leaving.push(earliest);
+            }
+        }
+        for earliest in leaving {
+            if let Some(id) = self.order.get(&earliest).cloned() {
+                self.retire(&id);
+            }
+        }
+    }
+
+    /// Removes a settled dispatch, leaving the marks of its id and dedupe key.
+    fn retire(&mut self, id: &DispatchId) {
+        let Some(entry) = self.dispatches.get(id) else {
+            return;
+        };
+        let (status, at_ms) = (entry.dispatch.status, entry.dispatch.updated_at);
+        let key = entry.dispatch.dedupe_key.clone();
+        self.remove(id);
+        self.settled.insert(Mark {
+            digest: MarkDigest::of_id(id),
+            status,
+            at_ms,
+        });
+        if let Some(key) = key {
+            self.settled.insert(Mark {
+                digest: MarkDigest::of_key(&key),
+                status,
+                at_ms,
+            });
+        }
     }
 
     fn insert(&mut self, seq: u64, dispatch: RunDispatch) {
@@ -507,6 +641,8 @@ impl MailboxState {
         };
         self.order.remove(&entry.seq);
         self.live.remove(&entry.seq);
+        self.recent.remove(&entry.seq);
+        self.dead_letters.remove(&entry.seq);
         let thread_id = &entry.dispatch.thread_id;
         if let Some(mailbox) = self.threads.get_mut(thread_id) {
             mailbox.seqs.retain(|seq| *seq != entry.seq);
@@ -521,5 +657,80 @@ impl MailboxState {
         {
             self.dedupe.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::ids::RunId;
+
+    const NOW: u64 = 1_000;
+
+    fn claimed(state: &mut MailboxState, n: usize) -> RunDispatch {
+        let thread_id = ThreadId::new(format!("t-{n}")).unwrap();
+        let dispatch = RunDispatch::new(
+            thread_id.clone(),
+            RunId::new(format!("r-{n}")).unwrap(),
+            0,
+            NOW,
+        );
+        let config = MailboxConfig::default();
+        state.enqueue(&config, dispatch, NOW).unwrap();
+        let mut claimed = state.claim(&thread_id, "n", 1, 1000, NOW, || format!("tok-{n}"));
+        claimed.pop().unwrap()
+    }
+
+    #[test]
+    fn dead_letters_are_kept_apart_from_other_settled_dispatches() {
+        let mut state = MailboxState::default();
+        let dead: Vec<RunDispatch> = (0..DEAD_LETTERS_KEPT + 2)
+            .map(|n| {
+                let d = claimed(&mut state, n);
+                let token = d.claim_token.clone().unwrap();
+                state.dead_letter(&d.dispatch_id, &token, "x", NOW).unwrap()
+            })
+            .collect();
+        for n in 0..SETTLED_KEPT {
+            let d = claimed(&mut state, 10_000 + n);
+            let token = d.claim_token.clone().unwrap();
+            state.ack(&d.dispatch_id, &token, NOW).unwrap();
+        }
+        assert_eq!(state.len(), DEAD_LETTERS_KEPT + SETTLED_KEPT);
+        assert!(
+            state.get(&dead[0].dispatch_id).is_none(),
+            "the earliest left"
+        );
+        assert!(
+            state.get(&dead[2].dispatch_id).is_some(),
+            "acks push none out"
+        );
+        assert_eq!(state.settled_len(), 2);
+    }
+
+    #[test]
+    fn a_restored_state_keeps_what_the_original_kept() {
+        let mut state = MailboxState::default();
+        for n in 0..SETTLED_KEPT + 10 {
+            let d = claimed(&mut state, n);
+            let token = d.claim_token.clone().unwrap();
+            state.ack(&d.dispatch_id, &token, NOW).unwrap();
+        }
+        let restored = MailboxState::restore(
+            state.next_seq(),
+            state.sequenced().map(|(seq, dispatch)| SequencedDispatch {
+                seq,
+                dispatch: dispatch.clone(),
+            }),
+            Vec::new(),
+            state.settled().copied(),
+        );
+        assert_eq!(restored.len(), state.len());
+        assert_eq!(
+            restored.settled().collect::<Vec<_>>(),
+            state.settled().collect::<Vec<_>>()
+        );
     }
 }

@@ -9,7 +9,7 @@ use awaken_actors::contract::{
     MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus,
 };
 use awaken_actors::ids::{DispatchId, ThreadId};
-use awaken_actors::mailbox::{MailboxConfig, MailboxError, MailboxState};
+use awaken_actors::mailbox::{GcRules, MailboxConfig, MailboxError, MailboxState};
 use awaken_actors::thread::RunRequest;
 use serde::{Deserialize, Serialize};
 
@@ -127,6 +127,13 @@ pub(crate) enum Command {
     Gc {
         ttl_ms: u64,
         now_ms: u64,
+        /// Marks of settled dispatches older than this go (decision 0089);
+        /// absent in commands of earlier nodes, which kept no marks: `ttl_ms`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dedupe_window_ms: Option<u64>,
+        /// Beyond this many marks the oldest go; absent: no count limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_settled: Option<u64>,
     },
 }
 
@@ -272,8 +279,19 @@ impl Command {
                 let woken = reclaimed.iter().flat_map(queued).collect();
                 (Ok(Answer::Dispatches(reclaimed)), woken)
             }
-            Self::Gc { ttl_ms, now_ms } => {
-                (Ok(Answer::Collected(state.gc(ttl_ms, now_ms))), Vec::new())
+            Self::Gc {
+                ttl_ms,
+                now_ms,
+                dedupe_window_ms,
+                max_settled,
+            } => {
+                let rules = GcRules {
+                    ttl_ms,
+                    dedupe_window_ms: dedupe_window_ms.unwrap_or(ttl_ms),
+                    max_settled: max_settled
+                        .map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX)),
+                };
+                (Ok(Answer::Collected(state.gc(&rules, now_ms))), Vec::new())
             }
         }
     }

@@ -689,17 +689,18 @@ impl MailboxStore for LedgerMailbox {
     }
 
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {
-        let ttl_ms = self.config.gc_ttl_ms();
+        let rules = self.config.gc_rules();
         self.sync().await?;
-        let any_collectable = self.read(|state| {
-            state
-                .sequenced()
-                .any(|(_, dispatch)| transition::collectable(dispatch, ttl_ms, now_ms))
-        });
-        if !any_collectable {
+        if !self.read(|state| state.gc_due(&rules, now_ms)) {
             return Ok(0);
         }
-        match self.submit(Command::Gc { ttl_ms, now_ms }).await? {
+        let command = Command::Gc {
+            ttl_ms: rules.ttl_ms,
+            now_ms,
+            dedupe_window_ms: Some(rules.dedupe_window_ms),
+            max_settled: Some(u64::try_from(rules.max_settled).unwrap_or(u64::MAX)),
+        };
+        match self.submit(command).await? {
             Answer::Collected(count) => Ok(count),
             other => Err(unexpected(&other)),
         }

@@ -99,6 +99,7 @@ impl Snapshots {
         };
         let mut dispatches = Vec::new();
         let mut epochs = Vec::new();
+        let mut settled = Vec::new();
         let mut inputs = RunInputs::default();
         for index in 0..head.parts {
             let key = part_key(head.covers, index);
@@ -125,9 +126,10 @@ impl Snapshots {
                 });
             }
             epochs.extend(part.epochs.into_iter().map(|e| (e.thread_id, e.epoch)));
+            settled.extend(part.settled);
         }
         Ok(Folded {
-            state: MailboxState::restore(head.next_seq, dispatches, epochs),
+            state: MailboxState::restore(head.next_seq, dispatches, epochs, settled),
             inputs,
             applied: head.covers,
         })
@@ -218,12 +220,13 @@ impl Snapshots {
 struct Chunk {
     dispatches: Vec<Bytes>,
     epochs: Vec<Bytes>,
+    settled: Vec<Bytes>,
     size: usize,
 }
 
 impl Chunk {
     fn is_empty(&self) -> bool {
-        self.dispatches.is_empty() && self.epochs.is_empty()
+        self.dispatches.is_empty() && self.epochs.is_empty() && self.settled.is_empty()
     }
 
     /// Seals the chunk into `parts` first when `item` would not fit.
@@ -236,7 +239,11 @@ impl Chunk {
     }
 
     fn seal(self) -> Result<Bytes, ClusterError> {
-        Ok(Bytes::from(splice_part(&self.dispatches, &self.epochs)?))
+        Ok(Bytes::from(splice_part(
+            &self.dispatches,
+            &self.epochs,
+            &self.settled,
+        )?))
     }
 }
 
@@ -263,6 +270,11 @@ fn encode_parts(state: &MailboxState, inputs: &RunInputs) -> Result<Vec<Bytes>, 
         })?;
         chunk.make_room(&mut parts, &item)?;
         chunk.dispatches.push(item);
+    }
+    for mark in state.settled() {
+        let item = codec::encode(mark)?;
+        chunk.make_room(&mut parts, &item)?;
+        chunk.settled.push(item);
     }
     if !chunk.is_empty() || parts.is_empty() {
         parts.push(chunk.seal()?);

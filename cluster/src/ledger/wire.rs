@@ -11,6 +11,7 @@
 
 use awaken_actors::contract::RunDispatch;
 use awaken_actors::ids::ThreadId;
+use awaken_actors::mailbox::Mark;
 use awaken_actors::thread::RunRequest;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -81,6 +82,10 @@ pub(crate) struct Part {
     pub(crate) dispatches: Vec<Stored>,
     /// Threads whose epoch an interrupt raised (all of them in the first part).
     pub(crate) epochs: Vec<Epoch>,
+    /// Marks of settled dispatches, oldest first across the parts in order
+    /// (decision 0089; absent in snapshots of earlier nodes).
+    #[serde(default)]
+    pub(crate) settled: Vec<Mark>,
 }
 
 /// A dispatch as a snapshot keeps it.
@@ -131,15 +136,27 @@ pub(crate) fn splice_batch(writer: &str, ops: &[Bytes]) -> Result<Vec<u8>, Clust
     Ok(out)
 }
 
-/// A [`Part`] payload from encoded [`Stored`] dispatches and [`Epoch`]s.
-pub(crate) fn splice_part(dispatches: &[Bytes], epochs: &[Bytes]) -> Result<Vec<u8>, ClusterError> {
-    let body: usize = dispatches.iter().chain(epochs).map(Bytes::len).sum();
-    let mut out = Vec::with_capacity(body + 32);
-    rmp::encode::write_map_len(&mut out, 2).map_err(codec_error)?;
+/// A [`Part`] payload from encoded [`Stored`] dispatches, [`Epoch`]s and
+/// [`Mark`]s.
+pub(crate) fn splice_part(
+    dispatches: &[Bytes],
+    epochs: &[Bytes],
+    settled: &[Bytes],
+) -> Result<Vec<u8>, ClusterError> {
+    let body: usize = dispatches
+        .iter()
+        .chain(epochs)
+        .chain(settled)
+        .map(Bytes::len)
+        .sum();
+    let mut out = Vec::with_capacity(body + 48);
+    rmp::encode::write_map_len(&mut out, 3).map_err(codec_error)?;
     rmp::encode::write_str(&mut out, "dispatches").map_err(codec_error)?;
     write_array(&mut out, dispatches)?;
     rmp::encode::write_str(&mut out, "epochs").map_err(codec_error)?;
     write_array(&mut out, epochs)?;
+    rmp::encode::write_str(&mut out, "settled").map_err(codec_error)?;
+    write_array(&mut out, settled)?;
     Ok(out)
 }
 
@@ -156,7 +173,9 @@ fn write_array(out: &mut Vec<u8>, items: &[Bytes]) -> Result<(), ClusterError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use awaken_actors::contract::RunDispatchStatus;
     use awaken_actors::ids::{DispatchId, RunId};
+    use awaken_actors::mailbox::MarkDigest;
 
     use super::*;
     use crate::codec;
@@ -195,6 +214,8 @@ mod tests {
                 command: Command::Gc {
                     ttl_ms: 5,
                     now_ms: 6,
+                    dedupe_window_ms: Some(4),
+                    max_settled: None,
                 },
             },
         ];
@@ -215,15 +236,22 @@ mod tests {
             thread_id: ThreadId::new("t").unwrap(),
             epoch: 2,
         };
+        let mark = Mark {
+            digest: MarkDigest::of_key("k"),
+            status: RunDispatchStatus::Acked,
+            at_ms: 7,
+        };
         let part: Part = codec::decode(
             &splice_part(
                 &[codec::encode(&stored).unwrap()],
                 &[codec::encode(&epoch).unwrap()],
+                &[codec::encode(&mark).unwrap()],
             )
             .unwrap(),
         )
         .unwrap();
         assert_eq!(part.dispatches, [stored]);
         assert_eq!(part.epochs, [epoch]);
+        assert_eq!(part.settled, [mark]);
     }
 }

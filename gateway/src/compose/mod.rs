@@ -5,7 +5,7 @@
 //! ServeConfig ─> runtime_base (permissions, A2A backend)
 //!             ─> the demo tools and agents, only when wanted (`demo_agents`)
 //!             ─> the file's agents, models, providers, MCP servers' tools
-//!             ─> the thread store                     = Assembly
+//!             ─> the thread store, the memory budget  = Assembly
 //! Assembly ─> LocalNode (single node) | ClusterNode (`[cluster]`, join_cluster)
 //! ```
 //!
@@ -18,6 +18,7 @@ mod store;
 
 use std::sync::Arc;
 
+use awaken_actors::memory::NodeMemory;
 use awaken_actors::permission::{PermissionBehavior, PermissionRules};
 use awaken_actors::runtime::AgentRuntimeBuilder;
 use awaken_actors::thread::ThreadConfig;
@@ -26,7 +27,7 @@ pub use cluster::join_cluster;
 pub use store::{NodeStore, open_store};
 
 use crate::base::runtime_base;
-use crate::config::{ServeConfig, StoreConfig};
+use crate::config::{BudgetOrigin, ServeConfig, StoreConfig};
 use crate::demo::{self, FakeFiles, Journal};
 use crate::error::{GatewayError, Result};
 use crate::protocols::mcp::McpHub;
@@ -73,7 +74,8 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
         Some(rules) => rules.compile().map_err(|e| invalid("permissions", e))?,
         None => PermissionRules::new(PermissionBehavior::Allow),
     };
-    let mut builder = runtime_base(thread_config(config), rules);
+    let memory = node_memory(config)?;
+    let mut builder = runtime_base(thread_config(config), rules).with_memory(memory);
     if config.wants_demo() {
         builder = demo::with_demo_tools(builder, Arc::new(FakeFiles::with_demo_files()), journal);
         builder = demo::with_demo_agents(builder)?;
@@ -92,6 +94,27 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
         mcp,
     })
 }
+
+/// The node's memory budget: `node.memory_budget`, else three quarters of the
+/// container's limit, else the default; logged, since it decides when caches
+/// give memory back and when new work is refused.
+fn node_memory(config: &ServeConfig) -> Result<Arc<NodeMemory>> {
+    let own_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let (budget, origin) = config
+        .node
+        .memory_budget(std::path::Path::new(CGROUP_ROOT), &own_cgroup)
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let from = match origin {
+        BudgetOrigin::Configured => "node.memory_budget".to_owned(),
+        BudgetOrigin::ContainerLimit(limit) => format!("3/4 of the container limit {limit}"),
+        BudgetOrigin::Default => "the default (no container limit found)".to_owned(),
+    };
+    tracing::info!(budget_bytes = budget.total(), from = %from, "memory budget");
+    Ok(Arc::new(NodeMemory::new(budget)))
+}
+
+/// Where the cgroup file systems are mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// The thread actors' settings the file decides: how long a run, and a store
 /// request, wait for a database that went away.

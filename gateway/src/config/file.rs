@@ -10,7 +10,7 @@ use awaken_actors::permission::PermissionRulesConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as JsonValue;
 
-use super::{ClusterConfig, StoreConfig};
+use super::{ClusterConfig, NodeConfig, StoreConfig};
 use crate::runtime_config::{ConfigDocument, Namespace};
 use crate::secret::SecretError;
 use crate::server::{MAX_BACKEND_WAIT_SECS, ServerConfig};
@@ -37,6 +37,8 @@ pub struct ServeConfig {
     pub store: StoreConfig,
     /// Join a cluster on NATS; a single node without it.
     pub cluster: Option<ClusterConfig>,
+    /// What the node may take of its machine (its memory budget).
+    pub node: NodeConfig,
     /// Registers the embedded demo and benchmark agents (`demo`, `bench`, ...)
     /// and their tools; when unset, only if the file configures no agent.
     pub demo_agents: Option<bool>,
@@ -188,6 +190,10 @@ impl ServeConfig {
                 "server.backend_wait_secs must be between 1 and {MAX_BACKEND_WAIT_SECS}"
             )));
         }
+        if self.node.memory_budget.is_some() {
+            // A setting is checked alone: no container limit is read for it.
+            self.node.memory_budget(Path::new(""), "")?;
+        }
         if self.server.replay_buffer_capacity == 0 {
             return refuse("server.replay_buffer_capacity must be at least 1");
         }
@@ -303,6 +309,33 @@ pub(super) mod tests {
                 path: "/tmp/x".into()
             }
         );
+    }
+
+    #[test]
+    fn a_memory_budget_is_read_in_units_from_the_file_and_the_environment() {
+        let toml = file("[node]\nmemory_budget = \"512MiB\"\n");
+        let config = ServeConfig::load(Some(toml.path()), env(&[])).unwrap();
+        assert_eq!(
+            config.node.memory_budget,
+            Some(bytesize::ByteSize::mib(512))
+        );
+        for (value, bytes) in [
+            ("1Gi", 1 << 30),
+            ("1 GiB", 1 << 30),
+            ("800MB", 800_000_000),
+            ("67108864", 1 << 26),
+        ] {
+            let config = ServeConfig::load(
+                Some(toml.path()),
+                env(&[("AWAKEN_NODE__MEMORY_BUDGET", value)]),
+            )
+            .unwrap();
+            assert_eq!(
+                config.node.memory_budget.map(|size| size.as_u64()),
+                Some(bytes),
+                "{value}"
+            );
+        }
     }
 
     #[test]
@@ -456,6 +489,14 @@ pub(super) mod tests {
                 "[server]\nbackend_wait_secs = \"soon\"\n",
                 "server.backend_wait_secs",
             ),
+            (
+                "[node]\nmemory_budget = \"1MiB\"\n",
+                "node.memory_budget must be at least 32.0 MiB",
+            ),
+            ("[node]\nmemory_budget = \"lots\"\n", "node.memory_budget"),
+            ("[node]\nmemory_budget = -5\n", "node.memory_budget"),
+            ("[node]\nmemory_budget = \"-5MiB\"\n", "node.memory_budget"),
+            ("[node]\nmemroy_budget = \"1GiB\"\n", "memroy_budget"),
             ("[server\n", "TOML"),
         ] {
             let error = ServeConfig::load(Some(file(text).path()), env(&[]))

@@ -4,8 +4,10 @@
 
 mod cluster;
 pub mod file;
+mod node;
 mod store;
 
 pub use cluster::ClusterConfig;
 pub use file::{ServeConfig, TOP_LEVEL_ENV_KEYS};
+pub use node::{BudgetOrigin, NodeConfig, container_limit};
 pub use store::{PgSslMode, PostgresConfig, StoreConfig};

@@ -22,6 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use super::memory_metrics::MemoryGauges;
 use crate::telemetry::MetricSource;
 
 /// The content type of the OpenMetrics text format that Prometheus scrapes.
@@ -79,6 +80,7 @@ pub struct Metrics {
     dispatches: Family<DispatchLabels, Gauge>,
     waiting: WaitingGauges,
     spans_dropped: Counter,
+    memory: MemoryGauges,
 }
 
 /// What the accept loop and the body read count as they go.
@@ -244,6 +246,8 @@ impl Metrics {
         );
         let waiting = WaitingGauges::default();
         waiting.register(registry);
+        let memory = MemoryGauges::default();
+        memory.register(registry);
         let dispatches = Family::<DispatchLabels, Gauge>::default();
         registry.register(
             "mailbox_dispatches",
@@ -263,6 +267,7 @@ impl Metrics {
             dispatches,
             waiting,
             spans_dropped,
+            memory,
         }
     }
 
@@ -319,6 +324,7 @@ impl Metrics {
         self.failed_starts
             .inner()
             .store(runtime.failed_starts(), Ordering::Relaxed);
+        self.memory.refresh(runtime.memory());
         // Bounded: a database that does not answer must not hold the scrape past
         // Prometheus' own timeout; the gauge keeps its last value meanwhile.
         match tokio::time::timeout(STORE_READ_LIMIT, control.store().waiting_runs()).await {

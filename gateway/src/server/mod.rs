@@ -11,6 +11,7 @@ mod connections;
 mod edge;
 pub mod error;
 pub(crate) mod extract;
+mod memory_metrics;
 pub mod metrics;
 mod router;
 pub(crate) mod sse;
