@@ -453,7 +453,13 @@ impl Expiries {
 
 /// The nodes whose entries exist now.
 async fn scan(bucket: &kv::Store) -> Result<BTreeSet<NodeId>, ClusterError> {
-    let keys = bucket.keys().await.map_err(ClusterError::nats)?;
+    // The consumer's creation is a request: one lost in a reconnect would wait the
+    // client's 10 s request timeout, freezing the view that long after a NATS
+    // restart; bounded, the next rescan (TTL/4 later) asks again.
+    let keys = tokio::time::timeout(SCAN_IDLE_TIMEOUT, bucket.keys())
+        .await
+        .map_err(|_| ClusterError::Unexpected("member scan not answered".to_owned()))?
+        .map_err(ClusterError::nats)?;
     // Entries expiring while the key list streams can leave it waiting forever for
     // the last one; a stalled scan fails and the next rescan starts afresh.
     let keys: Vec<Result<String, _>> = tokio::time::timeout(SCAN_IDLE_TIMEOUT, keys.collect())
