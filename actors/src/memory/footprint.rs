@@ -84,26 +84,6 @@ impl Footprint for ToolCall {
 
 impl Footprint for Message {
     fn heap_bytes(&self) -> usize {
-        let blocks = if self.content.is_empty() {
-            0
-        } else {
-            ALLOCATION
-                + self
-                    .content
-                    .iter()
-                    .map(|block| std::mem::size_of::<ContentBlock>() + block.heap_bytes())
-                    .sum::<usize>()
-        };
-        let calls = if self.tool_calls.is_empty() {
-            0
-        } else {
-            ALLOCATION
-                + self
-                    .tool_calls
-                    .iter()
-                    .map(|call| std::mem::size_of::<ToolCall>() + call.heap_bytes())
-                    .sum::<usize>()
-        };
         let ids = ID
             + self.id.as_str().len()
             + self
@@ -111,17 +91,26 @@ impl Footprint for Message {
                 .as_ref()
                 .map_or(0, |id| ID + id.as_str().len())
             + self.run_id.as_ref().map_or(0, |id| ID + id.as_str().len());
-        blocks + calls + ids
+        slice_bytes(&self.content) + slice_bytes(&self.tool_calls) + ids
     }
+}
+
+/// The heap bytes of a vector's buffer holding `items`: their slots and what
+/// each holds; nothing for an empty one (it allocates nothing).
+fn slice_bytes<T: Footprint>(items: &[T]) -> usize {
+    if items.is_empty() {
+        return 0;
+    }
+    ALLOCATION
+        + items
+            .iter()
+            .map(|item| std::mem::size_of::<T>() + item.heap_bytes())
+            .sum::<usize>()
 }
 
 /// The heap bytes of a message log, its slots included.
 pub fn message_bytes(messages: &[Message]) -> usize {
-    ALLOCATION
-        + messages
-            .iter()
-            .map(|message| std::mem::size_of::<Message>() + message.heap_bytes())
-            .sum::<usize>()
+    slice_bytes(messages)
 }
 
 #[cfg(test)]
