@@ -97,7 +97,7 @@ pub async fn assemble(config: &ServeConfig, journal: Journal) -> Result<Assembly
 
 /// The node's memory budget: `node.memory_budget`, else three quarters of the
 /// container's limit, else the default; logged, since it decides when caches
-/// give memory back and when new work is refused.
+/// give memory back.
 fn node_memory(config: &ServeConfig) -> Result<Arc<NodeMemory>> {
     let own_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let (budget, origin) = config
