@@ -75,3 +75,118 @@ async fn warm_cores_past_their_share_go_oldest_first_and_their_threads_continue_
     run_once(&rt, &newest, "again").await;
     assert_eq!(store.loads(), loads + 1, "a warm core needs no read");
 }
+
+/// Each gated run's input: a few of them fill the minimum budget's admitted
+/// share.
+const INPUT_BYTES: usize = 3_000_000;
+
+/// Polls `done` until it holds (fails the test after 10 s).
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn active_runs_past_the_admitted_share_leave_queued_work_queued_until_they_give_memory_back()
+{
+    use awaken_actors::contract::RunDispatchStatus;
+    use awaken_actors::mailbox::{
+        Claimant, InMemoryMailboxStore, InMemoryRunInbox, MailboxConfig, MailboxStore,
+        MailboxWorker, SubmitOptions, submit,
+    };
+    use awaken_actors::thread::RunRequest;
+
+    let memory = Arc::new(NodeMemory::new(
+        MemoryBudget::new(MemoryBudget::MINIMUM).unwrap(),
+    ));
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("gate", serde_json::json!({}))]),
+        Turn::Text("done"),
+    ]);
+    let gate = Arc::new(Gate::default());
+    let rt = scripted_builder(llm)
+        .with_memory(Arc::clone(&memory))
+        .with_tool("gate", gate.clone())
+        .with_agent_spec(agent_spec(ToolExecutionMode::Sequential))
+        .build()
+        .unwrap();
+    // Sweeps too rare to matter: claims resume because memory came back.
+    let config = MailboxConfig {
+        sweep_interval: std::time::Duration::from_secs(600),
+        ..MailboxConfig::default()
+    };
+    let mailbox = Arc::new(InMemoryMailboxStore::new(config.clone()));
+    let inbox = Arc::new(InMemoryRunInbox::with_memory(Arc::clone(&memory)));
+    let _worker = MailboxWorker::start(
+        rt.clone(),
+        mailbox.clone(),
+        inbox.clone(),
+        config,
+        Claimant::single_node("node-1"),
+    )
+    .await
+    .unwrap();
+    let admitted = memory.meter(Share::Admitted);
+    let request = |n: usize| {
+        let text = format!("{n} {}", "x".repeat(INPUT_BYTES));
+        RunRequest::new(tid(&format!("big-{n}")), vec![Message::user(text)])
+    };
+
+    let mut dispatches = Vec::new();
+    while memory.may_claim() {
+        assert!(dispatches.len() < 10, "active runs never filled the share");
+        let started = gate.started.notified();
+        let queued = submit(
+            &*mailbox,
+            &*inbox,
+            request(dispatches.len()),
+            SubmitOptions::default(),
+        )
+        .await
+        .unwrap();
+        started.await;
+        dispatches.push(queued);
+    }
+    let active = dispatches.len();
+    assert!(active >= 2, "{active} runs filled the share");
+    assert!(memory.active_bytes() > admitted.limit() - 64 * 1024);
+    assert!(memory.admit(1).is_err(), "the node takes no new work");
+
+    let later = submit(&*mailbox, &*inbox, request(active), SubmitOptions::default())
+        .await
+        .unwrap();
+    eventually("the claim is put off", || rt.metrics().claims_deferred() > 0).await;
+    let waiting = mailbox.load_dispatch(&later.dispatch_id).await.unwrap();
+    assert_eq!(waiting.unwrap().status, RunDispatchStatus::Queued);
+
+    let started = gate.started.notified();
+    tokio::pin!(started);
+    started.as_mut().enable();
+    gate.release.notify_waiters();
+    tokio::time::timeout(std::time::Duration::from_secs(10), started)
+        .await
+        .expect("the queued run starts once the active ones ended");
+    gate.release.notify_waiters();
+    dispatches.push(later);
+    for dispatch in &dispatches {
+        let id = dispatch.dispatch_id.clone();
+        let mailbox = mailbox.clone();
+        eventually("every run ends", move || {
+            futures::executor::block_on(mailbox.load_dispatch(&id))
+                .unwrap()
+                .is_some_and(|d| d.status == RunDispatchStatus::Acked)
+        })
+        .await;
+    }
+    for n in 0..=active {
+        rt.thread_stopped(&tid(&format!("big-{n}"))).await;
+    }
+    eventually("the admitted share is empty again", || {
+        admitted.bytes() == 0 && inbox.is_empty()
+    })
+    .await;
+    assert_eq!(memory.active_bytes(), 0);
+}

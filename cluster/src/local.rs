@@ -74,7 +74,7 @@ impl LocalNode {
         });
         let runtime = Assembly::runtime(builder, Arc::clone(&hub) as _, None)?;
         let mailbox = Arc::new(InMemoryMailboxStore::new(config.mailbox.clone()));
-        let inbox = Arc::new(InMemoryRunInbox::default());
+        let inbox = Arc::new(InMemoryRunInbox::with_memory(Arc::clone(runtime.memory())));
         let assembly = Assembly::assemble(
             runtime,
             Parts {

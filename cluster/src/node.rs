@@ -192,6 +192,7 @@ impl ClusterNode {
             .await
             .map_err(|e| e.during("opening the mailbox ledger"))?,
         );
+        mailbox.charge_inputs_to(runtime.memory());
         let kv_inbox = KvRunInbox::open(
             &js,
             DEFAULT_INBOX_BUCKET,

@@ -5,13 +5,14 @@
 //! input into the log, the input waits here, keyed by run id, where any node can
 //! read it. The mailbox worker removes it once the dispatch is acked.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use super::MailboxError;
 use crate::hashing::FastHashMap;
 use crate::ids::RunId;
+use crate::memory::{Charge, Held, NodeMemory, input_bytes};
 use crate::thread::RunRequest;
 
 /// Durable storage of accepted runs' input.
@@ -27,14 +28,24 @@ pub trait RunInbox: Send + Sync + 'static {
     async fn remove(&self, run_id: &RunId) -> Result<(), MailboxError>;
 }
 
-/// The single-node twin: inputs in process memory.
+/// The single-node twin: inputs in process memory, each charged to the node's
+/// admitted memory while kept.
 #[derive(Debug, Default)]
 pub struct InMemoryRunInbox {
-    requests: Mutex<FastHashMap<RunId, RunRequest>>,
+    requests: Mutex<FastHashMap<RunId, (RunRequest, Charge)>>,
+    memory: Arc<NodeMemory>,
 }
 
 impl InMemoryRunInbox {
-    fn lock(&self) -> std::sync::MutexGuard<'_, FastHashMap<RunId, RunRequest>> {
+    /// An inbox whose inputs count against `memory`'s admitted share.
+    pub fn with_memory(memory: Arc<NodeMemory>) -> Self {
+        Self {
+            requests: Mutex::default(),
+            memory,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FastHashMap<RunId, (RunRequest, Charge)>> {
         self.requests
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -54,12 +65,14 @@ impl InMemoryRunInbox {
 #[async_trait]
 impl RunInbox for InMemoryRunInbox {
     async fn put(&self, run_id: &RunId, request: &RunRequest) -> Result<(), MailboxError> {
-        self.lock().insert(run_id.clone(), request.clone());
+        let charge = self.memory.charge(Held::Queued, input_bytes(request));
+        self.lock()
+            .insert(run_id.clone(), (request.clone(), charge));
         Ok(())
     }
 
     async fn get(&self, run_id: &RunId) -> Result<Option<RunRequest>, MailboxError> {
-        Ok(self.lock().get(run_id).cloned())
+        Ok(self.lock().get(run_id).map(|(request, _)| request.clone()))
     }
 
     async fn remove(&self, run_id: &RunId) -> Result<(), MailboxError> {

@@ -116,6 +116,8 @@ struct Shared {
     /// neither place knows it is an earlier process's.
     held: DashSet<String>,
     accepting: AtomicBool,
+    /// Claims wait for the node's admitted memory to have room.
+    deferred: AtomicBool,
     /// Asks the sweeper for a sweep now; requests made meanwhile coalesce.
     sweep_soon: Notify,
     /// Where claim tasks run: the store's watch may call from outside a task.
@@ -150,6 +152,7 @@ impl MailboxWorker {
             claiming: FastDashMap::default(),
             held: DashSet::new(),
             accepting: AtomicBool::new(true),
+            deferred: AtomicBool::new(false),
             sweep_soon: Notify::new(),
             tasks: tokio::runtime::Handle::current(),
         });
@@ -344,7 +347,11 @@ impl Shared {
     async fn claim_loop(self: Arc<Self>, thread_id: ThreadId) {
         loop {
             if self.wants(&thread_id) {
-                self.claim_round(&thread_id).await;
+                if self.runtime.memory().may_claim() {
+                    self.claim_round(&thread_id).await;
+                } else {
+                    self.defer_claims();
+                }
             }
             // Finish only if no work arrived while claiming; else claim again.
             let again = match self.claiming.entry(thread_id.clone()) {
@@ -362,6 +369,25 @@ impl Shared {
                 return;
             }
         }
+    }
+
+    /// Leaves queued work queued while active runs fill the admitted memory;
+    /// one task waits for room and then sweeps, which wakes every thread with
+    /// queued work (decision 0089).
+    fn defer_claims(self: &Arc<Self>) {
+        self.runtime.metrics().mailbox().claim_deferred();
+        if self.deferred.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let memory = Arc::clone(self.runtime.memory());
+        let shared = Arc::downgrade(self);
+        self.tasks.spawn(async move {
+            memory.claimable().await;
+            if let Some(shared) = shared.upgrade() {
+                shared.deferred.store(false, Ordering::SeqCst);
+                shared.sweep_soon.notify_one();
+            }
+        });
     }
 
     async fn claim_round(self: &Arc<Self>, thread_id: &ThreadId) {

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::admission::ActiveBytes;
 use super::{MemoryBudget, Share};
 
 /// The bytes one share holds, against its limit.
@@ -87,6 +88,10 @@ pub struct NodeMemory {
     ended_runs: CacheMeter,
     settled_dispatches: CacheMeter,
     admitted: CacheMeter,
+    /// The part of `admitted` active runs hold (the rest is queued input).
+    active: ActiveBytes,
+    /// Woken when active runs give back enough for claims to resume.
+    room: tokio::sync::Notify,
 }
 
 impl NodeMemory {
@@ -99,6 +104,8 @@ impl NodeMemory {
             ended_runs: meter(Share::EndedRuns),
             settled_dispatches: meter(Share::SettledDispatches),
             admitted: meter(Share::Admitted),
+            active: ActiveBytes::default(),
+            room: tokio::sync::Notify::new(),
         }
     }
 
@@ -115,6 +122,14 @@ impl NodeMemory {
             Share::SettledDispatches => &self.settled_dispatches,
             Share::Admitted => &self.admitted,
         }
+    }
+
+    pub(super) fn active(&self) -> &ActiveBytes {
+        &self.active
+    }
+
+    pub(super) fn room(&self) -> &tokio::sync::Notify {
+        &self.room
     }
 
     /// Every meter, in [`Share::ALL`] order.

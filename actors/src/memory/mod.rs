@@ -8,10 +8,12 @@
 //! holds — active runs and the input they wait on — cannot be evicted, so the
 //! node refuses new work past the admitted share instead.
 
+mod admission;
 mod budget;
 mod footprint;
 mod meter;
 
+pub use admission::{Charge, Held, RUN_BYTES, Refused, input_bytes, run_bytes};
 pub use budget::{BudgetError, MemoryBudget, Share};
 pub use footprint::{Footprint, message_bytes};
 pub use meter::{CacheMeter, NodeMemory};

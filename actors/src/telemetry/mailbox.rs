@@ -1,5 +1,6 @@
 //! The mailbox's metrics: how long claimable dispatches wait for a claim and how
-//! many are delivered again after an earlier attempt. Dispatch counts by status
+//! many are delivered again after an earlier attempt, and how often claims
+//! waited for memory. Dispatch counts by status
 //! are read from the mailbox when scraped, not kept here.
 
 use std::time::Duration;
@@ -20,6 +21,7 @@ const LAG_BUCKETS: [f64; 12] = [
 pub(crate) struct MailboxMetrics {
     claim_lag: Histogram,
     redeliveries: Counter,
+    claims_deferred: Counter,
 }
 
 impl Default for MailboxMetrics {
@@ -27,6 +29,7 @@ impl Default for MailboxMetrics {
         Self {
             claim_lag: Histogram::new(LAG_BUCKETS),
             redeliveries: Counter::default(),
+            claims_deferred: Counter::default(),
         }
     }
 }
@@ -45,6 +48,21 @@ impl MailboxMetrics {
             "Dispatches claimed again after an earlier attempt (a failure, a lapsed lease, a node gone)",
             self.redeliveries.clone(),
         );
+        awaken.register(
+            "mailbox_claims_deferred",
+            "Claims of queued work put off because active runs fill the node's admitted memory",
+            self.claims_deferred.clone(),
+        );
+    }
+
+    /// A thread's queued work was left queued for want of memory.
+    pub(crate) fn claim_deferred(&self) {
+        self.claims_deferred.inc();
+    }
+
+    /// Claims put off for want of memory, since the node started.
+    pub(crate) fn claims_deferred(&self) -> u64 {
+        self.claims_deferred.get()
     }
 
     /// `dispatch` was claimed at `now_ms` (unix millis).

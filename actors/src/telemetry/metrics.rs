@@ -372,6 +372,12 @@ impl RunMetrics {
         histogram.observe(elapsed.as_secs_f64());
     }
 
+    /// Claims of queued work the mailbox worker put off because active runs
+    /// filled the node's admitted memory (decision 0089).
+    pub fn claims_deferred(&self) -> u64 {
+        self.mailbox().claims_deferred()
+    }
+
     /// A decision from `source` ended as `outcome`.
     pub fn decision(&self, source: DecisionSource, outcome: DecisionOutcome) {
         self.families

@@ -11,10 +11,18 @@ use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread
 use crate::error::StateError;
 use crate::ids::{AgentId, MessageId, RunId, ThreadId};
 use crate::llm::StreamResult;
+use crate::memory::message_bytes;
 use crate::runtime::ResolvedAgent;
 use crate::state::{PersistedState, StateStore, UnknownKeyPolicy};
 
 use super::emitter::RunEmitter;
+
+/// What a core costs besides its messages and state: the core and its state
+/// store, its map entry and eviction-order entry when warm (see
+/// docs/benchmarks.md "Memory per warm thread").
+const CORE_BYTES: usize = 2048;
+/// What one state value costs on average.
+pub(crate) const STATE_VALUE_BYTES: usize = 128;
 
 /// A thread's durable data as the actor holds it.
 pub(crate) struct ThreadCore {
@@ -62,6 +70,23 @@ impl ThreadCore {
             self.store.restore(&state, UnknownKeyPolicy::Skip)?;
         }
         Ok(())
+    }
+
+    /// Approximately the bytes the core holds: what the memory budget counts
+    /// for it, warm or live.
+    pub(crate) fn heap_estimate(&self) -> usize {
+        CORE_BYTES
+            + self.thread_id.as_str().len()
+            + message_bytes(&self.messages)
+            + self.store.value_count() * STATE_VALUE_BYTES
+            + self
+                .pending_state
+                .as_ref()
+                .map_or(0, |state| state.extensions.len() * STATE_VALUE_BYTES)
+            + self
+                .last_agent
+                .as_ref()
+                .map_or(0, |agent| agent.as_str().len())
     }
 
     pub(crate) fn push_message(&mut self, message: Message) {

@@ -16,16 +16,10 @@ use dashmap::mapref::entry::Entry;
 
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
-use crate::memory::{CacheMeter, Footprint, NodeMemory, Share, message_bytes};
+use crate::memory::{CacheMeter, Footprint, NodeMemory, Share};
 
-use super::core::{LatestRun, WarmThread};
+use super::core::{LatestRun, STATE_VALUE_BYTES, WarmThread};
 
-/// What a warm core costs besides its messages and state: the core and its
-/// state store, the map entry, the order entry (measured, see
-/// docs/benchmarks.md "Memory per warm thread").
-const CORE_BYTES: usize = 2048;
-/// What one state value costs on average.
-const STATE_VALUE_BYTES: usize = 128;
 
 /// A thread without an actor, still in memory.
 struct Dormant {
@@ -37,12 +31,21 @@ struct Dormant {
     bytes: u64,
 }
 
+/// The eviction order: `(thread, generation)` oldest first; an entry whose
+/// generation no longer matches the core's was left behind by a removal and is
+/// skipped.
+#[derive(Default)]
+struct Order {
+    queue: VecDeque<(ThreadId, u64)>,
+    /// Entries the last compaction kept: the next one is due at twice as many,
+    /// so compactions cost O(1) per insert and never count the cores.
+    kept: usize,
+}
+
 /// The warm cores of a node and their eviction order.
 pub(super) struct WarmCores {
     cores: FastDashMap<ThreadId, Dormant>,
-    /// `(thread, generation)` oldest first; an entry whose generation no longer
-    /// matches the core's was left behind by a removal and is skipped.
-    order: Mutex<VecDeque<(ThreadId, u64)>>,
+    order: Mutex<Order>,
     generations: AtomicU64,
     memory: Arc<NodeMemory>,
 }
@@ -51,7 +54,7 @@ impl WarmCores {
     pub(super) fn new(memory: Arc<NodeMemory>) -> Self {
         Self {
             cores: FastDashMap::default(),
-            order: Mutex::new(VecDeque::new()),
+            order: Mutex::new(Order::default()),
             generations: AtomicU64::new(0),
             memory,
         }
@@ -62,23 +65,23 @@ impl WarmCores {
     }
 
     /// A leaf lock: nothing else is taken while it is held.
-    fn order(&self) -> MutexGuard<'_, VecDeque<(ThreadId, u64)>> {
+    fn order(&self) -> MutexGuard<'_, Order> {
         self.order
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Queues a core for eviction; returns its generation. Entries left behind
-    /// by removals are compacted away once they outnumber the cores, so the
-    /// queue stays within twice the cores however threads come and go. The
-    /// compaction only tries the cores' locks (the caller may hold one): an
-    /// entry whose core is busy stays.
+    /// by removals are compacted away once the queue doubled since the last
+    /// compaction, so it stays within twice the cores it held at most, however
+    /// threads come and go. The compaction only tries the cores' locks (the
+    /// caller may hold one): an entry whose core is busy stays.
     fn enqueue(&self, thread_id: &ThreadId) -> u64 {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
         let mut order = self.order();
-        order.push_back((thread_id.clone(), generation));
-        if order.len() > 2 * self.cores.len() + 64 {
-            order.retain(
+        order.queue.push_back((thread_id.clone(), generation));
+        if order.queue.len() > 2 * order.kept + 64 {
+            order.queue.retain(
                 |(thread_id, generation)| match self.cores.try_get(thread_id) {
                     dashmap::try_result::TryResult::Present(dormant) => {
                         dormant.generation == *generation
@@ -87,6 +90,7 @@ impl WarmCores {
                     dashmap::try_result::TryResult::Locked => true,
                 },
             );
+            order.kept = order.queue.len();
         }
         generation
     }
@@ -183,7 +187,7 @@ impl WarmCores {
     /// Drops every core.
     pub(super) fn clear(&self) {
         self.drop_where(|_, _, _| true);
-        self.order().clear();
+        *self.order() = Order::default();
     }
 
     pub(super) fn contains(&self, thread_id: &ThreadId) -> bool {
@@ -200,7 +204,7 @@ impl WarmCores {
         let meter = self.meter();
         let mut evicted = 0;
         while meter.over() {
-            let Some((thread_id, generation)) = self.order().pop_front() else {
+            let Some((thread_id, generation)) = self.order().queue.pop_front() else {
                 break;
             };
             let removed = self.cores.remove_if(&thread_id, |_, dormant| {
@@ -240,20 +244,7 @@ fn footprint(warm: &WarmThread) -> usize {
                 .map(|(key, value)| key.heap_bytes() + value.heap_bytes())
                 .sum::<usize>()
     });
-    CORE_BYTES
-        + core.thread_id.as_str().len()
-        + message_bytes(&core.messages)
-        + core.store.value_count() * STATE_VALUE_BYTES
-        + core
-            .pending_state
-            .as_ref()
-            .map_or(0, |state| state.extensions.len() * STATE_VALUE_BYTES)
-        + core
-            .last_agent
-            .as_ref()
-            .map_or(0, |agent| agent.as_str().len())
-        + run
-        + unwritten
+    core.heap_estimate() + run + unwritten
 }
 
 #[cfg(test)]
@@ -353,6 +344,6 @@ mod tests {
             let again = warm.remove(&id(0)).unwrap();
             warm.insert(&id(0), again);
         }
-        assert!(warm.order().len() <= 2 * warm.len() + 65);
+        assert!(warm.order().queue.len() <= 2 * warm.len() + 65);
     }
 }

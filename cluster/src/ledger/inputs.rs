@@ -13,6 +13,7 @@ use awaken_actors::contract::{RunDispatch, RunDispatchStatus};
 use awaken_actors::hashing::FastHashMap;
 use awaken_actors::ids::{DispatchId, RunId};
 use awaken_actors::mailbox::MailboxState;
+use awaken_actors::memory::input_bytes;
 use awaken_actors::thread::RunRequest;
 
 /// Batches applied between two sweeps.
@@ -23,6 +24,8 @@ pub(crate) const SWEEP_EVERY: u32 = 256;
 struct Held {
     dispatch_id: DispatchId,
     input: Box<RunRequest>,
+    /// What the input holds (the node's admitted memory counts it).
+    bytes: u64,
     /// The last sweep found the dispatch settled: the next one drops the input.
     settled: bool,
 }
@@ -31,6 +34,8 @@ struct Held {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RunInputs {
     held: FastHashMap<RunId, Held>,
+    /// What every held input holds, summed.
+    bytes: u64,
     since_sweep: u32,
 }
 
@@ -53,9 +58,13 @@ impl RunInputs {
             Some(input) => {
                 self.insert(dispatch.run_id.clone(), dispatch.dispatch_id.clone(), input)
             }
-            None => {
-                self.held.remove(&dispatch.run_id);
-            }
+            None => self.forget(&dispatch.run_id),
+        }
+    }
+
+    fn forget(&mut self, run_id: &RunId) {
+        if let Some(gone) = self.held.remove(run_id) {
+            self.bytes = self.bytes.saturating_sub(gone.bytes);
         }
     }
 
@@ -66,14 +75,25 @@ impl RunInputs {
         dispatch_id: DispatchId,
         input: Box<RunRequest>,
     ) {
-        self.held.insert(
+        let bytes = input_bytes(&input);
+        self.bytes += bytes;
+        let replaced = self.held.insert(
             run_id,
             Held {
                 dispatch_id,
                 input,
+                bytes,
                 settled: false,
             },
         );
+        if let Some(replaced) = replaced {
+            self.bytes = self.bytes.saturating_sub(replaced.bytes);
+        }
+    }
+
+    /// What the held inputs hold.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// The input of `run_id`, while held.
@@ -99,6 +119,7 @@ impl RunInputs {
     /// and marks those settled since.
     pub(crate) fn sweep(&mut self, state: &MailboxState) {
         self.since_sweep = 0;
+        let mut dropped = 0;
         self.held.retain(|_, held| {
             if in_flight(state, &held.dispatch_id) {
                 held.settled = false;
@@ -106,20 +127,26 @@ impl RunInputs {
             } else {
                 let keep = !held.settled;
                 held.settled = true;
+                if !keep {
+                    dropped += held.bytes;
+                }
                 keep
             }
         });
+        self.bytes = self.bytes.saturating_sub(dropped);
     }
 
     /// The inputs a snapshot of `state` needs: those of dispatches in flight.
     pub(crate) fn in_flight(&self, state: &MailboxState) -> Self {
+        let held: FastHashMap<RunId, Held> = self
+            .held
+            .iter()
+            .filter(|(_, held)| in_flight(state, &held.dispatch_id))
+            .map(|(run_id, held)| (run_id.clone(), held.clone()))
+            .collect();
         Self {
-            held: self
-                .held
-                .iter()
-                .filter(|(_, held)| in_flight(state, &held.dispatch_id))
-                .map(|(run_id, held)| (run_id.clone(), held.clone()))
-                .collect(),
+            bytes: held.values().map(|held| held.bytes).sum(),
+            held,
             since_sweep: 0,
         }
     }

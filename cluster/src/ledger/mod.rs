@@ -33,6 +33,7 @@ use awaken_actors::mailbox::{
     DispatchPage, DispatchQuery, HeldClaim, MailboxConfig, MailboxError, MailboxState,
     MailboxStore, QueueWatch, QueuedThread, transition,
 };
+use awaken_actors::memory::NodeMemory;
 use awaken_actors::thread::RunRequest;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
@@ -382,6 +383,13 @@ impl LedgerMailbox {
 
     fn rules(&self) -> Rules {
         Rules::of(&self.config)
+    }
+
+    /// Counts the run inputs this node's replica carries against `memory`'s
+    /// admitted share, from now on: they are queued input the node cannot give
+    /// back (decision 0089).
+    pub fn charge_inputs_to(&self, memory: &Arc<NodeMemory>) {
+        self.inner.replica.charge_inputs(memory);
     }
 
     /// Carries `input` in the ledger with its run's dispatch: the next enqueue of

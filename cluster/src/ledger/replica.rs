@@ -2,11 +2,12 @@
 //! stream in order, and the callers waiting for their commands' answers.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use awaken_actors::hashing::FastHashMap;
 use awaken_actors::ids::{RunId, ThreadId};
 use awaken_actors::mailbox::{MailboxError, MailboxState, QueueWatch, QueueWatchers};
+use awaken_actors::memory::{Charge, Held, NodeMemory};
 use awaken_actors::thread::RunRequest;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -23,6 +24,18 @@ pub(crate) struct Folded {
     pub(crate) inputs: RunInputs,
     /// The last stream sequence applied (0: none).
     pub(crate) applied: u64,
+    /// What `inputs` hold, charged to the node's admitted memory once the node
+    /// asks for it ([`Replica::charge_inputs`]).
+    pub(crate) charge: Option<Charge>,
+}
+
+impl Folded {
+    /// Charges what the inputs hold now.
+    fn recharge(&mut self) {
+        if let Some(charge) = &mut self.charge {
+            charge.set(self.inputs.bytes());
+        }
+    }
 }
 
 /// An op as the replica applies it.
@@ -132,6 +145,7 @@ impl Replica {
             state: folded.state.clone(),
             inputs: folded.inputs.in_flight(&folded.state),
             applied: folded.applied,
+            charge: None,
         }
     }
 
@@ -251,6 +265,7 @@ impl Replica {
             }
             inputs.batch_applied(state);
             folded.applied = seq;
+            folded.recharge();
         }
         self.progress.send_replace(seq);
         if !answers.is_empty() {
@@ -262,6 +277,15 @@ impl Replica {
             }
         }
         self.notify(&woken);
+    }
+
+    /// Charges the inputs this replica holds, now and as they change, to
+    /// `memory`'s admitted share: every node holds the queued input of the
+    /// whole cluster's runs it carries.
+    pub(crate) fn charge_inputs(&self, memory: &Arc<NodeMemory>) {
+        let mut folded = lock(&self.folded);
+        let bytes = folded.inputs.bytes();
+        folded.charge = Some(memory.charge(Held::Queued, bytes));
     }
 
     /// Skips stream sequence `seq` (a message that is not a batch).
@@ -282,7 +306,10 @@ impl Replica {
             if snapshot.applied <= folded.applied {
                 return;
             }
+            let charge = folded.charge.take();
             *folded = snapshot;
+            folded.charge = charge;
+            folded.recharge();
         }
         self.progress.send_replace(applied);
         // Whatever queued work the snapshot holds may be news to this node.

@@ -132,6 +132,7 @@ impl Snapshots {
             state: MailboxState::restore(head.next_seq, dispatches, epochs, settled),
             inputs,
             applied: head.covers,
+            charge: None,
         })
     }
 

@@ -1,5 +1,6 @@
 //! `/health` and `/health/ready` (readiness: the node has joined, is not
-//! draining, its store and NATS answer, and a request place is free),
+//! draining, its store and NATS answer, a request place is free and its
+//! memory budget has room for a run),
 //! `/health/live` (the process answers), and `/metrics` (Prometheus).
 
 use axum::Json;
@@ -37,6 +38,16 @@ async fn ready(State(state): State<AppState>) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             Json(serde_json::json!({"status": "saturated",
                 "error": "every in-flight request place is taken"})),
+        )
+            .into_response();
+    }
+    // Active runs and queued input fill the admitted memory: new work would be
+    // refused, so the node is not ready for more (decision 0089).
+    if !state.control.runtime().memory().admitting() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "memory_full",
+                "error": "active runs and queued input fill the node's memory budget"})),
         )
             .into_response();
     }

@@ -6,6 +6,7 @@ use awaken_actors::contract::{
     Message, RunDispatch, RunDispatchStatus, RunRecord, RunStatus, Thread, Visibility,
 };
 use awaken_actors::mailbox::DispatchQuery;
+use awaken_actors::memory::run_bytes;
 use awaken_actors::{AgentId, RunId, ThreadId};
 
 use super::RunService;
@@ -41,6 +42,17 @@ impl RunService {
                 known.join(", ")
             ))
         })
+    }
+
+    /// Room for a new run with the input `messages` in the node's admitted
+    /// memory: 503 with `Retry-After` past it, before anything is written
+    /// (decision 0089).
+    pub(crate) fn check_room(&self, messages: &[Message]) -> Result<(), ApiError> {
+        self.control
+            .runtime()
+            .memory()
+            .admit(run_bytes(messages))
+            .map_err(|refused| ApiError::Unavailable(refused.to_string()))
     }
 
     /// The thread: 404 unless it exists and the caller may touch it.

@@ -52,6 +52,7 @@ impl RunService {
         if let Some(thread_id) = &body.thread_id {
             self.check_thread(caller, thread_id).await?;
         }
+        self.check_room(&messages)?;
         self.check_agent(body.agent_id.as_ref(), body.thread_id.as_ref())
             .await?;
         let new_thread = body.thread_id.is_none();
@@ -94,6 +95,7 @@ impl RunService {
         let messages = user_messages(body.messages)?;
         self.check_agent(body.agent_id.as_ref(), Some(&thread_id))
             .await?;
+        self.check_room(&messages)?;
         let mut request = RunRequest::new(thread_id, messages);
         request.agent_id = body.agent_id;
         request.parent_run_id = parent_run_id;
@@ -128,6 +130,8 @@ impl RunService {
             return Ok(thread.id);
         }
         self.check_agent(agent_id, None).await?;
+        // A run follows: a node with no room for it makes no thread either.
+        self.check_room(&[])?;
         let generated = thread_id.is_none();
         let mut thread = thread_id.map_or_else(Thread::new, Thread::with_id);
         caller.stamp(&mut thread);
@@ -161,6 +165,7 @@ impl RunService {
         mut request: RunRequest,
         run_id: &RunId,
     ) -> Result<RunEvents, ApiError> {
+        self.check_room(&request.messages)?;
         request.trace = request.trace.or_else(crate::server::trace::incoming);
         // Follow first, so not one event is published before the stream listens.
         let follow = self

@@ -3,6 +3,7 @@
 use ractor::ActorRef;
 
 use crate::contract::RunStatus;
+use crate::memory::RUN_BYTES;
 use crate::thread::core::{LatestRun, WarmThread};
 
 use super::{Kept, ThreadActorState, ThreadMsg};
@@ -18,6 +19,16 @@ impl ThreadActorState {
         self.region.supervise(&self.thread_id, myself, restarts);
         myself.get_cell().link(supervisor);
         myself.try_get_supervisor().is_some()
+    }
+
+    /// Charges what the thread holds now to the admitted memory: its core (while
+    /// it is home) and its run. A segment's growth is counted when it hands the
+    /// core back.
+    pub(super) fn recharge(&mut self) {
+        if let Some(core) = &self.core {
+            let run = if self.ctl.is_some() { RUN_BYTES } else { 0 };
+            self.held.set(core.heap_estimate() as u64 + run);
+        }
     }
 
     pub(super) fn idle(&self) -> bool {

@@ -16,6 +16,7 @@ use crate::contract::{Message, RunStatus, ToolCallResume};
 use crate::error::InferenceExecutionError;
 use crate::ids::{RunId, ThreadId, ToolCallId};
 use crate::llm::StreamResult;
+use crate::memory::{Charge, Held, RUN_BYTES};
 
 use super::control::{Activation, ControlError, RunTicket};
 use super::core::{LatestRun, RunCore, ThreadCore, WarmThread};
@@ -166,6 +167,9 @@ pub struct ThreadActorState {
     last_run: Option<RunId>,
     passivating: bool,
     active_since_passivation: bool,
+    /// What the thread holds while it has an actor, charged to the node's
+    /// admitted memory until the actor stops.
+    held: Charge,
 }
 
 impl std::fmt::Debug for ThreadActorState {
@@ -202,6 +206,7 @@ impl Actor for ThreadActor {
             Some(WarmThread { core, latest_run }) => (core, latest_run),
             None => rehydrate(&deps, &thread_id).await?,
         };
+        let held = deps.memory.charge(Held::Active, RUN_BYTES);
         let mut state = ThreadActorState {
             thread_id,
             deps,
@@ -215,6 +220,7 @@ impl Actor for ThreadActor {
             last_run: None,
             passivating: false,
             active_since_passivation: false,
+            held,
         };
         match latest {
             LatestRun::None => {}
@@ -222,6 +228,7 @@ impl Actor for ThreadActor {
             LatestRun::Unfinished(record) => state.reopen(&mut core, *record, restarts)?,
         }
         state.core = Some(core);
+        state.recharge();
         state.pump(&myself).await?;
         if state.idle() {
             // The region cannot take a stop request before the actor is live; this

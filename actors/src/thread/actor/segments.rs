@@ -329,5 +329,6 @@ impl ThreadActorState {
         if self.ctl.as_ref().is_some_and(|c| c.run_id == run_id) {
             self.run = Some(run);
         }
+        self.recharge();
     }
 }
