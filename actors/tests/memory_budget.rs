@@ -155,10 +155,18 @@ async fn active_runs_past_the_admitted_share_leave_queued_work_queued_until_they
     assert!(memory.active_bytes() > admitted.limit() - 64 * 1024);
     assert!(memory.admit(1).is_err(), "the node takes no new work");
 
-    let later = submit(&*mailbox, &*inbox, request(active), SubmitOptions::default())
-        .await
-        .unwrap();
-    eventually("the claim is put off", || rt.metrics().claims_deferred() > 0).await;
+    let later = submit(
+        &*mailbox,
+        &*inbox,
+        request(active),
+        SubmitOptions::default(),
+    )
+    .await
+    .unwrap();
+    eventually("the claim is put off", || {
+        rt.metrics().claims_deferred() > 0
+    })
+    .await;
     let waiting = mailbox.load_dispatch(&later.dispatch_id).await.unwrap();
     assert_eq!(waiting.unwrap().status, RunDispatchStatus::Queued);
 

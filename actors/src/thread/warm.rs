@@ -20,7 +20,6 @@ use crate::memory::{CacheMeter, Footprint, NodeMemory, Share};
 
 use super::core::{LatestRun, STATE_VALUE_BYTES, WarmThread};
 
-
 /// A thread without an actor, still in memory.
 struct Dormant {
     warm: WarmThread,
