@@ -67,7 +67,8 @@ impl LocalNode {
         builder: AgentRuntimeBuilder,
         config: LocalNodeConfig,
     ) -> Result<Self, ClusterError> {
-        let hub = Arc::new(LocalEventHub::new(&config.events));
+        let mut builder = builder;
+        let hub = Arc::new(LocalEventHub::within(&config.events, builder.memory()));
         let config_store = Arc::new(match config.config_file {
             Some(path) => MemoryConfigStore::open(path).await?,
             None => MemoryConfigStore::new(),

@@ -170,10 +170,12 @@ impl ClusterNode {
         .map_err(|e| e.during("opening the shard lease bucket"))?;
         let mut owner = ShardOwner::new(node_id.clone(), config.shards.clone(), table);
         let fence = owner.fence();
+        let mut builder = builder;
         let hub = Arc::new(ClusterEventHub::start(
             client.clone(),
             &config.events,
             fence.clone(),
+            builder.memory(),
         ));
         let buffers = Arc::clone(hub.buffers());
         let runtime = Assembly::runtime(builder, hub, Some(&fence))?;

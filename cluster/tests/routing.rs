@@ -456,7 +456,12 @@ async fn events_emitted_together_go_out_as_one_message_in_order() {
         .wait_for(|owned| owned.len() == shards)
         .await
         .unwrap();
-    let hub = ClusterEventHub::start(client.clone(), &EventsConfig::default(), owner.fence());
+    let hub = ClusterEventHub::start(
+        client.clone(),
+        &EventsConfig::default(),
+        owner.fence(),
+        std::sync::Arc::default(),
+    );
     let (thread, run_id) = (thread("bursts"), RunId::generate());
     let mut published = client.subscribe(event_subject(&run_id)).await.unwrap();
     client.flush().await.unwrap();

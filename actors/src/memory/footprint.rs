@@ -6,7 +6,7 @@
 //! container's own slots. Allocator slack is the budget's unshared fifth.
 
 use crate::JsonValue;
-use crate::contract::{ContentBlock, Message, ToolCall};
+use crate::contract::{AgentEvent, ContentBlock, Message, StreamEvent, ToolCall, ToolResult};
 
 /// What one heap allocation costs beyond its bytes (header, rounding).
 const ALLOCATION: usize = 16;
@@ -92,6 +92,54 @@ impl Footprint for Message {
                 .map_or(0, |id| ID + id.as_str().len())
             + self.run_id.as_ref().map_or(0, |id| ID + id.as_str().len());
         slice_bytes(&self.content) + slice_bytes(&self.tool_calls) + ids
+    }
+}
+
+impl Footprint for ToolResult {
+    fn heap_bytes(&self) -> usize {
+        self.tool_name.heap_bytes()
+            + self.data.heap_bytes()
+            + self.message.heap_bytes()
+            + self.error_code.heap_bytes()
+            + self
+                .suspension
+                .as_ref()
+                .map_or(0, |ticket| ALLOCATION + std::mem::size_of_val(&**ticket))
+    }
+}
+
+impl Footprint for AgentEvent {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            AgentEvent::RunStart { .. } | AgentEvent::StepStart { .. } | AgentEvent::StepEnd => 0,
+            AgentEvent::ToolCallStart { name, .. } => name.heap_bytes(),
+            AgentEvent::RunFinish { result, .. } => result.heap_bytes(),
+            AgentEvent::TextDelta { delta }
+            | AgentEvent::ReasoningDelta { delta }
+            | AgentEvent::ToolCallDelta {
+                args_delta: delta, ..
+            }
+            | AgentEvent::ToolCallStreamDelta { delta, .. } => delta.heap_bytes(),
+            AgentEvent::ReasoningEncryptedValue { encrypted_value } => encrypted_value.heap_bytes(),
+            AgentEvent::ToolCallReady { arguments, .. } => arguments.heap_bytes(),
+            AgentEvent::ToolCallDone { result, .. } => result.heap_bytes(),
+            AgentEvent::ToolCallResumed { result, .. } => result.heap_bytes(),
+            AgentEvent::MessagesSnapshot { messages: values }
+            | AgentEvent::ActivityDelta { patch: values, .. }
+            | AgentEvent::StateDelta { delta: values } => slice_bytes(values),
+            AgentEvent::ActivitySnapshot { content, .. } => content.heap_bytes(),
+            AgentEvent::InferenceComplete { model, .. } => model.heap_bytes(),
+            AgentEvent::StateSnapshot { snapshot } => snapshot.heap_bytes(),
+            AgentEvent::Error { message, code } => message.heap_bytes() + code.heap_bytes(),
+        }
+    }
+}
+
+impl Footprint for StreamEvent {
+    /// The event behind its `Arc`: the allocation holding it, and what it holds
+    /// (its timestamp is shared by the events of one millisecond).
+    fn heap_bytes(&self) -> usize {
+        ALLOCATION + std::mem::size_of::<StreamEvent>() + self.event.heap_bytes()
     }
 }
 

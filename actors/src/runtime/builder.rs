@@ -230,6 +230,13 @@ impl AgentRuntimeBuilder {
         self
     }
 
+    /// The memory the runtime will keep within (the default budget unless one
+    /// was given), for the parts of the node built beside it: its event hub,
+    /// inbox and mailbox share it.
+    pub fn memory(&mut self) -> Arc<NodeMemory> {
+        Arc::clone(self.services.memory.get_or_insert_with(Arc::default))
+    }
+
     /// Keeps the node's caches within `memory`'s shares (one budget shared with
     /// the node's other caches and its admission); a default budget otherwise.
     pub fn with_memory(mut self, memory: Arc<NodeMemory>) -> Self {

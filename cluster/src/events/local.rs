@@ -9,6 +9,7 @@ use std::task::{Context, Poll, Waker};
 
 use awaken_actors::contract::{StreamEvent, TraceContext};
 use awaken_actors::hashing::FastDashMap;
+use awaken_actors::memory::NodeMemory;
 use awaken_actors::thread::EventHub;
 use awaken_actors::{RunId, ThreadId};
 
@@ -38,11 +39,15 @@ struct Followers {
 impl LocalEventHub {
     /// A hub with the buffer sizes of `config` (`publish_queue` does not apply).
     pub fn new(config: &EventsConfig) -> Self {
+        Self::within(config, Arc::default())
+    }
+
+    /// [`Self::new`], its ended runs' buffers within `memory`'s share.
+    pub fn within(config: &EventsConfig, memory: Arc<NodeMemory>) -> Self {
         Self {
-            buffers: Arc::new(ReplayBuffers::new(
-                config.replay_capacity,
-                config.retained_runs,
-            )),
+            buffers: Arc::new(
+                ReplayBuffers::new(config.replay_capacity, config.retained_runs).within(memory),
+            ),
             read_batch: config.follower_batch.max(1),
             followers: Arc::new(FastDashMap::default()),
         }

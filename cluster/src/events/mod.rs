@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use awaken_actors::contract::{StreamEvent, TraceContext};
+use awaken_actors::memory::NodeMemory;
 use awaken_actors::thread::{EventHub, FenceSource};
 use awaken_actors::{RunId, ThreadId};
 use base64::Engine;
@@ -116,7 +117,13 @@ impl ClusterEventHub {
     /// it goes out, because a node paused with events queued must not publish
     /// them once it wakes past its lease: the thread's new owner may have
     /// continued (or ended) the run meanwhile.
-    pub fn start(client: async_nats::Client, config: &EventsConfig, fence: ShardedFence) -> Self {
+    /// Ended runs' buffers keep within `memory`'s share.
+    pub fn start(
+        client: async_nats::Client,
+        config: &EventsConfig,
+        fence: ShardedFence,
+        memory: Arc<NodeMemory>,
+    ) -> Self {
         let (outbox, mut queued) = mpsc::channel::<Outgoing>(config.publish_queue.max(1));
         let held = fence.clone();
         tokio::spawn(async move {
@@ -152,10 +159,9 @@ impl ClusterEventHub {
             }
         });
         Self {
-            buffers: Arc::new(ReplayBuffers::new(
-                config.replay_capacity,
-                config.retained_runs,
-            )),
+            buffers: Arc::new(
+                ReplayBuffers::new(config.replay_capacity, config.retained_runs).within(memory),
+            ),
             outbox,
             dropped: AtomicU64::new(0),
             fence,

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use awaken_actors::RunId;
 use awaken_actors::contract::{AgentEvent, StreamEvent};
 use awaken_actors::hashing::FastDashMap;
+use awaken_actors::memory::{CacheMeter, Footprint, NodeMemory, Share};
 use dashmap::mapref::entry::Entry;
 
 /// Default events kept per run (the book's `replay_buffer_capacity`).
@@ -27,6 +28,8 @@ struct RunBuffer {
     pins: usize,
     /// It left the retained queue while pinned: dropped when the last pin goes.
     outlived: bool,
+    /// What `events` hold (estimated).
+    bytes: u64,
 }
 
 impl RunBuffer {
@@ -36,24 +39,37 @@ impl RunBuffer {
             ended: None,
             pins: 0,
             outlived: false,
+            bytes: 0,
         }
     }
+
+    /// What the ended-runs share counts for it: its bytes once its run ended.
+    fn counted(&self) -> u64 {
+        if self.ended.is_some() { self.bytes } else { 0 }
+    }
+}
+
+/// What one buffered event is counted for.
+fn event_bytes(event: &StreamEvent) -> u64 {
+    (std::mem::size_of::<Arc<StreamEvent>>() + event.heap_bytes()) as u64
 }
 
 /// Per-run ring buffers of the newest events, kept while a run is active and for
 /// the `retained_runs` most recently ended runs.
 ///
-/// Memory is bounded by `capacity` events per active run plus `capacity ×
-/// retained_runs` for ended ones, plus one buffer per run a local follower reads
-/// (pinned: a follower never misses events because other runs ended first). A run
-/// that ends (finishes or waits) joins the retained queue; one that resumes leaves
-/// it.
+/// Memory is bounded by `capacity` events per active run, plus for ended runs
+/// the `retained_runs` most recent or what the node's ended-runs share holds
+/// (decision 0089), whichever is less, plus one buffer per run a local follower
+/// reads (pinned: a follower never misses events because other runs ended
+/// first). A run that ends (finishes or waits) joins the retained queue; one that
+/// resumes leaves it.
 pub struct ReplayBuffers {
     capacity: usize,
     retained_runs: usize,
     runs: FastDashMap<RunId, RunBuffer>,
     ended: Mutex<VecDeque<(RunId, u64)>>,
     generation: AtomicU64,
+    memory: Arc<NodeMemory>,
 }
 
 impl std::fmt::Debug for ReplayBuffers {
@@ -102,6 +118,29 @@ impl ReplayBuffers {
             runs: FastDashMap::default(),
             ended: Mutex::new(VecDeque::new()),
             generation: AtomicU64::new(0),
+            memory: Arc::default(),
+        }
+    }
+
+    /// These buffers, their ended runs' events counted against `memory`'s
+    /// ended-runs share and given back past it, oldest first.
+    #[must_use]
+    pub fn within(mut self, memory: Arc<NodeMemory>) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    fn meter(&self) -> &CacheMeter {
+        self.memory.meter(Share::EndedRuns)
+    }
+
+    /// Counts the change of `buffer`'s ended bytes from `before`.
+    fn recount(&self, before: u64, buffer: &RunBuffer) {
+        let after = buffer.counted();
+        if after >= before {
+            self.meter().add(after - before);
+        } else {
+            self.meter().sub(before - after);
         }
     }
 
@@ -125,12 +164,17 @@ impl ReplayBuffers {
                     .entry(run_id.clone())
                     .or_insert_with(|| RunBuffer::new(self.capacity)),
             };
-            if buffer.events.len() == self.capacity {
-                buffer.events.pop_front();
+            let before = buffer.counted();
+            if buffer.events.len() == self.capacity
+                && let Some(dropped) = buffer.events.pop_front()
+            {
+                buffer.bytes = buffer.bytes.saturating_sub(event_bytes(&dropped));
             }
+            buffer.bytes += event_bytes(&event);
             buffer.events.push_back(event);
             buffer.ended = generation;
             buffer.outlived = false;
+            self.recount(before, &buffer);
         }
         if let Some(generation) = generation {
             self.retain(run_id, generation);
@@ -141,7 +185,9 @@ impl ReplayBuffers {
     fn retain(&self, run_id: &RunId, generation: u64) {
         let mut ended = self.ended_queue();
         ended.push_back((run_id.clone(), generation));
-        while ended.len() > self.retained_runs {
+        let mut evicted = 0;
+        while ended.len() > self.retained_runs || self.meter().over() {
+            let for_memory = ended.len() <= self.retained_runs;
             let Some((run_id, generation)) = ended.pop_front() else {
                 break;
             };
@@ -154,10 +200,14 @@ impl ReplayBuffers {
                 continue;
             }
             if buffer.get().pins == 0 {
-                buffer.remove();
+                self.meter().sub(buffer.remove().counted());
+                evicted += u64::from(for_memory);
             } else {
                 buffer.get_mut().outlived = true;
             }
+        }
+        if evicted > 0 {
+            self.meter().evicted(evicted);
         }
     }
 
@@ -185,7 +235,7 @@ impl ReplayBuffers {
                 return;
             }
             if entry.events.is_empty() {
-                buffer.remove();
+                self.meter().sub(buffer.remove().counted());
                 return;
             }
             if !entry.outlived {
@@ -345,6 +395,68 @@ mod tests {
         buffers.push(&waiting, event(1, false));
         buffers.push(&run("other"), event(0, true));
         assert_eq!(buffers.replay(&waiting, None).events.len(), 2);
+    }
+
+    fn delta(seq: u64, bytes: usize) -> Arc<StreamEvent> {
+        Arc::new(StreamEvent::new(
+            seq,
+            "2026-01-01T00:00:00Z",
+            AgentEvent::TextDelta {
+                delta: "x".repeat(bytes),
+            },
+        ))
+    }
+
+    #[test]
+    fn ended_runs_past_their_memory_share_go_oldest_first_and_active_ones_stay() {
+        use awaken_actors::memory::MemoryBudget;
+
+        let memory = Arc::new(NodeMemory::new(
+            MemoryBudget::new(MemoryBudget::MINIMUM).unwrap(),
+        ));
+        let meter = memory.meter(Share::EndedRuns);
+        let buffers = ReplayBuffers::new(16, 1024).within(Arc::clone(&memory));
+        let active = run("active");
+        for seq in 0..8 {
+            buffers.push(&active, delta(seq, 100_000));
+        }
+        assert_eq!(
+            meter.bytes(),
+            0,
+            "an active run's buffer is not the share's"
+        );
+        let runs = 40;
+        for n in 0..runs {
+            let id = run(&format!("r{n}"));
+            for seq in 0..4 {
+                buffers.push(&id, delta(seq, 100_000));
+            }
+            buffers.push(&id, event(4, true));
+            assert!(
+                meter.bytes() <= meter.limit(),
+                "{} > {}",
+                meter.bytes(),
+                meter.limit()
+            );
+        }
+        let kept = buffers.len() - 1;
+        assert!(kept > 0 && kept < runs, "{kept} of {runs} kept");
+        assert_eq!(meter.evictions(), (runs - kept) as u64);
+        assert!(buffers.replay(&run("r0"), None).events.is_empty());
+        let newest = run(&format!("r{}", runs - 1));
+        assert_eq!(buffers.replay(&newest, None).events.len(), 5);
+        assert_eq!(buffers.replay(&active, None).events.len(), 8);
+
+        // Resuming takes a run out of the share; ending again puts it back.
+        let held = meter.bytes();
+        buffers.push(&newest, delta(5, 10));
+        assert!(
+            meter.bytes() < held - 400_000,
+            "{} of {held}",
+            meter.bytes()
+        );
+        buffers.push(&newest, event(6, true));
+        assert!(meter.bytes() > held);
     }
 }
 
