@@ -164,6 +164,10 @@ impl MailboxStore for SlowStartRecord {
     async fn gc(&self, now: u64) -> Result<usize, MailboxError> {
         self.inner.gc(now).await
     }
+
+    fn settled_bytes(&self) -> u64 {
+        self.inner.settled_bytes()
+    }
 }
 
 #[tokio::test]

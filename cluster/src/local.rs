@@ -64,17 +64,17 @@ impl LocalNode {
     /// Builds the runtime from `builder` (adding the node's event hub) and starts
     /// claiming the mailbox's dispatches.
     pub async fn start(
-        builder: AgentRuntimeBuilder,
+        mut builder: AgentRuntimeBuilder,
         config: LocalNodeConfig,
     ) -> Result<Self, ClusterError> {
-        let mut builder = builder;
         let hub = Arc::new(LocalEventHub::within(&config.events, builder.memory()));
         let config_store = Arc::new(match config.config_file {
             Some(path) => MemoryConfigStore::open(path).await?,
             None => MemoryConfigStore::new(),
         });
         let runtime = Assembly::runtime(builder, Arc::clone(&hub) as _, None)?;
-        let mailbox = Arc::new(InMemoryMailboxStore::new(config.mailbox.clone()));
+        let mailbox_config = config.mailbox.clone().within(runtime.memory());
+        let mailbox = Arc::new(InMemoryMailboxStore::new(mailbox_config.clone()));
         let inbox = Arc::new(InMemoryRunInbox::with_memory(Arc::clone(runtime.memory())));
         let assembly = Assembly::assemble(
             runtime,
@@ -83,7 +83,7 @@ impl LocalNode {
                 fence: None,
                 mailbox: Arc::clone(&mailbox) as _,
                 inbox: Arc::clone(&inbox) as _,
-                mailbox_config: config.mailbox,
+                mailbox_config,
                 claimant: Claimant::single_node("local"),
             },
         )

@@ -158,6 +158,16 @@ impl ClusterNode {
         builder: AgentRuntimeBuilder,
         config: NodeConfig,
     ) -> Result<Self, ClusterError> {
+        // Boxed: the start holds the node's whole configuration and builder
+        // across its waits, more than a caller's future should carry.
+        Box::pin(Self::join(client, builder, config)).await
+    }
+
+    async fn join(
+        client: async_nats::Client,
+        mut builder: AgentRuntimeBuilder,
+        mut config: NodeConfig,
+    ) -> Result<Self, ClusterError> {
         let js = jetstream::new(client.clone());
         let node_id = config.node_id.clone();
         let table = LeaseTable::open(
@@ -170,7 +180,6 @@ impl ClusterNode {
         .map_err(|e| e.during("opening the shard lease bucket"))?;
         let mut owner = ShardOwner::new(node_id.clone(), config.shards.clone(), table);
         let fence = owner.fence();
-        let mut builder = builder;
         let hub = Arc::new(ClusterEventHub::start(
             client.clone(),
             &config.events,
@@ -179,6 +188,7 @@ impl ClusterNode {
         ));
         let buffers = Arc::clone(hub.buffers());
         let runtime = Assembly::runtime(builder, hub, Some(&fence))?;
+        config.mailbox = config.mailbox.clone().within(runtime.memory());
 
         let mailbox = Arc::new(
             LedgerMailbox::open_with(

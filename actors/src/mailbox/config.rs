@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::memory::{NodeMemory, Share};
+
 /// Marks of settled dispatches kept by default: about 72 MB
 /// ([`MARK_BYTES`](super::MARK_BYTES) each), the settled share of the default
 /// memory budget (`memory::Share::SettledDispatches`).
@@ -91,6 +93,16 @@ impl MailboxConfig {
         u64::try_from(self.gc_ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// This configuration on a node with `memory`: at most the marks of settled
+    /// dispatches the budget's settled share holds (decision 0089).
+    #[must_use]
+    pub fn within(mut self, memory: &NodeMemory) -> Self {
+        let share = memory.budget().share(Share::SettledDispatches);
+        let fits = usize::try_from(share / super::MARK_BYTES).unwrap_or(usize::MAX);
+        self.max_settled = self.max_settled.min(fits.max(1));
+        self
+    }
+
     /// What a collection by this configuration removes.
     pub fn gc_rules(&self) -> GcRules {
         GcRules {
@@ -104,6 +116,19 @@ impl MailboxConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_small_budget_keeps_fewer_marks_and_a_large_one_no_more_than_asked() {
+        use crate::memory::MemoryBudget;
+
+        let small = NodeMemory::new(MemoryBudget::new(MemoryBudget::MINIMUM).unwrap());
+        let kept = MailboxConfig::default().within(&small).max_settled;
+        let share = small.budget().share(Share::SettledDispatches);
+        assert_eq!(kept as u64, share / super::super::MARK_BYTES);
+        let large = NodeMemory::new(MemoryBudget::new(64 * 1024 * 1024 * 1024).unwrap());
+        let kept = MailboxConfig::default().within(&large).max_settled;
+        assert_eq!(kept, DEFAULT_MAX_SETTLED);
+    }
 
     #[test]
     fn back_off_doubles_up_to_the_cap() {

@@ -231,4 +231,8 @@ impl MailboxStore for InMemoryMailboxStore {
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError> {
         Ok(self.lock().gc(&self.config.gc_rules(), now_ms))
     }
+
+    fn settled_bytes(&self) -> u64 {
+        self.lock().settled_bytes()
+    }
 }

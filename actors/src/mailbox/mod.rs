@@ -372,4 +372,8 @@ pub trait MailboxStore: Send + Sync + 'static {
     /// Purges terminal dispatches last updated `gc_ttl` or longer before `now_ms`;
     /// returns how many. Their dedupe keys become free again.
     async fn gc(&self, now_ms: u64) -> Result<usize, MailboxError>;
+
+    /// What this node holds of settled dispatches (kept whole, and marks), for
+    /// the memory budget's settled share (decision 0089).
+    fn settled_bytes(&self) -> u64;
 }

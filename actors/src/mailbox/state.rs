@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::settled::{Mark, MarkDigest, SettledMarks};
+use super::settled::{MARK_BYTES, Mark, MarkDigest, SettledMarks};
 use super::transition;
 use super::{
     DispatchPage, DispatchQuery, GcRules, HeldClaim, MailboxConfig, MailboxError, QueuedThread,
@@ -19,6 +19,10 @@ use crate::contract::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispa
 use crate::hashing::FastHashMap;
 use crate::ids::{DispatchId, ThreadId};
 use crate::store::clamp_limit;
+
+/// What a settled dispatch kept whole holds: its entry, ids, result and
+/// reason text (an estimate; results are short, `run_response` aside).
+const WHOLE_DISPATCH_BYTES: u64 = 1024;
 
 /// Settled dispatches kept whole, for operators (and the thread's mailbox page)
 /// to read: beyond them the earliest enqueued go, leaving their marks. A
@@ -115,6 +119,13 @@ impl MailboxState {
     /// The marks of settled dispatches, oldest first.
     pub fn settled(&self) -> impl Iterator<Item = &Mark> {
         self.settled.iter()
+    }
+
+    /// What the settled dispatches kept whole and the marks of the others hold
+    /// (estimated).
+    pub fn settled_bytes(&self) -> u64 {
+        let whole = (self.recent.len() + self.dead_letters.len()) as u64;
+        self.settled.len() as u64 * MARK_BYTES + whole * WHOLE_DISPATCH_BYTES
     }
 
     /// How many settled dispatches' ids and keys are remembered.

@@ -33,6 +33,7 @@ use super::{MailboxConfig, MailboxError, MailboxStore, QueueWatch, RunInbox};
 use crate::contract::{RunDispatch, RunDispatchResult, RunDispatchStatus, RunStatus};
 use crate::hashing::FastDashMap;
 use crate::ids::ThreadId;
+use crate::memory::Share;
 use crate::runtime::{AgentRuntime, RunEnd, RunWatch};
 use crate::telemetry::messaging::{self, Delivery};
 use crate::thread::{Activation, ControlError};
@@ -192,6 +193,11 @@ impl MailboxWorker {
                     if let Err(error) = shared.mailbox.gc(now_ms()).await {
                         tracing::warn!(%error, "mailbox gc failed");
                     }
+                    shared
+                        .runtime
+                        .memory()
+                        .meter(Share::SettledDispatches)
+                        .set(shared.mailbox.settled_bytes());
                 }
             })
         };

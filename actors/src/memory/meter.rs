@@ -58,6 +58,12 @@ impl CacheMeter {
         self.bytes().saturating_add(more) <= self.limit
     }
 
+    /// Counts `bytes` held now, for holders that know their total rather than
+    /// their changes.
+    pub fn set(&self, bytes: u64) {
+        self.bytes.store(bytes, Ordering::Relaxed);
+    }
+
     /// Counts `bytes` kept.
     pub fn add(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);

@@ -713,4 +713,8 @@ impl MailboxStore for LedgerMailbox {
             other => Err(unexpected(&other)),
         }
     }
+
+    fn settled_bytes(&self) -> u64 {
+        self.read(MailboxState::settled_bytes)
+    }
 }
