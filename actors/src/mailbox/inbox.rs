@@ -65,7 +65,9 @@ impl InMemoryRunInbox {
 #[async_trait]
 impl RunInbox for InMemoryRunInbox {
     async fn put(&self, run_id: &RunId, request: &RunRequest) -> Result<(), MailboxError> {
-        let charge = self.memory.charge(Held::Queued, input_bytes(request));
+        let charge = self
+            .memory
+            .charge(Held::Queued, input_bytes(&request.messages));
         self.lock()
             .insert(run_id.clone(), (request.clone(), charge));
         Ok(())

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{NodeMemory, Share, message_bytes};
 use crate::contract::Message;
-use crate::thread::RunRequest;
 
 /// What an active run costs besides its thread's messages and state: its actor,
 /// run core, emitter, tool-call map and its share of the event hub's buffers
@@ -82,15 +81,18 @@ pub struct Refused {
     pub limit: u64,
 }
 
-/// What `request`'s input holds while its run is queued.
-pub fn input_bytes(request: &RunRequest) -> u64 {
-    (std::mem::size_of::<RunRequest>() + message_bytes(&request.messages)) as u64
+/// What a run request holds besides its messages: ids, lineage, options.
+const REQUEST_BYTES: u64 = 512;
+
+/// What a run's input of `messages` holds while the run is queued.
+pub fn input_bytes(messages: &[Message]) -> u64 {
+    REQUEST_BYTES + message_bytes(messages) as u64
 }
 
 /// What admitting a run with the input `messages` may add: its input, then
 /// its run.
 pub fn run_bytes(messages: &[Message]) -> u64 {
-    RUN_BYTES + (std::mem::size_of::<RunRequest>() + message_bytes(messages)) as u64
+    RUN_BYTES + input_bytes(messages)
 }
 
 /// The active-run part of the admitted share.

@@ -75,7 +75,7 @@ impl RunInputs {
         dispatch_id: DispatchId,
         input: Box<RunRequest>,
     ) {
-        let bytes = input_bytes(&input);
+        let bytes = input_bytes(&input.messages);
         self.bytes += bytes;
         let replaced = self.held.insert(
             run_id,
