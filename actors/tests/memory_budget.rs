@@ -198,3 +198,69 @@ async fn active_runs_past_the_admitted_share_leave_queued_work_queued_until_they
     .await;
     assert_eq!(memory.active_bytes(), 0);
 }
+
+#[tokio::test]
+async fn a_flood_of_threads_evicts_a_waiting_runs_warm_core_and_its_decision_still_finishes_it() {
+    use awaken_actors::contract::ToolCallResumeMode;
+
+    let memory = Arc::new(NodeMemory::new(
+        MemoryBudget::new(MemoryBudget::MINIMUM).unwrap(),
+    ));
+    let llm = ScriptedLlm::new(vec![
+        Turn::Calls(vec![("echo", serde_json::json!({"x": 1}))]),
+        Turn::Text("approved"),
+    ]);
+    let echo = Arc::new(Echo::default());
+    let approval = Approval {
+        tools: std::collections::BTreeSet::from(["echo"]),
+        mode: ToolCallResumeMode::ReplayToolCall,
+    };
+    // Waiting runs stay warm: the flood has cores to push out.
+    let rt = scripted_builder(llm)
+        .with_memory(Arc::clone(&memory))
+        .with_thread_config(ThreadConfig {
+            passivate_while_waiting: false,
+            ..ThreadConfig::default()
+        })
+        .with_tool("echo", echo.clone())
+        .with_plugin("approval", Arc::new(approval))
+        .with_agent_spec(agent_spec(ToolExecutionMode::Sequential).with_plugin("approval"))
+        .build()
+        .unwrap();
+    let tenant = tid("tenant-a");
+    let (waiting, events) = run_once(&rt, "tenant-a", "mine").await;
+    assert_eq!(waiting.termination, TerminationReason::Suspended);
+    rt.thread_stopped(&tenant).await;
+    assert!(rt.is_thread_warm(&tenant));
+
+    for n in 0..120 {
+        let name = format!("tenant-b-{n}");
+        let text = format!("{n} {}", "x".repeat(MESSAGE_BYTES));
+        run_once(&rt, &name, &text).await;
+        rt.thread_stopped(&tid(&name)).await;
+    }
+    assert!(!rt.is_thread_warm(&tenant), "the oldest core went");
+    assert!(memory.meter(Share::WarmThreads).evictions() > 0);
+
+    let done = rt
+        .decide_and_wait(
+            &tenant,
+            suspended_call(&events),
+            resume("d-a", serde_json::json!(true)),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.run_id, waiting.run_id);
+    assert_eq!(done.termination, TerminationReason::NaturalEnd);
+    let snapshot = rt
+        .store()
+        .load_thread_snapshot(&tenant)
+        .await
+        .unwrap()
+        .unwrap();
+    let texts: Vec<String> = snapshot.messages.iter().map(Message::text).collect();
+    assert_eq!(texts.first().map(String::as_str), Some("mine"));
+    assert_eq!(texts.last().map(String::as_str), Some("approved"));
+    assert_eq!(echo.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
