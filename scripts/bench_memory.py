@@ -12,6 +12,14 @@ and must end `natural_end`. Before all that, the same binary's fresh-node
 throughput is measured (`awaken bench http`, its own child, no limit) for the
 comparison the goal asks for.
 
+With `--nodes N` above one the nodes form a cluster, each in a cgroup of its
+own: a `nats-server -js` this script starts on a free port, a PostgreSQL
+database it creates on `--postgres` (and drops after), one `awaken bench http`
+per node at `--concurrency / N` (a run is accepted by the node it is sent to
+and executed by its thread's owner), the waiting runs spread over the nodes.
+The fresh reference is then the same cluster, started anew, for
+`--fresh-seconds`.
+
 Prints one JSON report on stdout (samples go to `--samples` as JSON lines):
 runs and runs/s, errors, the fresh node's runs/s, resident memory at the end of
 the warm-up and at the end, the growth over the rest, the cgroup's OOM kills
@@ -29,6 +37,8 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -73,11 +83,6 @@ def oom_kills(cgroup, version):
     text = read(os.path.join(cgroup, "memory.oom_control" if version == 1 else "memory.events"))
     match = re.search(r"^oom_kill (\d+)$", text, re.M)
     return int(match.group(1)) if match else 0
-
-
-def cgroup_usage(cgroup, version):
-    name = "memory.usage_in_bytes" if version == 1 else "memory.current"
-    return int(read(os.path.join(cgroup, name), "0").strip() or 0)
 
 
 def rss_bytes(pid):
@@ -146,6 +151,130 @@ def approve(base, run_id, call_id):
     return record.get("status") == "done" and (record.get("termination") or {}).get("type") == "natural_end"
 
 
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_port(port, seconds=10):
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+class Cluster:
+    """N nodes of `awaken serve`, each in its own memory cgroup; on NATS and
+    PostgreSQL when there are several."""
+
+    def __init__(self, args, name, limited):
+        self.args, self.nodes, self.cgroups, self.extra = args, [], [], []
+        self.workdir = self.database = None
+        try:
+            self.start(name, limited)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, name, limited):
+        args = self.args
+        env = dict(os.environ)
+        configs = []
+        if args.nodes > 1:
+            self.workdir = f"/tmp/{name}"
+            os.makedirs(self.workdir, exist_ok=True)
+            port = free_port()
+            self.extra.append(subprocess.Popen(
+                ["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", f"{self.workdir}/js"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))
+            self.database = name.replace("-", "_")
+            subprocess.run(["psql", args.postgres, "-qc", f"CREATE DATABASE {self.database}"], check=True)
+            url = args.postgres.rsplit("/", 1)[0] + "/" + self.database
+            for n in range(args.nodes):
+                path = f"{self.workdir}/node-{n}.toml"
+                with open(path, "w") as f:
+                    f.write(
+                        f'[server]\naddress = "127.0.0.1:0"\n\n[store]\nkind = "postgres"\nurl = "{url}"\n\n'
+                        f'[cluster]\nnats_url = "nats://127.0.0.1:{port}"\nnode_id = "node-{n}"\n'
+                    )
+                configs.append(path)
+            wait_for_port(port)
+        else:
+            configs.append(None)
+        for n, config in enumerate(configs):
+            command = f'exec "$0" serve' + (f" --config {config}" if config else " --address 127.0.0.1:0")
+            if limited:
+                cgroup, version = make_cgroup(f"{name}-{n}", args.limit)
+                self.cgroups.append((cgroup, version))
+                command = f"echo $$ > {cgroup}/cgroup.procs && " + command
+            node = subprocess.Popen(
+                ["sh", "-c", command, args.awaken],
+                stdout=subprocess.PIPE,
+                stderr=open(f"/tmp/{name}-node-{n}.log", "w"),
+                text=True,
+                env=env,
+            )
+            self.nodes.append(node)
+        self.bases = [f"http://{json.loads(node.stdout.readline())['address']}" for node in self.nodes]
+        for node in self.nodes:
+            # Whatever else a node prints must not fill its pipe and stall it.
+            threading.Thread(target=node.stdout.read, daemon=True).start()
+
+    def rss(self):
+        return [rss_bytes(node.pid) for node in self.nodes]
+
+    def alive(self):
+        return all(node.poll() is None for node in self.nodes)
+
+    def oom_kills(self):
+        return sum(oom_kills(cgroup, version) for cgroup, version in self.cgroups)
+
+    def close(self):
+        for process in self.nodes + self.extra:
+            process.kill()
+            process.wait()
+        for cgroup, _ in self.cgroups:
+            try:
+                os.rmdir(cgroup)
+            except OSError:
+                pass
+        if self.database:
+            subprocess.run(["psql", self.args.postgres, "-qc", f"DROP DATABASE IF EXISTS {self.database}"])
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def load(awaken, bases, seconds, concurrency):
+    """One `awaken bench http --url` per node, together; their reports."""
+    each = max(1, concurrency // len(bases))
+    runs = [
+        subprocess.Popen(
+            [awaken, "bench", "http", "--quiet", "--url", base, "--runs", "1000000000",
+             "--timeout-s", str(seconds), "--concurrency", str(each), "--run-timeout-s", "60"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        for base in bases
+    ]
+    reports = []
+    for run in runs:
+        out, _ = run.communicate()
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return {
+        "runs": sum(r["runs"] for r in reports),
+        "runs_per_s": round(sum(r["runs_per_s"] for r in reports), 1),
+        "errors": sum(r["errors"] for r in reports),
+        "first_error": next((r["first_error"] for r in reports if r.get("first_error")), None),
+        "p99_us": max(r["p99_us"] for r in reports),
+    }
+
+
 def bench_http(awaken, extra):
     out = subprocess.run([awaken, "bench", "http", "--quiet", *extra], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -154,35 +283,39 @@ def bench_http(awaken, extra):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--awaken", default="target/release/awaken")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test", help="for --nodes > 1")
     parser.add_argument("--duration", type=int, default=1800, help="seconds of load")
     parser.add_argument("--warm-up", type=int, default=600, help="seconds before growth is measured")
-    parser.add_argument("--limit", type=int, default=1 << 30, help="the cgroup's memory limit, bytes")
+    parser.add_argument("--limit", type=int, default=1 << 30, help="each node's memory limit, bytes")
     parser.add_argument("--waiting", type=int, default=10000, help="runs left waiting for approval")
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--fresh-runs", type=int, default=20000, help="runs of the fresh-node reference")
+    parser.add_argument("--concurrency", type=int, default=64, help="clients, over all nodes")
+    parser.add_argument("--fresh-runs", type=int, default=20000, help="runs of the single fresh node's reference")
+    parser.add_argument("--fresh-seconds", type=int, default=60, help="seconds of a fresh cluster's reference")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--samples", default="/tmp/bench-memory-samples.jsonl")
     args = parser.parse_args()
+    name = f"awaken-bench-{os.getpid()}"
 
-    fresh = bench_http(args.awaken, ["--runs", str(args.fresh_runs), "--concurrency", str(args.concurrency)])
+    if args.nodes == 1:
+        fresh = bench_http(args.awaken, ["--runs", str(args.fresh_runs), "--concurrency", str(args.concurrency)])
+    else:
+        reference = Cluster(args, f"{name}-fresh", limited=False)
+        try:
+            fresh = load(args.awaken, reference.bases, args.fresh_seconds, args.concurrency)
+        finally:
+            reference.close()
 
-    cgroup, version = make_cgroup(f"awaken-bench-{os.getpid()}", args.limit)
-    node = subprocess.Popen(
-        ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" serve --address 127.0.0.1:0', args.awaken],
-        stdout=subprocess.PIPE,
-        stderr=open("/tmp/bench-memory-node.log", "w"),
-        text=True,
-    )
+    cluster = Cluster(args, name, limited=True)
     try:
-        listening = json.loads(node.stdout.readline())
-        base = f"http://{listening['address']}"
-        _, plain = metrics(base)
+        bases = cluster.bases
+        _, plain = metrics(bases[0])
         budget = plain.get("awaken_memory_budget_bytes", 0)
 
-        rss_before = rss_bytes(node.pid)
+        rss_before = sum(cluster.rss())
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            waiting = list(pool.map(lambda _: start_waiting(base), range(args.waiting)))
-        rss_waiting = rss_bytes(node.pid)
+            waiting = list(pool.map(lambda n: start_waiting(bases[n % len(bases)]), range(args.waiting)))
+        rss_waiting = sum(cluster.rss())
 
         samples, stop = [], threading.Event()
 
@@ -190,57 +323,54 @@ def main():
             started = time.monotonic()
             with open(args.samples, "w") as out:
                 while not stop.wait(args.interval):
-                    if node.poll() is not None:
+                    if not cluster.alive():
                         break
-                    caches, plain = metrics(base)
-                    row = {
-                        "t": round(time.monotonic() - started, 1),
-                        "rss": rss_bytes(node.pid),
-                        "cgroup": cgroup_usage(cgroup, version),
-                        "caches": caches,
-                        "warm_threads": plain.get("awaken_threads_warm"),
-                        "claims_deferred": plain.get("awaken_mailbox_claims_deferred_total"),
-                    }
+                    rows = []
+                    for base, rss in zip(bases, cluster.rss()):
+                        caches, plain = metrics(base)
+                        rows.append({
+                            "rss": rss,
+                            "caches": caches,
+                            "warm_threads": plain.get("awaken_threads_warm"),
+                            "claims_deferred": plain.get("awaken_mailbox_claims_deferred_total"),
+                        })
+                    row = {"t": round(time.monotonic() - started, 1), "nodes": rows}
                     samples.append(row)
                     out.write(json.dumps(row) + "\n")
                     out.flush()
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        load = bench_http(
-            args.awaken,
-            ["--url", base, "--runs", "1000000000", "--timeout-s", str(args.duration),
-             "--concurrency", str(args.concurrency), "--run-timeout-s", "60"],
-        )
+        driven = load(args.awaken, bases, args.duration, args.concurrency)
         stop.set()
         sampler.join()
 
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            finished = sum(pool.map(lambda w: approve(base, *w), waiting))
+            finished = sum(pool.map(lambda n: approve(bases[n % len(bases)], *waiting[n]), range(len(waiting))))
 
         after = [s for s in samples if s["t"] >= args.warm_up]
-        rss_warm = after[0]["rss"] if after else 0
+        growth = []
+        for node in range(len(bases)):
+            series = [s["nodes"][node]["rss"] for s in after]
+            first = series[0] if series else 0
+            growth.append({
+                "rss_after_warm_up_mb": round(first / 2**20, 1),
+                "rss_max_after_warm_up_mb": round(max(series, default=0) / 2**20, 1),
+                "rss_end_mb": round(series[-1] / 2**20, 1) if series else 0,
+                "growth_after_warm_up_pct": round(100 * (max(series, default=0) - first) / max(first, 1), 2),
+            })
         report = {
             "scenario": "memory",
+            "nodes": args.nodes,
             "limit_bytes": args.limit,
             "budget_bytes": budget,
-            "cgroup_version": version,
             "duration_s": args.duration,
-            "runs": load.get("runs"),
-            "runs_per_s": load.get("runs_per_s"),
-            "errors": load.get("errors"),
-            "first_error": load.get("first_error"),
-            "p99_us": load.get("p99_us"),
+            **driven,
             "fresh_runs_per_s": fresh.get("runs_per_s"),
-            "throughput_vs_fresh": round(load.get("runs_per_s", 0) / max(fresh.get("runs_per_s", 1), 1e-9), 3),
-            "rss_after_warm_up_mb": round(rss_warm / 2**20, 1),
-            "rss_end_mb": round(samples[-1]["rss"] / 2**20, 1) if samples else 0,
-            "rss_max_after_warm_up_mb": round(max((s["rss"] for s in after), default=0) / 2**20, 1),
-            "growth_after_warm_up_pct": round(
-                100 * (max((s["rss"] for s in after), default=0) - rss_warm) / max(rss_warm, 1), 2
-            ),
-            "alive": node.poll() is None,
-            "oom_kills": oom_kills(cgroup, version),
+            "throughput_vs_fresh": round(driven["runs_per_s"] / max(fresh.get("runs_per_s", 1), 1e-9), 3),
+            "per_node": growth,
+            "alive": cluster.alive(),
+            "oom_kills": cluster.oom_kills(),
             "waiting": args.waiting,
             "waiting_finished": finished,
             "bytes_per_waiting_run": (rss_waiting - rss_before) // max(args.waiting, 1),
@@ -249,12 +379,7 @@ def main():
         print(json.dumps(report))
         return 0 if report["alive"] and finished == args.waiting and not report["oom_kills"] else 1
     finally:
-        node.kill()
-        node.wait()
-        try:
-            os.rmdir(cgroup)
-        except OSError:
-            pass
+        cluster.close()
 
 
 if __name__ == "__main__":
