@@ -26,6 +26,13 @@ the warm-up and at the end, the growth over the rest, the cgroup's OOM kills
 and whether the node is still alive, the waiting runs finished, and the memory
 each waiting run held (resident growth while they were started).
 
+`--per-item` measures instead, on one fresh node without a limit, what one
+item of each kind adds to the node's resident memory: `--items` active runs of
+the `slow` agent (its tool sleeps 1.5 s; each with its open HTTP stream), and
+as many inputs queued behind a busy thread (`POST /v1/threads/{id}/mailbox`,
+each a dispatch with its input), beside what the node's meters estimate for
+them.
+
 Run as root on Linux (creating cgroups needs it):
 
     python3 scripts/bench_memory.py --awaken target/release/awaken \\
@@ -275,6 +282,65 @@ def load(awaken, bases, seconds, concurrency):
     }
 
 
+def per_item(args):
+    """Resident bytes per active run and per queued input on a fresh node."""
+    node = subprocess.Popen(
+        [args.awaken, "serve", "--address", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        base = f"http://{json.loads(node.stdout.readline())['address']}"
+        threading.Thread(target=node.stdout.read, daemon=True).start()
+        for _ in range(200):  # allocator and caches warm
+            post(f"{base}/v1/runs", {"agentId": "bench", "messages": [{"role": "user", "content": "w"}]})
+        items = args.items
+
+        def gauge(name):
+            return metrics(base)[1].get(name, 0)
+
+        def admitted():
+            return metrics(base)[0].get("admitted", {}).get("bytes", 0)
+
+        before, admitted_before = rss_bytes(node.pid), admitted()
+        with concurrent.futures.ThreadPoolExecutor(items) as pool:
+            slow = [pool.submit(post, f"{base}/v1/runs",
+                                {"agentId": "slow", "messages": [{"role": "user", "content": "s"}]})
+                    for _ in range(items)]
+            deadline = time.monotonic() + 60
+            while gauge("awaken_threads_live") < items and time.monotonic() < deadline:
+                time.sleep(0.01)
+            active_rss, active_estimate = rss_bytes(node.pid) - before, admitted() - admitted_before
+            for run in slow:
+                run.result()
+
+        # One thread kept busy by a slow run; inputs posted to it wait behind it.
+        status, text = post(f"{base}/v1/threads", {})
+        thread_id = json.loads(text)["id"]
+        busy = threading.Thread(target=post, args=(f"{base}/v1/threads/{thread_id}/mailbox",
+                                                   {"agentId": "slow", "messages": [{"role": "user", "content": "s"}]}))
+        busy.start()
+        while gauge("awaken_threads_live") < 1:
+            time.sleep(0.01)
+        before, admitted_before = rss_bytes(node.pid), admitted()
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda n: post(f"{base}/v1/threads/{thread_id}/mailbox",
+                                         {"agentId": "bench-text", "messages": [{"role": "user", "content": f"q{n}"}]}),
+                          range(items)))
+        queued_rss, queued_estimate = rss_bytes(node.pid) - before, admitted() - admitted_before
+        busy.join()
+        return {
+            "scenario": "memory-per-item",
+            "items": items,
+            "bytes_per_active_run": active_rss // items,
+            "estimated_bytes_per_active_run": int(active_estimate // items),
+            "bytes_per_queued_input": queued_rss // items,
+            "estimated_bytes_per_queued_input": int(queued_estimate // items),
+        }
+    finally:
+        node.kill()
+        node.wait()
+
+
 def bench_http(awaken, extra):
     out = subprocess.run([awaken, "bench", "http", "--quiet", *extra], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -294,7 +360,12 @@ def main():
     parser.add_argument("--fresh-seconds", type=int, default=60, help="seconds of a fresh cluster's reference")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--samples", default="/tmp/bench-memory-samples.jsonl")
+    parser.add_argument("--per-item", action="store_true", help="measure memory per active run and queued input")
+    parser.add_argument("--items", type=int, default=1000, help="items of each kind for --per-item")
     args = parser.parse_args()
+    if args.per_item:
+        print(json.dumps(per_item(args)))
+        return 0
     name = f"awaken-bench-{os.getpid()}"
 
     if args.nodes == 1:
