@@ -9,16 +9,17 @@ reads its budget from it, as in a pod. First `--waiting` runs of the
 `--duration` seconds while the node's resident memory, its cgroup's usage and
 the `/metrics` memory gauges are sampled; then every waiting run is approved
 and must end `natural_end`. Before all that, the same binary's fresh-node
-throughput is measured (`awaken bench http`, its own child, no limit) for the
-comparison the goal asks for.
+throughput is measured (the same nodes, started anew without a limit, for
+`--fresh-seconds`) for the comparison the goal asks for. The nodes keep their
+threads in PostgreSQL (`--store postgres`, a database made for the run on
+`--postgres`), as deployed: the embedded in-memory store holds every thread
+for good, so it grows with the load whatever the caches do.
 
 With `--nodes N` above one the nodes form a cluster, each in a cgroup of its
-own: a `nats-server -js` this script starts on a free port, a PostgreSQL
-database it creates on `--postgres` (and drops after), one `awaken bench http`
-per node at `--concurrency / N` (a run is accepted by the node it is sent to
-and executed by its thread's owner), the waiting runs spread over the nodes.
-The fresh reference is then the same cluster, started anew, for
-`--fresh-seconds`.
+own: a `nats-server -js` this script starts on a free port, the database,
+one `awaken bench http` per node at `--concurrency / N` (a run is accepted by
+the node it is sent to and executed by its thread's owner), the waiting runs
+spread over the nodes.
 
 Prints one JSON report on stdout (samples go to `--samples` as JSON lines):
 runs and runs/s, errors, the fresh node's runs/s, resident memory at the end of
@@ -26,12 +27,11 @@ the warm-up and at the end, the growth over the rest, the cgroup's OOM kills
 and whether the node is still alive, the waiting runs finished, and the memory
 each waiting run held (resident growth while they were started).
 
-`--per-item` measures instead, on one fresh node without a limit, what one
-item of each kind adds to the node's resident memory: `--items` active runs of
-the `slow` agent (its tool sleeps 1.5 s; each with its open HTTP stream), and
-as many inputs queued behind a busy thread (`POST /v1/threads/{id}/mailbox`,
-each a dispatch with its input), beside what the node's meters estimate for
-them.
+`--per-item` measures instead, on one fresh node without a limit, what an
+active run adds to the node's resident memory: `--items` (at most 250: one
+client address may hold 256 connections) runs of the `slow` agent at once (its
+tool sleeps 1.5 s; each with its open HTTP stream), beside what the admitted
+meter estimates for them.
 
 Run as root on Linux (creating cgroups needs it):
 
@@ -193,26 +193,28 @@ class Cluster:
         args = self.args
         env = dict(os.environ)
         configs = []
-        if args.nodes > 1:
+        if args.store == "postgres":
             self.workdir = f"/tmp/{name}"
             os.makedirs(self.workdir, exist_ok=True)
-            port = free_port()
-            self.extra.append(subprocess.Popen(
-                ["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", f"{self.workdir}/js"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            ))
             self.database = name.replace("-", "_")
             subprocess.run(["psql", args.postgres, "-qc", f"CREATE DATABASE {self.database}"], check=True)
             url = args.postgres.rsplit("/", 1)[0] + "/" + self.database
+            cluster = ""
+            if args.nodes > 1:
+                port = free_port()
+                self.extra.append(subprocess.Popen(
+                    ["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", f"{self.workdir}/js"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                ))
+                wait_for_port(port)
+                cluster = f'\n[cluster]\nnats_url = "nats://127.0.0.1:{port}"\n'
             for n in range(args.nodes):
                 path = f"{self.workdir}/node-{n}.toml"
                 with open(path, "w") as f:
-                    f.write(
-                        f'[server]\naddress = "127.0.0.1:0"\n\n[store]\nkind = "postgres"\nurl = "{url}"\n\n'
-                        f'[cluster]\nnats_url = "nats://127.0.0.1:{port}"\nnode_id = "node-{n}"\n'
-                    )
+                    f.write(f'[server]\naddress = "127.0.0.1:0"\n\n[store]\nkind = "postgres"\nurl = "{url}"\n')
+                    if cluster:
+                        f.write(cluster + f'node_id = "node-{n}"\n')
                 configs.append(path)
-            wait_for_port(port)
         else:
             configs.append(None)
         for n, config in enumerate(configs):
@@ -253,7 +255,7 @@ class Cluster:
             except OSError:
                 pass
         if self.database:
-            subprocess.run(["psql", self.args.postgres, "-qc", f"DROP DATABASE IF EXISTS {self.database}"])
+            subprocess.run(["psql", self.args.postgres, "-qc", f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)"])
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -283,7 +285,7 @@ def load(awaken, bases, seconds, concurrency):
 
 
 def per_item(args):
-    """Resident bytes per active run and per queued input on a fresh node."""
+    """Resident bytes per active run on a fresh node."""
     node = subprocess.Popen(
         [args.awaken, "serve", "--address", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -313,69 +315,49 @@ def per_item(args):
             for run in slow:
                 run.result()
 
-        # One thread kept busy by a slow run; inputs posted to it wait behind it.
-        status, text = post(f"{base}/v1/threads", {})
-        thread_id = json.loads(text)["id"]
-        busy = threading.Thread(target=post, args=(f"{base}/v1/threads/{thread_id}/mailbox",
-                                                   {"agentId": "slow", "messages": [{"role": "user", "content": "s"}]}))
-        busy.start()
-        while gauge("awaken_threads_live") < 1:
-            time.sleep(0.01)
-        before, admitted_before = rss_bytes(node.pid), admitted()
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda n: post(f"{base}/v1/threads/{thread_id}/mailbox",
-                                         {"agentId": "bench-text", "messages": [{"role": "user", "content": f"q{n}"}]}),
-                          range(items)))
-        queued_rss, queued_estimate = rss_bytes(node.pid) - before, admitted() - admitted_before
-        busy.join()
         return {
             "scenario": "memory-per-item",
             "items": items,
             "bytes_per_active_run": active_rss // items,
             "estimated_bytes_per_active_run": int(active_estimate // items),
-            "bytes_per_queued_input": queued_rss // items,
-            "estimated_bytes_per_queued_input": int(queued_estimate // items),
         }
     finally:
         node.kill()
         node.wait()
 
 
-def bench_http(awaken, extra):
-    out = subprocess.run([awaken, "bench", "http", "--quiet", *extra], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--awaken", default="target/release/awaken")
     parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test", help="for --nodes > 1")
+    parser.add_argument("--store", choices=["postgres", "memory"], default="postgres",
+                        help="the nodes' store: postgres as deployed (a database made for the run), or the "
+                             "embedded in-memory one, which keeps every thread and so grows with the load")
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test",
+                        help="where the benchmark makes its database")
     parser.add_argument("--duration", type=int, default=1800, help="seconds of load")
     parser.add_argument("--warm-up", type=int, default=600, help="seconds before growth is measured")
     parser.add_argument("--limit", type=int, default=1 << 30, help="each node's memory limit, bytes")
     parser.add_argument("--waiting", type=int, default=10000, help="runs left waiting for approval")
     parser.add_argument("--concurrency", type=int, default=64, help="clients, over all nodes")
-    parser.add_argument("--fresh-runs", type=int, default=20000, help="runs of the single fresh node's reference")
-    parser.add_argument("--fresh-seconds", type=int, default=60, help="seconds of a fresh cluster's reference")
+    parser.add_argument("--fresh-seconds", type=int, default=60, help="seconds of the fresh nodes' reference")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--samples", default="/tmp/bench-memory-samples.jsonl")
-    parser.add_argument("--per-item", action="store_true", help="measure memory per active run and queued input")
-    parser.add_argument("--items", type=int, default=1000, help="items of each kind for --per-item")
+    parser.add_argument("--per-item", action="store_true", help="measure memory per active run")
+    parser.add_argument("--items", type=int, default=200, help="active runs for --per-item")
     args = parser.parse_args()
     if args.per_item:
         print(json.dumps(per_item(args)))
         return 0
     name = f"awaken-bench-{os.getpid()}"
 
-    if args.nodes == 1:
-        fresh = bench_http(args.awaken, ["--runs", str(args.fresh_runs), "--concurrency", str(args.concurrency)])
-    else:
-        reference = Cluster(args, f"{name}-fresh", limited=False)
-        try:
-            fresh = load(args.awaken, reference.bases, args.fresh_seconds, args.concurrency)
-        finally:
-            reference.close()
+    if args.nodes > 1 and args.store != "postgres":
+        parser.error("a cluster needs --store postgres (its nodes share the store)")
+    reference = Cluster(args, f"{name}-fresh", limited=False)
+    try:
+        fresh = load(args.awaken, reference.bases, args.fresh_seconds, args.concurrency)
+    finally:
+        reference.close()
 
     cluster = Cluster(args, name, limited=True)
     try:

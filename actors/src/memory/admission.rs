@@ -15,9 +15,10 @@ use super::{NodeMemory, Share, message_bytes};
 use crate::contract::Message;
 
 /// What an active run costs besides its thread's messages and state: its actor,
-/// run core, emitter, tool-call map and its share of the event hub's buffers
-/// (see docs/benchmarks.md "Memory per active run").
-pub const RUN_BYTES: u64 = 16 * 1024;
+/// run core, emitter, tool-call map, its event buffer and the stream of the
+/// client following it (measured ~60 KB per active run over HTTP, core
+/// included: docs/benchmarks.md "Memory per item").
+pub const RUN_BYTES: u64 = 56 * 1024;
 
 /// What a charge holds, which decides the checks it weighs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
