@@ -29,7 +29,9 @@ pub trait RunInbox: Send + Sync + 'static {
 }
 
 /// The single-node twin: inputs in process memory, each charged to the node's
-/// admitted memory while kept.
+/// admitted memory while kept — until its dispatch is acked, so a running run's
+/// input counts beside its core (an overcount of one input per active run,
+/// on the safe side).
 #[derive(Debug, Default)]
 pub struct InMemoryRunInbox {
     requests: Mutex<FastHashMap<RunId, (RunRequest, Charge)>>,
