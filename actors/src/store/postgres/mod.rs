@@ -71,6 +71,8 @@ mod identity;
 mod json_text;
 mod monitor;
 mod nodelay;
+#[cfg(test)]
+mod plans;
 mod schema;
 mod stats;
 mod webhooks;

@@ -9,6 +9,13 @@ use tokio::sync::Mutex;
 use super::{db_error, sql};
 use crate::store::{StorageError, WaitingRuns};
 
+/// What the metrics' connection sets for its session: its only statement counts
+/// the waiting runs, which the partial index of unfinished runs holds; without
+/// statistics (a new database, autovacuum off) the planner takes that index for
+/// as large as the table and would scan every run ever kept on each scrape
+/// (decision 0090).
+pub(super) const MONITOR_SESSION: &str = "SET enable_seqscan = off";
+
 /// The metrics' connection, opened on first use and again after a failure.
 #[derive(Debug, Default)]
 pub(super) struct Monitor {
@@ -25,11 +32,16 @@ impl Monitor {
         let mut slot = self.connection.lock().await;
         let connection = match slot.as_mut() {
             Some(connection) => connection,
-            None => slot.insert(
-                PgConnection::connect_with(options)
+            None => {
+                let mut connection = PgConnection::connect_with(options)
                     .await
-                    .map_err(db_error)?,
-            ),
+                    .map_err(db_error)?;
+                sqlx::query(MONITOR_SESSION)
+                    .execute(&mut connection)
+                    .await
+                    .map_err(db_error)?;
+                slot.insert(connection)
+            }
         };
         let row: Result<(i64, Option<i64>), _> = sqlx::query_as(sql(statement))
             .fetch_one(&mut *connection)

@@ -159,10 +159,11 @@ impl Statements {
                  WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR status = $2)
                    AND ($3::text IS NULL OR data->>'agent_id' = $3)"
             ),
-            // On the partial index of unfinished runs.
+            // On the partial index of unfinished runs: its predicate is repeated
+            // because the planner does not infer it from `status = 'waiting'`.
             waiting_runs: format!(
                 "SELECT count(*), min((data->>'updated_at')::bigint) FROM {p}_runs
-                 WHERE status = 'waiting'"
+                 WHERE status <> 'done' AND status = 'waiting'"
             ),
             page_runs: format!(
                 "SELECT data FROM {p}_runs

@@ -57,6 +57,24 @@ pub(super) struct WebhookStatements {
 }
 
 impl WebhookStatements {
+    /// The statements that find their rows by key, for the plan check (the
+    /// claim is sent unprepared and checked on its own).
+    #[cfg(test)]
+    pub(super) fn keyed(&self) -> [(&'static str, &String); 4] {
+        [
+            ("webhooks.put", &self.put),
+            ("webhooks.load", &self.load),
+            ("webhooks.delete", &self.delete),
+            ("webhooks.advance", &self.advance),
+        ]
+    }
+
+    /// The claim, for the plan check.
+    #[cfg(test)]
+    pub(super) fn claim(&self) -> &str {
+        &self.claim
+    }
+
     /// The statements with the table prefix `p` filled in.
     pub(super) fn new(p: &str) -> Self {
         Self {
@@ -227,7 +245,11 @@ impl WebhookStore for PostgresStore {
         self.ready().await?;
         let rows: Vec<WebhookRow> = statement!(
             self,
+            // Unprepared, so it is planned on the table as it is: a sweep runs
+            // it now and then, and a cached plan from when the table was small
+            // would scan every webhook ever kept (decision 0090).
             sqlx::query_as(sql(&self.sql.webhooks.claim))
+                .persistent(false)
                 .bind(&claim.holder)
                 .bind(now)
                 .bind(until)

@@ -59,6 +59,14 @@ const KEEP_THE_RUNS_THREAD: &str =
 /// internal. Returns one row per checkpoint, in order: its number, whether it
 /// was written, the locked row's fence and message count (null when the thread
 /// was absent), and the other thread owning the run, if any.
+///
+/// Threads and runs are looked up one key at a time through lateral subqueries
+/// the planner cannot flatten (one locks its row, the other has `OFFSET 0`), so
+/// every plan reads them by primary key: as a join or `= ANY`, the generic plan
+/// a pooled connection caches while the tables are small scans them whole, and
+/// keeps doing so as they grow until they are analyzed again — never, where
+/// autovacuum is off (decision 0090). The threads are locked in id order, so
+/// two batches never wait on each other in a circle.
 pub(super) fn checkpoint_statement(p: &str) -> String {
     format!(
         "WITH input AS (
@@ -68,11 +76,17 @@ pub(super) fn checkpoint_statement(p: &str) -> String {
                  WITH ORDINALITY AS i(id, thread, fence, expected, added, run_id, status,
                                       created_at, run, state, n)
          ), locked AS (
-             SELECT id, fence, message_count FROM {p}_threads
-             WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE
+             SELECT t.id, t.fence, t.message_count
+             FROM (SELECT DISTINCT u.id COLLATE \"C\" AS id FROM UNNEST($1::text[]) AS u(id) ORDER BY 1) k
+             CROSS JOIN LATERAL (
+                 SELECT id, fence, message_count FROM {p}_threads WHERE id = k.id FOR UPDATE
+             ) t
          ), elsewhere AS (
              SELECT i.n, r.thread_id FROM input i
-             JOIN {p}_runs r ON r.id = i.run_id AND r.thread_id <> i.id
+             CROSS JOIN LATERAL (
+                 SELECT thread_id FROM {p}_runs WHERE id = i.run_id OFFSET 0
+             ) r
+             WHERE r.thread_id <> i.id
          ), created AS (
              INSERT INTO {p}_threads (id, data, fence, message_count)
              SELECT i.id, i.thread, i.fence, i.expected + i.added FROM input i
