@@ -6,9 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::memory::{NodeMemory, Share};
 
-/// Marks of settled dispatches kept by default: about 72 MB
-/// ([`MARK_BYTES`](super::MARK_BYTES) each), the settled share of the default
-/// memory budget (`memory::Share::SettledDispatches`).
+/// Marks of settled dispatches kept at most: about 100 MB
+/// ([`MARK_BYTES`](super::MARK_BYTES) each); a node's settled share
+/// (`memory::Share::SettledDispatches`) caps it lower, to about 800,000 on the
+/// default memory budget ([`MailboxConfig::within`]).
 pub const DEFAULT_MAX_SETTLED: usize = 1_000_000;
 
 /// What a garbage collection removes: the inputs of a `gc` command, so every

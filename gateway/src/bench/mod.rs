@@ -22,6 +22,7 @@
 //! | `hitl` | [`hitl`] |
 //! | `idle-threads` | [`idle_threads`] |
 //! | `delegation` | [`delegation`] |
+//! | `mailbox-memory` | [`mailbox_memory`] |
 //!
 //! `workload-w`, `sequential` and `hitl` run on the store `--store` names
 //! (`memory`, `file` in a temporary directory, or `postgres` in a schema of their
@@ -43,6 +44,7 @@ pub mod hitl_remote;
 pub mod http;
 pub mod idle_threads;
 mod jetstream;
+pub mod mailbox_memory;
 mod postgres;
 pub mod report;
 pub mod sequential;
@@ -69,16 +71,19 @@ pub enum Scenario {
     IdleThreads,
     /// A delegate call's overhead, one run at a time.
     Delegation,
+    /// Memory per queued input and per settled dispatch in the mailbox.
+    MailboxMemory,
 }
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::WorkloadW,
         Self::Sequential,
         Self::Hitl,
         Self::IdleThreads,
         Self::Delegation,
+        Self::MailboxMemory,
     ];
 
     /// The scenario's name, as on the command line and in reports.
@@ -89,6 +94,7 @@ impl Scenario {
             Self::Hitl => hitl::NAME,
             Self::IdleThreads => idle_threads::NAME,
             Self::Delegation => delegation::NAME,
+            Self::MailboxMemory => mailbox_memory::NAME,
         }
     }
 }
@@ -107,8 +113,9 @@ pub enum BenchStore {
 
 impl BenchStore {
     /// Whether `scenario` can run on this store: the scenarios that build their
-    /// runtime from the engine's store (`idle-threads` measures memory, and
-    /// `delegation` a call's overhead, on the in-memory store only).
+    /// runtime from the engine's store (`idle-threads` and `mailbox-memory`
+    /// measure memory, and `delegation` a call's overhead, on the in-memory
+    /// store only).
     pub fn serves(&self, scenario: Scenario) -> bool {
         *self == Self::Memory
             || matches!(
@@ -125,7 +132,7 @@ pub struct BenchOptions {
     pub runs: usize,
     /// Runs in flight at once (`sequential` always uses 1).
     pub concurrency: usize,
-    /// Threads per phase of `idle-threads`.
+    /// Threads per phase of `idle-threads`; runs per phase of `mailbox-memory`.
     pub threads: usize,
     /// Time limit of one scenario; no run starts after it.
     pub timeout: Duration,
@@ -165,5 +172,6 @@ pub async fn run(scenario: Scenario, options: &BenchOptions) -> Result<BenchRepo
         Scenario::Hitl => hitl::run(options).await,
         Scenario::IdleThreads => idle_threads::run(options).await,
         Scenario::Delegation => delegation::run_local(options).await,
+        Scenario::MailboxMemory => mailbox_memory::run(options).await,
     }
 }

@@ -242,7 +242,7 @@ pub struct LocalArgs {
     #[arg(long, default_value_t = BenchOptions::default().concurrency, value_name = "C",
           value_parser = at_least_one)]
     pub concurrency: usize,
-    /// Threads per phase of idle-threads.
+    /// Threads per phase of idle-threads; runs per phase of mailbox-memory.
     #[arg(long, default_value_t = BenchOptions::default().threads, value_name = "N",
           value_parser = at_least_one)]
     pub threads: usize,
@@ -281,6 +281,8 @@ pub enum ScenarioArg {
     IdleThreads,
     /// A delegate call's overhead (parent call → child run → result), one run at a time.
     Delegation,
+    /// Memory per queued input and per settled dispatch in the mailbox.
+    MailboxMemory,
     /// Every scenario above, in that order.
     All,
 }
@@ -296,6 +298,7 @@ impl LocalArgs {
                 ScenarioArg::Hitl => &[Scenario::Hitl],
                 ScenarioArg::IdleThreads => &[Scenario::IdleThreads],
                 ScenarioArg::Delegation => &[Scenario::Delegation],
+                ScenarioArg::MailboxMemory => &[Scenario::MailboxMemory],
                 ScenarioArg::All => &Scenario::ALL,
             };
             let store = self.options().store;
@@ -514,7 +517,8 @@ mod tests {
                 Scenario::WorkloadW,
                 Scenario::Sequential,
                 Scenario::IdleThreads,
-                Scenario::Delegation
+                Scenario::Delegation,
+                Scenario::MailboxMemory
             ]
         );
         assert_eq!(args.options().runs, 7);
