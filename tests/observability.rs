@@ -107,6 +107,7 @@ async fn a_cluster_reports_its_members_shards_nats_and_waiting_runs() {
         .await;
         assert_eq!(value(&text, "awaken_shard_count"), shards);
         assert!(value(&text, "awaken_nats_connects_total") >= 1.0);
+        assert_eq!(value(&text, "awaken_run_events_unpublished_total"), 0.0);
         owned.push(value(&text, "awaken_shards_owned"));
         assert!(
             value(&text, "awaken_shard_leases_acquired_total")

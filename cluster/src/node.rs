@@ -132,7 +132,7 @@ pub struct ClusterNode {
     decisions: DecisionWorker,
     client: async_nats::Client,
     router: ThreadRouter,
-    buffers: Arc<ReplayBuffers>,
+    events: Arc<ClusterEventHub>,
     calls: ShardServer,
     owner: ShardOwner,
     membership: Membership,
@@ -187,7 +187,7 @@ impl ClusterNode {
             builder.memory(),
         ));
         let buffers = Arc::clone(hub.buffers());
-        let runtime = Assembly::runtime(builder, hub, Some(&fence))?;
+        let runtime = Assembly::runtime(builder, Arc::clone(&hub) as _, Some(&fence))?;
         config.mailbox = config.mailbox.clone().within(runtime.memory());
 
         let mailbox = Arc::new(
@@ -317,7 +317,7 @@ impl ClusterNode {
             decisions,
             client,
             router,
-            buffers,
+            events: hub,
             calls,
             owner,
             membership,
@@ -353,7 +353,7 @@ impl ClusterNode {
 
     /// The replay buffers of the runs this node executes.
     pub fn event_buffers(&self) -> &Arc<ReplayBuffers> {
-        &self.buffers
+        self.events.buffers()
     }
 
     /// Follows a run's events from this node, wherever the run executes: what its
@@ -494,6 +494,7 @@ impl RunControl for ClusterNode {
             shards: self.fence.count(),
             client: self.client.clone(),
             leases: self.owner.meters().clone(),
+            events: Arc::clone(&self.events),
         }
         .register(awaken);
     }

@@ -1,8 +1,10 @@
 //! A cluster node's own gauges, read when scraped: the members it sees, the shards
-//! it owns out of how many, and its NATS connection. The shard keeper's counters
+//! it owns out of how many, its NATS connection and the run events it could not
+//! publish. The shard keeper's counters
 //! ([`LeaseMeters`]) are registered beside them.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use async_nats::connection::State;
@@ -13,6 +15,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::events::ClusterEventHub;
 use crate::membership::NodeId;
 use crate::shards::{LeaseMeters, Ownership, ShardCount};
 
@@ -24,6 +27,7 @@ pub(crate) struct NodeGauges {
     pub(crate) shards: ShardCount,
     pub(crate) client: async_nats::Client,
     pub(crate) leases: LeaseMeters,
+    pub(crate) events: Arc<ClusterEventHub>,
 }
 
 impl NodeGauges {
@@ -79,6 +83,14 @@ impl Collector for NodeGauges {
             "NATS connections this node established: the first, then every reconnect",
             None,
             connects.metric_type(),
+        )?)?;
+        let unpublished = ConstCounter::new(self.events.dropped());
+        unpublished.encode(encoder.encode_descriptor(
+            "run_events_unpublished",
+            "Run events not published on NATS because the queue to the connection was full \
+             (events.publish_queue or its bytes); they stay replayable from the owner",
+            None,
+            unpublished.metric_type(),
         )?)
     }
 }

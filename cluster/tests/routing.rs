@@ -437,25 +437,7 @@ impl ShardEvent for Unheeded {
 async fn events_emitted_together_go_out_as_one_message_in_order() {
     let server = NatsServer::start().await.unwrap();
     let client = server.connect().await.unwrap();
-    let table = LeaseTable::open(
-        &async_nats::jetstream::new(client.clone()),
-        "event-leases",
-        Duration::from_secs(5),
-        1,
-    )
-    .await
-    .unwrap();
-    let config = ShardOwnerConfig::default();
-    let shards = config.count.get() as usize;
-    let node = NodeId::new("publisher").unwrap();
-    let mut owner = ShardOwner::new(node.clone(), config, table);
-    let members = tokio::sync::watch::Sender::new(BTreeSet::from([node]));
-    owner.start(members.subscribe(), Arc::new(Unheeded));
-    owner
-        .ownership()
-        .wait_for(|owned| owned.len() == shards)
-        .await
-        .unwrap();
+    let (owner, _members) = owning_every_shard(&client).await;
     let hub = ClusterEventHub::start(
         client.clone(),
         &EventsConfig::default(),
@@ -479,6 +461,66 @@ async fn events_emitted_together_go_out_as_one_message_in_order() {
     emit(5);
     let alone = published.next().await.unwrap();
     assert_eq!(seqs(&decode_events(&alone.payload).unwrap()), [5]);
+}
+
+/// A shard owner (on `client`'s server) holding every shard, and the member
+/// set it watches (dropping it would stop the owner).
+async fn owning_every_shard(
+    client: &async_nats::Client,
+) -> (ShardOwner, tokio::sync::watch::Sender<BTreeSet<NodeId>>) {
+    let table = LeaseTable::open(
+        &async_nats::jetstream::new(client.clone()),
+        "event-leases",
+        Duration::from_secs(5),
+        1,
+    )
+    .await
+    .unwrap();
+    let config = ShardOwnerConfig::default();
+    let shards = config.count.get() as usize;
+    let node = NodeId::new("publisher").unwrap();
+    let mut owner = ShardOwner::new(node.clone(), config, table);
+    let members = tokio::sync::watch::Sender::new(BTreeSet::from([node]));
+    owner.start(members.subscribe(), Arc::new(Unheeded));
+    owner
+        .ownership()
+        .wait_for(|owned| owned.len() == shards)
+        .await
+        .unwrap();
+    (owner, members)
+}
+
+/// Events waiting for a connection that does not take them are bounded by
+/// bytes as well as by count: past `publish_queue_bytes` they are dropped (and
+/// counted), not kept, while the count limit alone would keep them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_a_stalled_connection_does_not_take_are_bounded_by_bytes() {
+    let leases = NatsServer::start().await.unwrap();
+    let (owner, _members) = owning_every_shard(&leases.connect().await.unwrap()).await;
+    // The hub publishes through a server of its own, which then goes away:
+    // the client stops taking messages, so the hub's queue fills.
+    let mut events_server = NatsServer::start().await.unwrap();
+    let events_client = events_server.connect().await.unwrap();
+    events_server.kill().await;
+    const EVENTS: u64 = 20_000;
+    let config = EventsConfig {
+        publish_queue: 2 * EVENTS as usize,
+        publish_queue_bytes: 64 * 1024,
+        ..EventsConfig::default()
+    };
+    let hub = ClusterEventHub::start(events_client, &config, owner.fence(), Arc::default());
+    let (thread, run_id) = (thread("stalled"), RunId::generate());
+    for seq in 0..EVENTS {
+        let event = StreamEvent::new(seq, "2026-12-03T00:00:00.000Z", AgentEvent::StepEnd);
+        hub.publish(&thread, &run_id, &Arc::new(event), None);
+    }
+    // The client buffers a few thousand messages and one batch is being handed
+    // to it; 64 KiB holds a few hundred of these events. Everything else goes.
+    assert!(
+        hub.dropped() >= EVENTS / 2,
+        "{} of {EVENTS} dropped",
+        hub.dropped()
+    );
 }
 
 /// A call that only reads is asked again when its answer is lost: a status

@@ -21,6 +21,13 @@ pub(super) struct Outgoing {
     pub(super) trace: Option<TraceContext>,
 }
 
+impl Outgoing {
+    /// What the event holds while it waits: its subject and encoded payload.
+    pub(super) fn bytes(&self) -> u64 {
+        (self.subject.len() + self.payload.len()) as u64
+    }
+}
+
 /// One message: consecutive events of one run with the same trace context.
 #[derive(Debug)]
 pub(super) struct Batch {

@@ -68,6 +68,10 @@ pub fn event_subject(run_id: &RunId) -> String {
 /// finds queued goes out in as few messages as the runs and traces allow.
 const PUBLISH_BATCH: usize = 256;
 
+/// What events queued for NATS may hold by default: about two seconds of a
+/// busy node's events, within the part of the memory budget no share counts.
+pub const DEFAULT_PUBLISH_QUEUE_BYTES: u64 = 16 << 20;
+
 /// Tunables of run event publishing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventsConfig {
@@ -82,6 +86,10 @@ pub struct EventsConfig {
     /// Encoded events waiting for the NATS connection; beyond it events are not
     /// published (they stay replayable) and [`ClusterEventHub::dropped`] counts them.
     pub publish_queue: usize,
+    /// What those events may hold, encoded: past it they are dropped the same
+    /// way, so a stalled connection cannot hold more than this of a node's
+    /// memory however large the events (tool outputs) are.
+    pub publish_queue_bytes: u64,
 }
 
 impl Default for EventsConfig {
@@ -91,6 +99,7 @@ impl Default for EventsConfig {
             retained_runs: DEFAULT_RETAINED_RUNS,
             follower_batch: 64,
             publish_queue: 65_536,
+            publish_queue_bytes: DEFAULT_PUBLISH_QUEUE_BYTES,
         }
     }
 }
@@ -104,6 +113,9 @@ impl Default for EventsConfig {
 pub struct ClusterEventHub {
     buffers: Arc<ReplayBuffers>,
     outbox: mpsc::Sender<Outgoing>,
+    /// Encoded bytes in `outbox` and in the batch being published.
+    queued_bytes: Arc<AtomicU64>,
+    max_queued_bytes: u64,
     dropped: AtomicU64,
     /// Events of threads this node no longer holds are not published.
     fence: ShardedFence,
@@ -126,9 +138,14 @@ impl ClusterEventHub {
     ) -> Self {
         let (outbox, mut queued) = mpsc::channel::<Outgoing>(config.publish_queue.max(1));
         let held = fence.clone();
+        let queued_bytes = Arc::new(AtomicU64::new(0));
+        let taken_bytes = Arc::clone(&queued_bytes);
         tokio::spawn(async move {
             let mut queued_now = Vec::with_capacity(PUBLISH_BATCH);
             while queued.recv_many(&mut queued_now, PUBLISH_BATCH).await > 0 {
+                let taken: u64 = queued_now.iter().map(Outgoing::bytes).sum();
+                // Given back once handed to the client, whichever way this batch goes.
+                let _given_back = GiveBack(&taken_bytes, taken);
                 if !held.holds_any() {
                     tracing::debug!(
                         events = queued_now.len(),
@@ -163,6 +180,8 @@ impl ClusterEventHub {
                 ReplayBuffers::new(config.replay_capacity, config.retained_runs).within(memory),
             ),
             outbox,
+            queued_bytes,
+            max_queued_bytes: config.publish_queue_bytes,
             dropped: AtomicU64::new(0),
             fence,
         }
@@ -204,9 +223,23 @@ impl EventHub for ClusterEventHub {
             payload,
             trace: trace.copied(),
         };
-        if self.outbox.try_send(outgoing).is_err() {
+        let bytes = outgoing.bytes();
+        let before = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before.saturating_add(bytes) > self.max_queued_bytes
+            || self.outbox.try_send(outgoing).is_err()
+        {
+            self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Subtracts a publishing batch's bytes from the queued count when dropped.
+struct GiveBack<'a>(&'a AtomicU64, u64);
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::AcqRel);
     }
 }
 
