@@ -22,7 +22,8 @@ the node it is sent to and executed by its thread's owner), the waiting runs
 spread over the nodes.
 
 Prints one JSON report on stdout (samples go to `--samples` as JSON lines):
-runs and runs/s, errors, the fresh node's runs/s, resident memory at the end of
+runs and runs/s, errors, the fresh node's runs/s (on fresh and on grown
+state), the run rate in consecutive `--window`s, resident memory at the end of
 the warm-up and at the end, the growth over the rest, the cgroup's OOM kills
 and whether the node is still alive, the waiting runs finished, and the memory
 each waiting run held (resident growth while they were started).
@@ -55,6 +56,7 @@ import urllib.request
 
 MEMORY_LINE = re.compile(r'^awaken_memory_(bytes|limit_bytes|evictions_total)\{cache="(\w+)"\} (\S+)$')
 PLAIN_LINE = re.compile(r"^(awaken_[a-z_]+) (\S+)$")
+FINISHED_LINE = re.compile(r"^awaken_runs_finished_total\{[^}]*\} (\S+)$")
 
 
 def make_cgroup(name, limit):
@@ -116,6 +118,10 @@ def metrics(base):
         memory = MEMORY_LINE.match(line)
         if memory:
             caches.setdefault(memory.group(2), {})[memory.group(1)] = float(memory.group(3))
+            continue
+        finished = FINISHED_LINE.match(line)
+        if finished:
+            plain["runs_finished"] = plain.get("runs_finished", 0) + float(finished.group(1))
             continue
         other = PLAIN_LINE.match(line)
         if other:
@@ -191,8 +197,7 @@ class Cluster:
 
     def start(self, name, limited):
         args = self.args
-        env = dict(os.environ)
-        configs = []
+        self.configs = []
         if args.store == "postgres":
             self.workdir = f"/tmp/{name}"
             os.makedirs(self.workdir, exist_ok=True)
@@ -214,27 +219,48 @@ class Cluster:
                     f.write(f'[server]\naddress = "127.0.0.1:0"\n\n[store]\nkind = "postgres"\nurl = "{url}"\n')
                     if cluster:
                         f.write(cluster + f'node_id = "node-{n}"\n')
-                configs.append(path)
+                self.configs.append(path)
         else:
-            configs.append(None)
-        for n, config in enumerate(configs):
+            self.configs.append(None)
+        self.start_nodes(name, limited)
+
+    def start_nodes(self, name, limited):
+        """The node processes, on the store (and NATS) `start` made."""
+        for n, config in enumerate(self.configs):
             command = f'exec "$0" serve' + (f" --config {config}" if config else " --address 127.0.0.1:0")
             if limited:
-                cgroup, version = make_cgroup(f"{name}-{n}", args.limit)
+                cgroup, version = make_cgroup(f"{name}-{n}", self.args.limit)
                 self.cgroups.append((cgroup, version))
                 command = f"echo $$ > {cgroup}/cgroup.procs && " + command
             node = subprocess.Popen(
-                ["sh", "-c", command, args.awaken],
+                ["sh", "-c", command, self.args.awaken],
                 stdout=subprocess.PIPE,
-                stderr=open(f"/tmp/{name}-node-{n}.log", "w"),
+                stderr=open(f"/tmp/{name}-node-{n}.log", "a"),
                 text=True,
-                env=env,
             )
             self.nodes.append(node)
         self.bases = [f"http://{json.loads(node.stdout.readline())['address']}" for node in self.nodes]
         for node in self.nodes:
             # Whatever else a node prints must not fill its pipe and stall it.
             threading.Thread(target=node.stdout.read, daemon=True).start()
+
+    def restart_fresh(self, name):
+        """New node processes without a limit on the same database and NATS: a
+        fresh node on the state the load left."""
+        self.stop_nodes()
+        self.start_nodes(name, limited=False)
+
+    def stop_nodes(self):
+        for process in self.nodes:
+            process.kill()
+            process.wait()
+        self.nodes = []
+        for cgroup, _ in self.cgroups:
+            try:
+                os.rmdir(cgroup)
+            except OSError:
+                pass
+        self.cgroups = []
 
     def rss(self):
         return [rss_bytes(node.pid) for node in self.nodes]
@@ -246,14 +272,10 @@ class Cluster:
         return sum(oom_kills(cgroup, version) for cgroup, version in self.cgroups)
 
     def close(self):
-        for process in self.nodes + self.extra:
+        self.stop_nodes()
+        for process in self.extra:
             process.kill()
             process.wait()
-        for cgroup, _ in self.cgroups:
-            try:
-                os.rmdir(cgroup)
-            except OSError:
-                pass
         if self.database:
             subprocess.run(["psql", self.args.postgres, "-qc", f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)"])
         if self.workdir:
@@ -282,6 +304,18 @@ def load(awaken, bases, seconds, concurrency):
         "first_error": next((r["first_error"] for r in reports if r.get("first_error")), None),
         "p99_us": max(r["p99_us"] for r in reports),
     }
+
+
+def windows(samples, seconds):
+    """Runs finished per second in consecutive windows of `seconds`, from the
+    nodes' `awaken_runs_finished_total` (the waiting runs' ends come later)."""
+    points = [(s["t"], sum(n["runs_finished"] for n in s["nodes"])) for s in samples]
+    rates, start = [], points[0] if points else None
+    for t, finished in points:
+        if t - start[0] >= seconds:
+            rates.append(round((finished - start[1]) / (t - start[0]), 1))
+            start = (t, finished)
+    return rates
 
 
 def per_item(args):
@@ -341,6 +375,9 @@ def main():
     parser.add_argument("--waiting", type=int, default=10000, help="runs left waiting for approval")
     parser.add_argument("--concurrency", type=int, default=64, help="clients, over all nodes")
     parser.add_argument("--fresh-seconds", type=int, default=60, help="seconds of the fresh nodes' reference")
+    parser.add_argument("--no-fresh-after", dest="fresh_after", action="store_false",
+                        help="skip the reference of fresh nodes on the database (and NATS) the load left")
+    parser.add_argument("--window", type=int, default=300, help="seconds per window of the run rate over time")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--samples", default="/tmp/bench-memory-samples.jsonl")
     parser.add_argument("--per-item", action="store_true", help="measure memory per active run")
@@ -386,6 +423,7 @@ def main():
                             "caches": caches,
                             "warm_threads": plain.get("awaken_threads_warm"),
                             "claims_deferred": plain.get("awaken_mailbox_claims_deferred_total"),
+                            "runs_finished": plain.get("runs_finished", 0),
                         })
                     row = {"t": round(time.monotonic() - started, 1), "nodes": rows}
                     samples.append(row)
@@ -400,6 +438,12 @@ def main():
 
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             finished = sum(pool.map(lambda n: approve(bases[n % len(bases)], *waiting[n]), range(len(waiting))))
+
+        alive, killed = cluster.alive(), cluster.oom_kills()
+        fresh_after = None
+        if args.fresh_after:
+            cluster.restart_fresh(f"{name}-after")
+            fresh_after = load(args.awaken, cluster.bases, args.fresh_seconds, args.concurrency)
 
         after = [s for s in samples if s["t"] >= args.warm_up]
         growth = []
@@ -421,9 +465,11 @@ def main():
             **driven,
             "fresh_runs_per_s": fresh.get("runs_per_s"),
             "throughput_vs_fresh": round(driven["runs_per_s"] / max(fresh.get("runs_per_s", 1), 1e-9), 3),
+            "fresh_on_grown_state_runs_per_s": fresh_after and fresh_after.get("runs_per_s"),
+            "runs_per_s_by_window": windows(samples, args.window),
             "per_node": growth,
-            "alive": cluster.alive(),
-            "oom_kills": cluster.oom_kills(),
+            "alive": alive,
+            "oom_kills": killed,
             "waiting": args.waiting,
             "waiting_finished": finished,
             "bytes_per_waiting_run": (rss_waiting - rss_before) // max(args.waiting, 1),
