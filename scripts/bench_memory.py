@@ -246,9 +246,29 @@ class Cluster:
 
     def restart_fresh(self, name):
         """New node processes without a limit on the same database and NATS: a
-        fresh node on the state the load left."""
+        fresh node on the state the load left, measured once every node is
+        ready and the cluster's shards are owned again (the killed nodes'
+        leases run out first)."""
         self.stop_nodes()
         self.start_nodes(name, limited=False)
+        deadline = time.monotonic() + 180
+        while not self.settled():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the restarted nodes did not take every shard within 180 s")
+            time.sleep(0.5)
+
+    def settled(self):
+        """Every node ready, and (in a cluster) every shard owned by one."""
+        owned = count = 0
+        for base in self.bases:
+            try:
+                get(f"{base}/health/ready", timeout=5)
+                _, plain = metrics(base)
+            except (urllib.error.URLError, OSError):
+                return False
+            owned += plain.get("awaken_shards_owned", 0)
+            count = plain.get("awaken_shard_count", 0)
+        return owned == count
 
     def stop_nodes(self):
         for process in self.nodes:

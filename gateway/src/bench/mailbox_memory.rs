@@ -87,7 +87,10 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport> {
     }
     .with("threads", runs)
     .with("bytes_per_queued_input", per_run(queued_growth))
-    .with("counted_bytes_per_queued_input", counted_queued / runs as u64)
+    .with(
+        "counted_bytes_per_queued_input",
+        counted_queued / runs as u64,
+    )
     .with("bytes_per_settled_dispatch", per_run(settled_growth))
     .with(
         "counted_bytes_per_settled_dispatch",
@@ -117,9 +120,14 @@ impl Phase {
     /// Accepts one W input on a new thread and leaves it queued.
     async fn submit(&self) -> Result<awaken_actors::contract::RunDispatch> {
         let request = RunRequest::new(ThreadId::generate(), vec![Message::user("hi")]);
-        submit(&self.mailbox, &self.inbox, request, SubmitOptions::default())
-            .await
-            .map_err(|e| bench_error(e.to_string()))
+        submit(
+            &self.mailbox,
+            &self.inbox,
+            request,
+            SubmitOptions::default(),
+        )
+        .await
+        .map_err(|e| bench_error(e.to_string()))
     }
 
     /// Accepts one W input, claims and acks it, and forgets its input, as the

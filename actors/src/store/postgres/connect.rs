@@ -52,11 +52,18 @@ impl Default for PoolSettings {
 impl PoolSettings {
     /// The session settings every connection of the pool starts with, for
     /// [`PgConnectOptions::options`] (pools built by hand should add them too).
-    pub fn session_options(&self) -> [(&'static str, u128); 2] {
+    ///
+    /// `jit` is off: the store's statements are short lookups, but without
+    /// statistics (a new database, autovacuum off) the planner's estimates grow
+    /// with the tables until they pass `jit_above_cost`, and then every thread
+    /// read is compiled first — tens of milliseconds of the server's CPU for a
+    /// statement that takes a fraction of one (decision 0090).
+    pub fn session_options(&self) -> [(&'static str, String); 3] {
         let ms = self.write_hold_limit.as_millis().clamp(1, i32::MAX as u128);
         [
-            ("idle_in_transaction_session_timeout", ms),
-            ("lock_timeout", ms),
+            ("idle_in_transaction_session_timeout", ms.to_string()),
+            ("lock_timeout", ms.to_string()),
+            ("jit", "off".to_owned()),
         ]
     }
 }
@@ -127,6 +134,7 @@ impl PostgresStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sql;
     use super::*;
 
     #[tokio::test]
@@ -151,6 +159,28 @@ mod tests {
             1,
             "only the plain connection lacked TCP_NODELAY"
         );
+    }
+
+    /// The pool's sessions start with the settings the store relies on.
+    #[tokio::test]
+    async fn a_stores_sessions_run_without_jit_and_with_its_time_limits() {
+        let url = std::env::var("AWAKEN_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let settings = PoolSettings {
+            write_hold_limit: Duration::from_millis(1500),
+            ..PoolSettings::default()
+        };
+        let store = PostgresStore::connect(&url, settings).await.unwrap();
+        let mut connection = store.pool().acquire().await.unwrap();
+        let mut shown = Vec::new();
+        for setting in ["jit", "lock_timeout", "idle_in_transaction_session_timeout"] {
+            let value: String = sqlx::query_scalar(sql(&format!("SHOW {setting}")))
+                .fetch_one(&mut *connection)
+                .await
+                .unwrap();
+            shown.push(value);
+        }
+        assert_eq!(shown, ["off", "1500ms", "1500ms"]);
     }
 
     fn options_host(url: &str) -> String {

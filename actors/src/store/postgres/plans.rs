@@ -111,7 +111,10 @@ async fn the_waiting_runs_count_reads_the_index_of_unfinished_runs() {
     store.ensure_schema().await.unwrap();
     let mut connection = store.pool().acquire().await.unwrap();
     for setting in ["SET plan_cache_mode = force_generic_plan", MONITOR_SESSION] {
-        sqlx::query(setting).execute(&mut *connection).await.unwrap();
+        sqlx::query(setting)
+            .execute(&mut *connection)
+            .await
+            .unwrap();
     }
     let mut rows = 0;
     for size in [0, 1_000, 10_000] {
@@ -134,19 +137,17 @@ async fn the_unprepared_webhook_claim_reads_by_index_on_a_large_table() {
     store.ensure_schema().await.unwrap();
     let mut connection = store.pool().acquire().await.unwrap();
     fill(&mut connection, 0, 10_000).await;
-    let plan: Vec<String> = sqlx::query_scalar(sql(&format!(
-        "EXPLAIN {}",
-        store.sql.webhooks.claim()
-    )))
-    .persistent(false)
-    .bind("holder")
-    .bind(5_i64)
-    .bind(10_i64)
-    .bind(16_i64)
-    .bind(None::<String>)
-    .fetch_all(&mut *connection)
-    .await
-    .unwrap();
+    let plan: Vec<String> =
+        sqlx::query_scalar(sql(&format!("EXPLAIN {}", store.sql.webhooks.claim())))
+            .persistent(false)
+            .bind("holder")
+            .bind(5_i64)
+            .bind(10_i64)
+            .bind(16_i64)
+            .bind(None::<String>)
+            .fetch_all(&mut *connection)
+            .await
+            .unwrap();
     let plan = plan.join("\n");
     assert!(!plan.contains("Seq Scan"), "{plan}");
 }
