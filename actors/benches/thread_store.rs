@@ -52,6 +52,7 @@ fn one_run(thread_id: &ThreadId, base: u64, n: u64) -> [Checkpoint; 3] {
         run: run.clone(),
         state: state(revision),
         new_thread: None,
+        approvals: Vec::new(),
     };
     let first = checkpoint(base, vec![Message::user("question")], &run, 1);
     run.steps = 1;

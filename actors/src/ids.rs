@@ -230,6 +230,12 @@ define_id!(
     WebhookId,
     "webhook"
 );
+define_id!(
+    /// One request for a human's approval: a suspension of a tool call, found and
+    /// decided by this id from any node.
+    ApprovalId,
+    "approval"
+);
 
 #[cfg(test)]
 mod tests {

@@ -38,8 +38,8 @@ pub use error::{
     ToolError,
 };
 pub use ids::{
-    AgentId, DecisionId, DispatchId, ID_PATTERN, IdError, MAX_ID_LEN, MessageId, RunId, ThreadId,
-    ToolCallId, WebhookId,
+    AgentId, ApprovalId, DecisionId, DispatchId, ID_PATTERN, IdError, MAX_ID_LEN, MessageId, RunId,
+    ThreadId, ToolCallId, WebhookId,
 };
 pub use phase::Phase;
 

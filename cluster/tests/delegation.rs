@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use awaken_actors::contract::{
-    AgentEvent, AgentSpec, Message, ModelSpec, ResumeDecisionAction, RunOrigin, RunStatus,
-    TerminationReason, ToolCallOutcome, ToolCallResume, ToolDescriptor, ToolExecutionMode,
-    ToolResult,
+    AgentEvent, AgentSpec, ApprovalStatus, Message, ModelSpec, ResumeDecisionAction, RunOrigin,
+    RunStatus, TerminationReason, ToolCallOutcome, ToolCallResume, ToolDescriptor,
+    ToolExecutionMode, ToolResult,
 };
 use awaken_actors::delegation::{
     ChildRef, DELEGATE_ACTIVITY_TYPE, DelegationConfig, DelegationConfigKey,
@@ -389,6 +389,16 @@ impl Fixture {
         }
     }
 
+    /// Every approval the store has, oldest request first.
+    async fn approvals(&self) -> Vec<awaken_actors::contract::Approval> {
+        self.node
+            .store()
+            .list_approvals(&awaken_actors::store::ApprovalQuery::default())
+            .await
+            .unwrap()
+            .items
+    }
+
     async fn record(&self, run_id: &RunId) -> awaken_actors::contract::RunRecord {
         self.node
             .store()
@@ -585,6 +595,14 @@ async fn a_child_suspension_shows_on_the_parent_and_its_decision_reaches_the_chi
     assert_eq!(fx.record(&waiting.run_id).await.status, RunStatus::Waiting);
     assert_eq!(fx.record(&child.run_id).await.status, RunStatus::Waiting);
     assert_eq!(fx.echo.0.load(Ordering::SeqCst), 0);
+    // One approval, the child's: the parent's call only mirrors it.
+    let [approval] = fx.approvals().await.try_into().expect("one approval");
+    assert_eq!(
+        (&approval.run_id, &approval.thread_id, &approval.agent_id),
+        (&child.run_id, &child.thread_id, &id("careful"))
+    );
+    assert_eq!(approval.call_id, child.call_id);
+    assert_eq!(approval.status, ApprovalStatus::Pending);
 
     let resumed = tokio::time::timeout(
         LIMIT,
@@ -605,6 +623,8 @@ async fn a_child_suspension_shows_on_the_parent_and_its_decision_reaches_the_chi
     );
     assert!(resumed.response().contains("\\\"value\\\":7") || resumed.response().contains("7"));
     assert_eq!(fx.record(&child.run_id).await.status, RunStatus::Done);
+    let [approval] = fx.approvals().await.try_into().expect("still one approval");
+    assert_eq!(approval.status, ApprovalStatus::Approved, "{approval:?}");
     fx.node.shutdown().await;
 }
 
@@ -660,6 +680,10 @@ async fn cancelling_the_parent_cancels_a_child_that_waits_for_a_decision() {
     );
     assert_ends_cancelled(child_events).await;
     assert_eq!(fx.record(&child.run_id).await.status, RunStatus::Done);
+    let [approval] = fx.approvals().await.try_into().expect("one approval");
+    assert_eq!(approval.run_id, child.run_id);
+    assert_eq!(approval.status, ApprovalStatus::Cancelled, "{approval:?}");
+    assert_eq!(approval.cause.as_deref(), Some("run_cancelled"));
     fx.node.shutdown().await;
 }
 

@@ -11,6 +11,7 @@
 //! when empty; timestamps are unix milliseconds except on [`RunRecord`] (seconds).
 
 pub mod agent_spec;
+pub mod approval;
 pub mod delegation;
 pub mod dispatch;
 pub mod event;
@@ -33,6 +34,7 @@ pub mod usage;
 pub use agent_spec::{
     AgentSpec, PluginConfigKey, RemoteAuth, RemoteEndpoint, SpecError, ToolExecutionMode,
 };
+pub use approval::{Approval, ApprovalAnswer, ApprovalResolution, ApprovalStatus, ApprovalWrite};
 pub use delegation::{DelegateRunResult, DelegateRunStatus};
 pub use dispatch::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 pub use event::{AgentEvent, StreamEvent};
@@ -54,7 +56,7 @@ pub use suspension::{
     ChildSuspension, PendingToolCall, RemoteSuspension, ResumeDecisionAction, SuspendTicket,
     Suspension, ToolCallResume, ToolCallResumeMode,
 };
-pub use thread::{Thread, ThreadMetadata};
+pub use thread::{TENANT_KEY, Thread, ThreadMetadata};
 pub use tool::{RUN_CANCELLED_MESSAGE, ToolDescriptor, ToolResult, ToolStatus};
 pub use tool_call::{
     ToolCallOutcome, ToolCallState, ToolCallStatus, ToolCallTransitionError, derive_run_status,

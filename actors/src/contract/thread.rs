@@ -49,6 +49,11 @@ impl Default for Thread {
     }
 }
 
+/// The `custom` key of the tenant that created a thread (set by the server when API
+/// keys are on, never by a client): listings of what belongs to threads, such as
+/// approvals, are scoped by it.
+pub const TENANT_KEY: &str = "awaken.tenant";
+
 /// Thread metadata that can change without touching messages.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadMetadata {
@@ -67,6 +72,13 @@ pub struct ThreadMetadata {
     /// Application-defined key-value pairs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub custom: BTreeMap<String, JsonValue>,
+}
+
+impl ThreadMetadata {
+    /// The tenant that created the thread, if one did.
+    pub fn tenant(&self) -> Option<&str> {
+        self.custom.get(TENANT_KEY).and_then(JsonValue::as_str)
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use crate::contract::message::ToolCall;
 use crate::contract::run::RunStatus;
 use crate::contract::suspension::{SuspendTicket, ToolCallResume};
 use crate::contract::tool::ToolResult;
-use crate::ids::ToolCallId;
+use crate::ids::{ApprovalId, ToolCallId};
 
 /// Where a tool call is in its lifecycle.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -127,6 +127,10 @@ pub struct ToolCallState {
     /// most calls never hold one, while call states are cloned and kept per call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket: Option<Box<SuspendTicket>>,
+    /// The approval its suspension asked for (none for a suspension that waits
+    /// elsewhere: a child run's or a remote task's, which has its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<ApprovalId>,
     /// The decision that resumed or cancelled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ToolCallResume>,
@@ -148,6 +152,7 @@ impl ToolCallState {
             status: ToolCallStatus::New,
             attempt: 0,
             ticket: None,
+            approval_id: None,
             decision: None,
             result: None,
             updated_at: 0,

@@ -11,6 +11,8 @@
 //!   runs/<run_id>.json           one run record
 //!   webhooks/<run_id>.json       the run's webhooks with their delivery leases
 //!                                (module `file_webhooks`)
+//!   approvals/<approval_id>.json an approval of a deleted thread, cancelled
+//!                                (a live thread's are in its head)
 //!   profiles/<namespace>/<key>.json
 //! ```
 //!
@@ -28,7 +30,7 @@
 //! 1. appends the new messages after the committed length of the log (cutting off any
 //!    uncommitted tail a crash left there) and fsyncs the log;
 //! 2. replaces the head, which now counts the new messages, holds the new state and
-//!    carries the run record (**commit**);
+//!    the thread's approvals and carries the run record (**commit**);
 //! 3. writes `runs/<run_id>.json`.
 //!
 //! Readers only ever read the log up to the head's committed length, so a crash before
@@ -36,6 +38,9 @@
 //! the store is next opened: [`FileStore::open`] rolls each head's run forward into
 //! `runs/`, removes files that no head refers to (a deletion interrupted after its
 //! commit point, which is the removal of the head) and stray temporary files.
+//! Deleting a thread writes its cancelled approvals to `approvals/` before that
+//! commit point; a file there for an approval a head still holds is a deletion
+//! that did not commit, and is removed.
 //!
 //! # Concurrency
 //!
@@ -57,6 +62,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedMutexGuard;
 
+use super::approvals::ApprovalTable;
 use super::file_io::{
     TMP_PREFIX, decode, entries, file_name, io_error, read_json, remove_file, run_blocking,
     sync_dir, write_json,
@@ -64,21 +70,22 @@ use super::file_io::{
 use super::file_webhooks::WebhookFiles;
 use super::memory_webhooks::WebhookTable;
 use super::{
-    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence,
-    checkpointed_thread, implicit_thread, now_millis, page_of, page_runs, run_owned_elsewhere,
-    stamped_new_thread, thread_not_found, updated_metadata,
+    ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
+    RunQuery, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint,
+    check_fence, checkpointed_thread, implicit_thread, now_millis, page_of, page_runs,
+    run_owned_elsewhere, stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
-use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{ApprovalId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 
 const THREADS: &str = "threads";
 const MESSAGES: &str = "messages";
 const RUNS: &str = "runs";
 const PROFILES: &str = "profiles";
+const APPROVALS: &str = "approvals";
 
 /// Durable single-process store: JSON files under a root directory, crash-atomic
 /// checkpoints, no database needed.
@@ -103,6 +110,9 @@ struct Index {
     seqs: HashMap<ThreadId, u64>,
     next_seq: u64,
     run_owners: HashMap<RunId, ThreadId>,
+    /// Every approval: the live threads' from their heads, the deleted threads'
+    /// from `approvals/`.
+    approvals: ApprovalTable,
 }
 
 /// `threads/<id>.json`: everything about a thread except its log and run records.
@@ -127,6 +137,9 @@ struct Head {
     /// The run this head's write stored; rolled forward into `runs/` on open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_run: Option<RunRecord>,
+    /// The thread's approvals, as the last checkpoint left them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    approvals: Vec<Approval>,
 }
 
 impl Head {
@@ -141,6 +154,7 @@ impl Head {
             runs: BTreeMap::new(),
             unfinished: BTreeSet::new(),
             last_run: None,
+            approvals: Vec::new(),
         }
     }
 
@@ -180,6 +194,11 @@ impl Inner {
     fn log_path(&self, id: &ThreadId) -> Result<PathBuf, StorageError> {
         let name = file_name("thread id", id.as_str())?;
         Ok(self.root.join(MESSAGES).join(format!("{name}.jsonl")))
+    }
+
+    fn approval_path(&self, id: &ApprovalId) -> Result<PathBuf, StorageError> {
+        let name = file_name("approval id", id.as_str())?;
+        Ok(self.root.join(APPROVALS).join(format!("{name}.json")))
     }
 
     fn run_path(&self, id: &RunId) -> Result<PathBuf, StorageError> {
@@ -368,9 +387,24 @@ impl Inner {
         head.message_count += checkpoint.new_messages.len() as u64;
         head.fence = checkpoint.fencing;
         head.state = Some(checkpoint.state);
+        if !checkpoint.approvals.is_empty() {
+            let mut approvals = ApprovalTable::default();
+            for approval in std::mem::take(&mut head.approvals) {
+                approvals.insert(approval);
+            }
+            approvals.apply(&checkpoint.approvals, head.thread.metadata.tenant());
+            head.approvals = approvals.of_thread(id);
+        }
         let run = checkpoint.run;
         head.record_run(run.clone());
-        self.commit_with_run(&head, is_new, &run)
+        self.commit_with_run(&head, is_new, &run)?;
+        if !checkpoint.approvals.is_empty() {
+            let mut index = self.index();
+            for approval in &head.approvals {
+                index.approvals.insert(approval.clone());
+            }
+        }
+        Ok(())
     }
 
     fn delete_thread(
@@ -385,6 +419,16 @@ impl Inner {
         // Before the commit point: webhooks may outlive any thread, so nothing
         // could tell those of a thread deleted by a crashed delete from the others.
         self.webhooks.delete_thread(webhooks, id)?;
+        // Also before it: the approvals outlive the thread, cancelled.
+        let mut cancelled = ApprovalTable::default();
+        for approval in &head.approvals {
+            cancelled.insert(approval.clone());
+        }
+        cancelled.cancel_thread(id, now_millis());
+        let approvals = cancelled.of_thread(id);
+        for approval in &approvals {
+            write_json(&self.approval_path(&approval.approval_id)?, approval)?;
+        }
         // The commit point: without its head the thread does not exist.
         remove_file(&head_path)?;
         sync_dir(&self.root.join(THREADS))?;
@@ -395,6 +439,9 @@ impl Inner {
             }
             for run_id in head.runs.keys() {
                 index.run_owners.remove(run_id);
+            }
+            for approval in approvals {
+                index.approvals.insert(approval);
             }
         }
         // Leftovers are invisible (nothing refers to them) and are swept on open.
@@ -441,7 +488,7 @@ impl Inner {
 
     /// Rebuilds the index from the heads and repairs what a crash can leave behind.
     fn recover(&self) -> Result<(), StorageError> {
-        for dir in [THREADS, MESSAGES, RUNS, PROFILES] {
+        for dir in [THREADS, MESSAGES, RUNS, PROFILES, APPROVALS] {
             let dir = self.root.join(dir);
             fs::create_dir_all(&dir).map_err(|err| io_error(dir.display(), err))?;
         }
@@ -463,6 +510,9 @@ impl Inner {
             for run_id in head.runs.keys() {
                 index.run_owners.insert(run_id.clone(), id.clone());
             }
+            for approval in &head.approvals {
+                index.approvals.insert(approval.clone());
+            }
             if let Some(run) = &head.last_run {
                 let run_path = self.run_path(&run.run_id)?;
                 if read_json::<RunRecord>(&run_path)?.as_ref() != Some(run) {
@@ -473,6 +523,20 @@ impl Inner {
         for (path, name) in entries(&self.root.join(MESSAGES))? {
             if name.is_some() && !live_logs.contains(&path) {
                 remove_file(&path)?;
+            }
+        }
+        for (path, name) in entries(&self.root.join(APPROVALS))? {
+            if !name.is_some_and(|name| name.ends_with(".json")) {
+                continue;
+            }
+            let Some(approval) = read_json::<Approval>(&path)? else {
+                continue;
+            };
+            if index.approvals.get(&approval.approval_id).is_some() {
+                // Its thread's deletion did not commit: the head has it.
+                remove_file(&path)?;
+            } else {
+                index.approvals.insert(approval);
             }
         }
         for (path, name) in entries(&self.root.join(RUNS))? {
@@ -493,6 +557,7 @@ impl Inner {
             self.root.join(THREADS),
             self.root.join(MESSAGES),
             self.root.join(RUNS),
+            self.root.join(APPROVALS),
         ];
         for (path, _) in entries(&self.root.join(PROFILES))? {
             if path.is_dir() {
@@ -767,6 +832,14 @@ impl ThreadRunStore for FileStore {
         .await
     }
 
+    async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError> {
+        Ok(self.inner.index().approvals.get(id).cloned())
+    }
+
+    async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
+        Ok(self.inner.index().approvals.page(query))
+    }
+
     fn webhooks(&self) -> &dyn WebhookStore {
         &self.inner.webhooks
     }
@@ -914,6 +987,66 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((head.message_count, head.log_bytes), (2, log.len() as u64));
+    }
+
+    #[tokio::test]
+    async fn approvals_survive_reopening_also_those_of_deleted_threads() {
+        use crate::contract::{ApprovalResolution, ApprovalStatus, ApprovalWrite};
+        use crate::store::conformance::approval;
+        let (store, dir) = store().await;
+        let (kept, deleted) = (tid("kept"), tid("deleted"));
+        for (id, approval_id) in [(&kept, "a-kept"), (&deleted, "a-deleted")] {
+            let mut first = checkpoint(
+                id,
+                1,
+                0,
+                user_messages("m", 1),
+                run(id, &format!("r-{id}"), 1),
+            );
+            first.approvals = vec![ApprovalWrite::Requested(Box::new(approval(
+                approval_id,
+                id,
+                &format!("r-{id}"),
+                "delete_file",
+                10,
+            )))];
+            store.checkpoint(first).await.unwrap();
+        }
+        let mut resolving = checkpoint(&kept, 1, 1, vec![], run(&kept, "r-kept", 1));
+        resolving.approvals = vec![ApprovalWrite::Resolved {
+            approval_id: ApprovalId::new("a-kept").unwrap(),
+            resolution: ApprovalResolution::cancelled("run_cancelled", 20),
+        }];
+        store.checkpoint(resolving).await.unwrap();
+        store.delete_thread(&deleted).await.unwrap();
+        let before = store
+            .list_approvals(&ApprovalQuery::default())
+            .await
+            .unwrap();
+        drop(store);
+
+        let store = FileStore::open(dir.path()).await.unwrap();
+        let after = store
+            .list_approvals(&ApprovalQuery::default())
+            .await
+            .unwrap();
+        assert_eq!(after, before);
+        let statuses: Vec<(&str, ApprovalStatus, Option<&str>)> = after
+            .items
+            .iter()
+            .map(|a| (a.approval_id.as_str(), a.status, a.cause.as_deref()))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                (
+                    "a-deleted",
+                    ApprovalStatus::Cancelled,
+                    Some("thread_deleted")
+                ),
+                ("a-kept", ApprovalStatus::Cancelled, Some("run_cancelled")),
+            ]
+        );
     }
 
     #[tokio::test]

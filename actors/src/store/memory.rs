@@ -5,8 +5,9 @@
 //! the thread's log and never copies the log. Three kinds of lock, always taken in this
 //! order and never held across an `.await` (no method awaits while holding one):
 //! the catalog (`RwLock`: which threads exist, in creation order), a thread's slot
-//! (`Mutex`), the run index (`RwLock`: which thread owns each run id), and the
-//! webhook table (`Mutex`, module `memory_webhooks`), which webhook calls take alone.
+//! (`Mutex`), the run index (`RwLock`: which thread owns each run id), the
+//! approvals (`Mutex`), and the webhook table (`Mutex`, module `memory_webhooks`),
+//! which webhook calls take alone.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,18 +15,19 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 use async_trait::async_trait;
 
+use super::approvals::ApprovalTable;
 use super::memory_webhooks::WebhookTable;
 use super::{
-    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, ThreadRunStore,
-    ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint, check_fence,
-    checkpointed_thread, implicit_thread, now_millis, page_of, page_runs, run_order_key,
-    run_owned_elsewhere, stamped_new_thread, thread_not_found, updated_metadata,
+    ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
+    RunQuery, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint,
+    check_fence, checkpointed_thread, implicit_thread, now_millis, page_of, page_runs,
+    run_order_key, run_owned_elsewhere, stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
-use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::hashing::FastHashMap;
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{ApprovalId, RunId, ThreadId};
 use crate::state::{InMemoryProfileStore, PersistedState, ProfileStore};
 
 /// Keeps threads, logs, runs, state, webhooks and profiles in memory: for tests,
@@ -34,6 +36,7 @@ use crate::state::{InMemoryProfileStore, PersistedState, ProfileStore};
 pub struct InMemoryStore {
     catalog: RwLock<Catalog>,
     run_owners: RwLock<FastHashMap<RunId, ThreadId>>,
+    approvals: Mutex<ApprovalTable>,
     webhooks: Mutex<WebhookTable>,
     profiles: InMemoryProfileStore,
 }
@@ -295,6 +298,7 @@ impl ThreadRunStore for InMemoryStore {
         for run_id in data.runs.keys() {
             owners.remove(run_id);
         }
+        lock(&self.approvals).cancel_thread(id, now_millis());
         self.webhook_table().delete_thread(id);
         Ok(())
     }
@@ -412,7 +416,8 @@ impl ThreadRunStore for InMemoryStore {
         Ok(page_runs(runs, query))
     }
 
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn checkpoint(&self, mut checkpoint: Checkpoint) -> Result<(), StorageError> {
+        let approvals = std::mem::take(&mut checkpoint.approvals);
         loop {
             if let Some(slot) = self.slot(&checkpoint.thread_id) {
                 let mut data = lock(&slot.data);
@@ -422,6 +427,9 @@ impl ThreadRunStore for InMemoryStore {
                 check_checkpoint(&checkpoint, data.fence, data.messages.len() as u64)?;
                 self.claim_run(&checkpoint.run.run_id, &checkpoint.thread_id)?;
                 data.apply(checkpoint);
+                if !approvals.is_empty() {
+                    lock(&self.approvals).apply(&approvals, data.thread.metadata.tenant());
+                }
                 return Ok(());
             }
             let mut catalog = write(&self.catalog);
@@ -432,6 +440,9 @@ impl ThreadRunStore for InMemoryStore {
             self.claim_run(&checkpoint.run.run_id, &checkpoint.thread_id)?;
             let mut data = ThreadData::new(checkpointed_thread(&checkpoint, now_millis()));
             data.apply(checkpoint);
+            if !approvals.is_empty() {
+                lock(&self.approvals).apply(&approvals, data.thread.metadata.tenant());
+            }
             Self::insert_slot(&mut catalog, data);
             return Ok(());
         }
@@ -457,6 +468,14 @@ impl ThreadRunStore for InMemoryStore {
             Self::insert_slot(&mut catalog, data);
             return Ok(());
         }
+    }
+
+    async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError> {
+        Ok(lock(&self.approvals).get(id).cloned())
+    }
+
+    async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
+        Ok(lock(&self.approvals).page(query))
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {

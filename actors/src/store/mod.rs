@@ -11,11 +11,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{Message, RunRecord, RunStatus, Thread, ThreadMetadata};
+use crate::contract::{
+    Approval, ApprovalWrite, Message, RunRecord, RunStatus, Thread, ThreadMetadata,
+};
 use crate::error::StorageError;
-use crate::ids::{AgentId, RunId, ThreadId, WebhookId};
+use crate::ids::{AgentId, ApprovalId, RunId, ThreadId, WebhookId};
 use crate::state::PersistedState;
 
+mod approvals;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 mod file;
@@ -29,6 +32,7 @@ mod postgres;
 mod timed;
 mod webhooks;
 
+pub use approvals::{ApprovalCursor, ApprovalPage, ApprovalQuery, BadCursor, THREAD_DELETED};
 pub use file::FileStore;
 pub use memory::InMemoryStore;
 pub(crate) use patient::PatientStore;
@@ -86,6 +90,9 @@ pub struct Checkpoint {
     /// created thread is empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_thread: Option<Box<ThreadMetadata>>,
+    /// The run's approvals this checkpoint asks for or resolves, written with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalWrite>,
 }
 
 /// Which slice of a thread's log to read; the HTTP history endpoint's parameters.
@@ -319,6 +326,12 @@ pub trait ThreadRunStore: Send + Sync + 'static {
         self.fence(id, token).await?;
         self.load_thread_snapshot(id).await
     }
+
+    /// The approval `id`, from any thread, resolved or not.
+    async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError>;
+
+    /// One page of approvals, oldest request first, as `query` filters them.
+    async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError>;
 
     /// The webhooks on this store's runs.
     fn webhooks(&self) -> &dyn WebhookStore;

@@ -18,13 +18,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{
-    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
-    ThreadRunStore, ThreadSnapshot, ThreadSummary, WaitingRuns, WebhookStore,
+    ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
+    RunQuery, StoreIoCounts, ThreadRunStore, ThreadSnapshot, ThreadSummary, WaitingRuns,
+    WebhookStore,
 };
 use crate::backoff::Backoff;
-use crate::contract::{RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{ApprovalId, RunId, ThreadId};
 use crate::telemetry::StoreMetrics;
 
 /// The first pause before a request is tried again; it doubles up to [`MAX_PAUSE`].
@@ -238,6 +239,14 @@ impl ThreadRunStore for PatientStore {
         patient!(self, self.inner.fence_and_load(id, token))
     }
 
+    async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError> {
+        patient!(self, self.inner.load_approval(id))
+    }
+
+    async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
+        patient!(self, self.inner.list_approvals(query))
+    }
+
     fn webhooks(&self) -> &dyn WebhookStore {
         self.inner.webhooks()
     }
@@ -344,6 +353,15 @@ mod tests {
         }
         async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
             self.inner.fence(id, token).await
+        }
+        async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError> {
+            self.inner.load_approval(id).await
+        }
+        async fn list_approvals(
+            &self,
+            query: &ApprovalQuery,
+        ) -> Result<ApprovalPage, StorageError> {
+            self.inner.list_approvals(query).await
         }
         fn webhooks(&self) -> &dyn WebhookStore {
             self.inner.webhooks()

@@ -9,12 +9,13 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::{
-    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
-    ThreadRunStore, ThreadSnapshot, ThreadSummary, WaitingRuns, WebhookStore,
+    ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
+    RunQuery, StoreIoCounts, ThreadRunStore, ThreadSnapshot, ThreadSummary, WaitingRuns,
+    WebhookStore,
 };
-use crate::contract::{RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{ApprovalId, RunId, ThreadId};
 use crate::telemetry::{StoreMetrics, StoreOperation};
 
 /// A store whose operations are timed into [`StoreMetrics`].
@@ -142,6 +143,14 @@ impl ThreadRunStore for TimedStore {
         token: FencingToken,
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
         timed!(self, FenceAndLoad, self.inner.fence_and_load(id, token))
+    }
+
+    async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError> {
+        timed!(self, LoadApproval, self.inner.load_approval(id))
+    }
+
+    async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
+        timed!(self, ListApprovals, self.inner.list_approvals(query))
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {

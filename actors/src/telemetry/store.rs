@@ -31,13 +31,15 @@ pub(crate) enum StoreOperation {
     LoadRun,
     LatestRun,
     ListRuns,
+    LoadApproval,
+    ListApprovals,
     Checkpoint,
     Fence,
     FenceAndLoad,
 }
 
 impl StoreOperation {
-    const ALL: [Self; 14] = [
+    const ALL: [Self; 16] = [
         Self::CreateThread,
         Self::LoadThread,
         Self::UpdateThread,
@@ -49,6 +51,8 @@ impl StoreOperation {
         Self::LoadRun,
         Self::LatestRun,
         Self::ListRuns,
+        Self::LoadApproval,
+        Self::ListApprovals,
         Self::Checkpoint,
         Self::Fence,
         Self::FenceAndLoad,
@@ -67,6 +71,8 @@ impl StoreOperation {
             Self::LoadRun => "load_run",
             Self::LatestRun => "latest_run",
             Self::ListRuns => "list_runs",
+            Self::LoadApproval => "load_approval",
+            Self::ListApprovals => "list_approvals",
             Self::Checkpoint => "checkpoint",
             Self::Fence => "fence",
             Self::FenceAndLoad => "fence_and_load",

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use crate::cancellation::CancellationToken;
-use crate::contract::{InferenceOverride, Message, RunIdentity, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{
+    ApprovalWrite, InferenceOverride, Message, RunIdentity, RunRecord, Thread, ThreadMetadata,
+};
 use crate::error::StateError;
 use crate::ids::{AgentId, MessageId, RunId, ThreadId};
 use crate::llm::StreamResult;
@@ -168,6 +170,9 @@ pub(crate) struct RunCore {
     /// The span of this activation of the run (`invoke_agent`); none between
     /// activations and when spans are not exported.
     pub(crate) span: crate::telemetry::Span,
+    /// Approvals asked for or resolved since the last checkpoint, which the next
+    /// one writes.
+    pub(crate) approvals: Vec<ApprovalWrite>,
 }
 
 impl RunCore {
@@ -189,6 +194,7 @@ impl RunCore {
             last_response: None,
             step_message_id: MessageId::generate(),
             span: crate::telemetry::Span::none(),
+            approvals: Vec::new(),
         }
     }
 }

@@ -4,12 +4,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use awaken_actors::contract::{RunRecord, Thread, ThreadMetadata};
+use awaken_actors::contract::{Approval, RunRecord, Thread, ThreadMetadata};
 use awaken_actors::store::{
-    Checkpoint, FencingToken, InMemoryStore, MessagePage, MessageQuery, RunPage, RunQuery,
-    ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore,
+    ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, InMemoryStore, MessagePage,
+    MessageQuery, RunPage, RunQuery, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore,
 };
-use awaken_actors::{RunId, StorageError, ThreadId};
+use awaken_actors::{ApprovalId, RunId, StorageError, ThreadId};
 use tokio::sync::{Notify, watch};
 
 /// The in-memory store, counting rehydrations and checkpoints; checkpoints wait
@@ -179,6 +179,12 @@ impl ThreadRunStore for HookedStore {
     }
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
         self.inner.fence(id, token).await
+    }
+    async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError> {
+        self.inner.load_approval(id).await
+    }
+    async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
+        self.inner.list_approvals(query).await
     }
     fn webhooks(&self) -> &dyn WebhookStore {
         self.inner.webhooks()

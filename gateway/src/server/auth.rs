@@ -12,9 +12,7 @@ use serde_json::Value as JsonValue;
 use super::config::ApiKeys;
 use super::error::ApiError;
 
-/// The `custom` metadata key that records which tenant created a thread; clients
-/// cannot set or change it.
-pub const TENANT_KEY: &str = "awaken.tenant";
+pub use awaken_actors::contract::TENANT_KEY;
 
 /// Who is calling: the tenant of the caller's API key, or nobody in particular
 /// when the server has no keys.

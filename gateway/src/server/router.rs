@@ -8,7 +8,7 @@ use super::edge::{self, Edge};
 use super::error::ApiError;
 use super::state::AppState;
 use super::table::Routes;
-use crate::api::{config, health, openapi, runs, threads};
+use crate::api::{approvals, config, health, openapi, runs, threads};
 use crate::protocols::a2a::server as a2a;
 use crate::protocols::mcp::server as mcp;
 use crate::protocols::{ag_ui, ai_sdk};
@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
 fn api_routes() -> Routes<AppState> {
     threads::routes()
         .merge(runs::routes())
+        .merge(approvals::routes())
         .merge(ai_sdk::routes())
         .merge(ag_ui::routes())
         .merge(config::routes())

@@ -67,6 +67,7 @@ pub async fn a_first_checkpoint_writes_its_new_thread<S: ThreadRunStore + ?Sized
     let record = run(&id, "r-new", 100);
     let with_metadata = |expected, metadata: &ThreadMetadata| Checkpoint {
         new_thread: Some(Box::new(metadata.clone())),
+        approvals: Vec::new(),
         ..checkpoint(&id, 1, expected, user_messages("m", 1), record.clone())
     };
 

@@ -36,12 +36,14 @@ use crate::error::StorageError;
 use crate::ids::{AgentId, MessageId, RunId, ThreadId, WebhookId};
 use crate::state::{PersistedState, ProfileStore};
 
+mod approvals;
 mod checkpoints;
 mod profiles;
 mod runs;
 mod threads;
 mod webhooks;
 
+pub use approvals::*;
 pub use checkpoints::*;
 pub use profiles::*;
 pub use runs::*;
@@ -83,7 +85,11 @@ macro_rules! thread_run_store_conformance {
             webhook_advance_needs_the_lease,
             webhook_done_and_handed_back,
             webhook_delete_thread_deletes_the_threads_webhooks,
-            webhook_debug_leaves_the_config_out
+            webhook_debug_leaves_the_config_out,
+            approvals_are_written_with_their_checkpoint,
+            an_approval_keeps_its_first_resolution,
+            approvals_list_filters_and_pages,
+            deleting_a_thread_cancels_its_approvals
         );
 
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,6 +278,7 @@ pub fn checkpoint(
         state: state(u64::from(run.steps)),
         run,
         new_thread: None,
+        approvals: Vec::new(),
     }
 }
 

@@ -64,6 +64,7 @@ macro_rules! statement {
     }};
 }
 
+mod approvals;
 mod connect;
 mod group;
 mod held;
@@ -87,14 +88,14 @@ use sqlx::{AssertSqlSafe, Postgres, Transaction};
 use tokio::sync::OnceCell;
 
 use super::{
-    Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage, RunQuery, StoreIoCounts,
-    StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary, WaitingRuns, WebhookStore,
-    now_millis, stamped_new_thread, thread_not_found, updated_metadata,
+    ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
+    RunQuery, StoreIoCounts, StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary,
+    WaitingRuns, WebhookStore, now_millis, stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
-use crate::contract::{Message, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
-use crate::ids::{AgentId, RunId, ThreadId};
+use crate::ids::{AgentId, ApprovalId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
 use group::GroupCommit;
 use held::{HeldConnections, Lease};
@@ -418,6 +419,7 @@ impl ThreadRunStore for PostgresStore {
                 if found.is_none() {
                     return Err(thread_not_found(id));
                 }
+                self.cancel_thread_approvals(&mut tx, id).await?;
                 sqlx::query(sql(&self.sql.delete_thread))
                     .bind(id.as_str())
                     .execute(self.send_in(&mut tx))
@@ -599,7 +601,11 @@ impl ThreadRunStore for PostgresStore {
 
     async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
         self.stats.checkpoint();
-        self.commits.submit(self, checkpoint).await
+        if checkpoint.approvals.is_empty() {
+            self.commits.submit(self, checkpoint).await
+        } else {
+            self.checkpoint_with_approvals(checkpoint).await
+        }
     }
 
     async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
@@ -612,6 +618,14 @@ impl ThreadRunStore for PostgresStore {
         token: FencingToken,
     ) -> Result<Option<ThreadSnapshot>, StorageError> {
         self.fence_and_read(id, token).await
+    }
+
+    async fn load_approval(&self, id: &ApprovalId) -> Result<Option<Approval>, StorageError> {
+        self.read_approval(id).await
+    }
+
+    async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
+        self.page_approvals(query).await
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {

@@ -89,7 +89,12 @@ async fn keyed_statements_read_by_index_on_tables_never_analyzed() {
     for size in [0, 10, 100, 1_000, 10_000] {
         fill(&mut connection, rows, size).await;
         rows = size;
-        for (name, statement) in keyed.iter().copied().chain(statements.webhooks.keyed()) {
+        let others = statements
+            .webhooks
+            .keyed()
+            .into_iter()
+            .chain(statements.approvals.keyed());
+        for (name, statement) in keyed.iter().copied().chain(others) {
             let plan = generic_plan(&mut connection, statement).await;
             if plan.contains("Seq Scan") {
                 scanning.push(format!("{name}, {size} rows:\n{plan}"));
@@ -152,6 +157,51 @@ async fn the_unprepared_webhook_claim_reads_by_index_on_a_large_table() {
     assert!(!plan.contains("Seq Scan"), "{plan}");
 }
 
+/// The inbox's pages, sent unprepared, read by index on a large table: the
+/// first page of every approval and of the pending ones, and a later page of a
+/// tenant's, each about as many rows as it returns.
+#[tokio::test]
+async fn the_unprepared_approval_pages_read_by_index_on_a_large_table() {
+    let (store, _schema) = PostgresStore::for_tests().await;
+    store.ensure_schema().await.unwrap();
+    let mut connection = store.pool().acquire().await.unwrap();
+    fill(&mut connection, 0, 10_000).await;
+    let [by_status, any] = store.sql.approvals.pages();
+    let pages = [
+        (by_status, Some("pending"), None, None),
+        (any, None, None, None),
+        (any, None, Some("acme"), Some((5_000_i64, "a5000"))),
+        (
+            by_status,
+            Some("pending"),
+            Some("acme"),
+            Some((5_000_i64, "a5000")),
+        ),
+    ];
+    for (statement, status, tenant, after) in pages {
+        let plan: Vec<String> = sqlx::query_scalar(sql(&format!("EXPLAIN {statement}")))
+            .persistent(false)
+            .bind(51_i64)
+            .bind(status)
+            .bind(tenant)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(None::<i64>)
+            .bind(None::<i64>)
+            .bind(after.map(|(at, _)| at))
+            .bind(after.map(|(_, id)| id))
+            .fetch_all(&mut *connection)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            !plan.contains("Seq Scan"),
+            "{status:?} {tenant:?} {after:?}:\n{plan}"
+        );
+    }
+}
+
 /// Grows every table from `from` to `to` rows (one thread's worth each), without
 /// analyzing them.
 async fn fill(connection: &mut PoolConnection<Postgres>, from: i64, to: i64) {
@@ -166,6 +216,11 @@ async fn fill(connection: &mut PoolConnection<Postgres>, from: i64, to: i64) {
          SELECT 'n', 'k' || g, '{}' FROM generate_series($1, $2) g",
         "INSERT INTO awaken_webhooks (run_id, thread_id, id, config, progress, done, created_at)
          SELECT 'r' || g, 't' || g, 'w', '{}', '{}', true, g FROM generate_series($1, $2) g",
+        "INSERT INTO awaken_approvals
+             (id, thread_id, tenant, agent_id, tool_name, status, requested_at, data)
+         SELECT 'a' || g, 't' || g, CASE WHEN g % 2 = 0 THEN 'acme' END, 'agent', 'tool',
+                CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'approved' END, g, '{}'
+         FROM generate_series($1, $2) g",
     ] {
         sqlx::query(statement)
             .bind(from + 1)

@@ -1,6 +1,6 @@
 //! The store's tables and the text of every statement, with the prefix filled in.
 
-use super::{PostgresStore, Tx, db_error, sql, webhooks, write};
+use super::{PostgresStore, Tx, approvals, db_error, sql, webhooks, write};
 use crate::error::StorageError;
 
 /// Longest accepted prefix: keeps every table and index name within PostgreSQL's 63 bytes.
@@ -41,6 +41,7 @@ pub(super) struct Statements {
     pub(super) put_profile: String,
     pub(super) delete_profile: String,
     pub(super) webhooks: webhooks::WebhookStatements,
+    pub(super) approvals: approvals::ApprovalStatements,
 }
 
 impl Statements {
@@ -182,6 +183,7 @@ impl Statements {
                 "DELETE FROM {p}_profiles WHERE namespace = $1 AND key = $2"
             ),
             webhooks: webhooks::WebhookStatements::new(p),
+            approvals: approvals::ApprovalStatements::new(p),
         }
     }
 }
@@ -265,6 +267,7 @@ impl PostgresStore {
             .schema
             .iter()
             .chain(&self.sql.webhooks.schema)
+            .chain(&self.sql.approvals.schema)
             .chain([&self.identity.schema])
             .filter_map(|statement| created_relation(statement))
             .collect();
@@ -311,7 +314,12 @@ impl PostgresStore {
             .await
             .map_err(db_error)?;
         }
-        let statements = self.sql.schema.iter().chain(&self.sql.webhooks.schema);
+        let statements = self
+            .sql
+            .schema
+            .iter()
+            .chain(&self.sql.webhooks.schema)
+            .chain(&self.sql.approvals.schema);
         for statement in statements.chain([&self.identity.schema]) {
             sqlx::query(sql(statement))
                 .execute(self.send_in(&mut tx))

@@ -417,6 +417,35 @@ impl PostgresStore {
             .collect())
     }
 
+    /// Writes `checkpoint` alone with the scalar statement on `connection` (a
+    /// transaction's, which the caller commits): what became of it. A
+    /// checkpoint that carries approval writes goes this way, so they commit
+    /// with it (module `approvals`).
+    pub(super) async fn write_one_on(
+        &self,
+        connection: &mut sqlx::PgConnection,
+        checkpoint: &Checkpoint,
+    ) -> Result<Outcome, BatchFailed> {
+        let mut columns = Columns::default();
+        columns.push(1, checkpoint, now_millis())?;
+        self.stats.statement();
+        let seen: Seen = sqlx::query_as(sql(&self.sql.one_checkpoint))
+            .bind(checkpoint.thread_id.as_str())
+            .bind(&columns.threads[0])
+            .bind(columns.fences[0])
+            .bind(columns.expected[0])
+            .bind(&columns.messages)
+            .bind(&columns.internal)
+            .bind(columns.run_ids[0])
+            .bind(columns.statuses[0])
+            .bind(columns.created_at[0])
+            .bind(&columns.runs[0])
+            .bind(&columns.states[0])
+            .fetch_one(connection)
+            .await?;
+        Ok(outcome(checkpoint, &seen))
+    }
+
     /// Writes the one checkpoint in `columns` with the scalar statement.
     async fn write_one(
         &self,

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use crate::clock::now_ms;
 use crate::contract::{
-    AgentEvent, AppliedDecision, RUN_CANCELLED_MESSAGE, ResumeDecisionAction, RunStatus,
-    RunWaitingState, RunWaitingTicket, SuspendTicket, TerminationReason, ToolCallResume,
-    ToolCallState, ToolCallStatus, ToolResult, WaitingReason,
+    AgentEvent, AppliedDecision, ApprovalResolution, ApprovalWrite, RUN_CANCELLED_MESSAGE,
+    ResumeDecisionAction, RunStatus, RunWaitingState, RunWaitingTicket, SuspendTicket,
+    TerminationReason, ToolCallResume, ToolCallState, ToolCallStatus, ToolResult, WaitingReason,
 };
 use crate::ids::ToolCallId;
 use crate::tool::CancelledCall;
@@ -47,6 +47,14 @@ impl Driver<'_> {
             .ticket
             .as_ref()
             .map(|ticket| ticket.suspension.id.clone());
+        if state.status == ToolCallStatus::Suspended
+            && let Some(approval_id) = &state.approval_id
+        {
+            self.run.approvals.push(ApprovalWrite::Resolved {
+                approval_id: approval_id.clone(),
+                resolution: ApprovalResolution::decided(&resume, now_ms()),
+            });
+        }
         self.run
             .record
             .decisions

@@ -49,6 +49,7 @@ impl Driver<'_> {
         if let Err(error) = self.run.record.finish(reason.clone(), now_secs()) {
             tracing::warn!(run_id = %self.run.identity.run_id, %error, "run already finished");
         }
+        self.cancel_open_approvals(&reason);
         self.checkpoint_before(1).await?;
         let lived = Duration::from_secs(now_secs().saturating_sub(self.run.record.created_at));
         self.deps.metrics.run_finished(
@@ -201,12 +202,14 @@ impl Driver<'_> {
             run: self.run.record.clone(),
             state,
             new_thread: self.thread.unwritten.clone(),
+            approvals: self.run.approvals.clone(),
         })
     }
 
     /// Notes a checkpoint with `appended` messages as written.
     fn checkpoint_landed(&mut self, appended: u64) {
         self.thread.persisted_messages += appended;
+        self.run.approvals.clear();
         if self.thread.unwritten.take().is_some() {
             self.run.events.release();
         }

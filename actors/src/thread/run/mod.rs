@@ -15,6 +15,7 @@ use crate::phase::Phase;
 use crate::thread::core::{RunCore, ThreadCore};
 use crate::thread::deps::ThreadDeps;
 
+mod approvals;
 mod decisions;
 mod inference;
 mod lifecycle;

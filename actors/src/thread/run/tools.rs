@@ -290,6 +290,7 @@ impl Driver<'_> {
             ticket.suspension.message.clone(),
             ticket.clone(),
         );
+        state.approval_id = self.request_approval(&state, &ticket);
         state.ticket = Some(Box::new(ticket));
         state.result = None;
         self.put_call(state)?;

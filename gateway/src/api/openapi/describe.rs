@@ -56,7 +56,12 @@ fn parameters(operation: &Operation) -> Vec<JsonValue> {
         })
         .collect();
     parameters.extend(operation.query.iter().map(|name| {
-        json!({"name": name, "in": "query", "required": false, "schema": query_schema(name, operation.family)})
+        let schema = if operation.path.starts_with("/v1/approvals") {
+            approval_query_schema(name)
+        } else {
+            query_schema(name, operation.family)
+        };
+        json!({"name": name, "in": "query", "required": false, "schema": schema})
     }));
     if operation.family == Family::A2aRest || operation.path.ends_with("extendedAgentCard") {
         parameters.push(json!({
@@ -82,6 +87,25 @@ fn path_schema(name: &str, method: &str) -> JsonValue {
         "id" if method == "get" => json!({"anyOf": [reference("EntryId"), {"const": "$schema"}]}),
         "id" => reference("EntryId"),
         _ => reference("Id"),
+    }
+}
+
+/// The inbox's query parameters.
+fn approval_query_schema(name: &str) -> JsonValue {
+    match name {
+        "status" => {
+            json!({"type": "string", "enum": awaken_actors::contract::ApprovalStatus::ALL.map(|s| s.as_str())})
+        }
+        "older_than" | "newer_than" => json!({
+            "type": "integer", "minimum": 0, "maximum": u64::MAX,
+            "description": "Age of the request, in seconds",
+        }),
+        "after" => json!({
+            "type": "string", "pattern": "^[0-9]{1,20}\\.[^\\u0000-\\u001f\\u007f-\\u009f]{1,256}$",
+            "description": "The `next_cursor` of the previous page",
+        }),
+        "tool" => json!({"type": "string", "maxLength": 256}),
+        other => query_schema(other, Family::Native),
     }
 }
 

@@ -5,6 +5,16 @@ use super::{Body, Family, Operation, Success, op};
 const PAGE: &[&str] = &["offset", "limit"];
 const RUN_PAGE: &[&str] = &["status", "offset", "limit"];
 const HISTORY: &[&str] = &["cursor", "limit", "visibility"];
+const APPROVAL_PAGE: &[&str] = &[
+    "status",
+    "agent_id",
+    "tool",
+    "thread_id",
+    "older_than",
+    "newer_than",
+    "after",
+    "limit",
+];
 const A2A_LIST: &[&str] = &[
     "contextId",
     "status",
@@ -51,6 +61,9 @@ pub(super) const OPERATIONS: &[Operation] = &[
     op("post", "/v1/runs/{run_id}/inputs", Native, "runs", "Continue the run's thread with new input", In("Input"), Out(202, "Queued"), NONE),
     op("post", "/v1/runs/{run_id}/cancel", Native, "runs", "Cancel a run", NoBody, Out(202, "Object"), NONE),
     op("post", "/v1/runs/{run_id}/decision", Native, "runs", "Decide a suspended tool call of a waiting run", In("Decision"), Out(200, "DecisionAnswer"), NONE),
+    op("get", "/v1/approvals", Native, "approvals", "List approvals, oldest request first, cursor-paged (the caller's tenant's with API keys)", NoBody, Out(200, "ApprovalPage"), APPROVAL_PAGE),
+    op("get", "/v1/approvals/{approval_id}", Native, "approvals", "Get an approval", NoBody, Out(200, "Approval"), NONE),
+    op("post", "/v1/approvals/{approval_id}/decision", Native, "approvals", "Decide an approval (the same answer again is a duplicate; another answer to a resolved approval is 409)", In("ApprovalDecision"), Out(200, "ApprovalDecisionAnswer"), NONE),
     op("post", "/v1/ai-sdk/chat", Native, "ai-sdk", "AI SDK v6 chat: start a run or answer approvals", In("AiSdkChat"), Events, NONE),
     op("post", "/v1/ai-sdk/threads/{thread_id}/runs", Native, "ai-sdk", "AI SDK v6 chat on a thread", In("AiSdkChat"), Events, NONE),
     op("post", "/v1/ai-sdk/agents/{agent_id}/runs", Native, "ai-sdk", "AI SDK v6 chat with an agent", In("AiSdkChat"), Events, NONE),

@@ -153,6 +153,65 @@ fn answers() -> Vec<(&'static str, JsonValue)> {
             ),
         ),
         (
+            "Approval",
+            object(
+                &[
+                    "approval_id",
+                    "agent_id",
+                    "thread_id",
+                    "run_id",
+                    "call_id",
+                    "tool_name",
+                    "ticket_id",
+                    "action",
+                    "message",
+                    "requested_at",
+                    "status",
+                ],
+                json!({
+                    "approval_id": id, "agent_id": id, "thread_id": id, "run_id": id, "call_id": id,
+                    "tenant": {"type": "string"},
+                    "tool_name": {"type": "string"},
+                    "arguments": {"description": "The call's arguments"},
+                    "ticket_id": {"type": "string"},
+                    "action": {"type": "string"},
+                    "message": {"type": "string"},
+                    "parameters": {},
+                    "response_schema": {"description": "The JSON Schema an answer's `result` must match"},
+                    "requested_at": {"type": "integer", "description": "Unix milliseconds"},
+                    "expires_at": {"type": "integer"},
+                    "status": {"enum": awaken_actors::contract::ApprovalStatus::ALL.map(|s| s.as_str())},
+                    "resolved_at": {"type": "integer"},
+                    "decision_id": id,
+                    "answer": object(&["action"], json!({
+                        "action": {"enum": ["resume", "cancel"]}, "result": {}, "reason": {"type": "string"},
+                    })),
+                    "cause": {"type": "string", "description": "Why it ended without a decision"},
+                }),
+            ),
+        ),
+        (
+            "ApprovalPage",
+            object(
+                &["items"],
+                json!({
+                    "items": {"type": "array", "items": reference("Approval")},
+                    "next_cursor": {"type": "string", "description": "Pass as `after` for the next page; absent on the last"},
+                }),
+            ),
+        ),
+        (
+            "ApprovalDecisionAnswer",
+            object(
+                &["status", "duplicate", "approval"],
+                json!({
+                    "status": {"const": "decision_applied"},
+                    "duplicate": {"type": "boolean"},
+                    "approval": reference("Approval"),
+                }),
+            ),
+        ),
+        (
             "DecisionAnswer",
             json!({"type": "object", "description": "What became of the decision: applied, or a duplicate of one already applied"}),
         ),
@@ -272,6 +331,20 @@ fn native_bodies(default_agent: bool) -> Vec<(&'static str, JsonValue)> {
                     "result": {"description": "The answer: `true`, edited arguments, a tool result"},
                     "reason": {"type": ["string", "null"]},
                     "updated_at": {"type": ["integer", "null"], "minimum": 0, "maximum": u64::MAX},
+                },
+            }),
+        ),
+        (
+            "ApprovalDecision",
+            json!({
+                "type": "object", "additionalProperties": false,
+                "required": ["action"],
+                "description": "The answer to an approval; its call, run and thread are the approval's",
+                "properties": {
+                    "action": {"enum": ["resume", "cancel"]},
+                    "result": {"description": "The answer: `{\"approved\": true}`, edited arguments, a tool result"},
+                    "reason": {"type": ["string", "null"]},
+                    "decision_id": nullable(id.clone()),
                 },
             }),
         ),
