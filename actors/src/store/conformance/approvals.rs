@@ -343,7 +343,10 @@ pub async fn approvals_list_filters_and_pages<S: ThreadRunStore + ?Sized>(store:
         ..ApprovalQuery::default()
     })
     .await;
-    assert_eq!(ids(&by_age.items), ["acme-1", "globex-1", "acme-2", "globex-2"]);
+    assert_eq!(
+        ids(&by_age.items),
+        ["acme-1", "globex-1", "acme-2", "globex-2"]
+    );
     let nobody = list(ApprovalQuery {
         tenant: Some("initech".to_owned()),
         ..ApprovalQuery::default()
