@@ -939,7 +939,7 @@ mod tests {
         // Nothing escaped the root.
         assert_eq!(
             names(dir.path()),
-            vec![MESSAGES, PROFILES, RUNS, THREADS, WEBHOOKS]
+            vec![APPROVALS, MESSAGES, PROFILES, RUNS, THREADS, WEBHOOKS]
         );
     }
 

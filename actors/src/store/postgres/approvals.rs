@@ -11,8 +11,8 @@
 //!   thread's row (the thread exists: the checkpoint before it wrote or created it).
 //! * **Resolved**: updated only while `pending` or `escalated`: the first
 //!   resolution stays.
-//! * **Thread deleted**: its open approvals are cancelled in the deletion's
-//!   transaction and kept (the table references no thread).
+//! * **Thread deleted**: its open approvals are cancelled by the deletion's
+//!   statement and kept (the table references no thread).
 //! * **Inbox**: two statements, one for a status and one for any, each walking an
 //!   index in `(requested_at, id)` order from the cursor (of all approvals, or of
 //!   a tenant's), so a page reads about as
@@ -28,9 +28,7 @@ use super::{JsonText, PostgresStore, bigint, count, db_error, sql};
 use crate::contract::{Approval, ApprovalResolution, ApprovalWrite, TENANT_KEY};
 use crate::error::StorageError;
 use crate::ids::{ApprovalId, ThreadId};
-use crate::store::{
-    ApprovalCursor, ApprovalPage, ApprovalQuery, Checkpoint, THREAD_DELETED, now_millis,
-};
+use crate::store::{ApprovalCursor, ApprovalPage, ApprovalQuery, Checkpoint};
 
 /// The columns an approval is read back from: its record, tenant, resolution.
 const COLUMNS: &str = "data, tenant, resolution";
@@ -49,7 +47,6 @@ pub(super) struct ApprovalStatements {
     pub(super) schema: Vec<String>,
     request: String,
     resolve: String,
-    cancel_thread: String,
     load: String,
     page_by_status: String,
     page_any: String,
@@ -58,11 +55,10 @@ pub(super) struct ApprovalStatements {
 impl ApprovalStatements {
     /// The statements that find their rows by key, for the plan check.
     #[cfg(test)]
-    pub(super) fn keyed(&self) -> [(&'static str, &String); 4] {
+    pub(super) fn keyed(&self) -> [(&'static str, &String); 3] {
         [
             ("approvals.request", &self.request),
             ("approvals.resolve", &self.resolve),
-            ("approvals.cancel_thread", &self.cancel_thread),
             ("approvals.load", &self.load),
         ]
     }
@@ -136,11 +132,6 @@ impl ApprovalStatements {
                  SET status = $2, resolved_at = $3, resolution = $4, updated_at = now()
                  WHERE id = $1 AND status IN ('pending', 'escalated')"
             ),
-            cancel_thread: format!(
-                "UPDATE {p}_approvals
-                 SET status = 'cancelled', resolved_at = $2, resolution = $3, updated_at = now()
-                 WHERE thread_id = $1 AND status IN ('pending', 'escalated')"
-            ),
             load: format!("SELECT {COLUMNS} FROM {p}_approvals WHERE id = $1"),
             page_by_status: format!(
                 "SELECT {COLUMNS} FROM {p}_approvals
@@ -154,6 +145,16 @@ impl ApprovalStatements {
             ),
         }
     }
+}
+
+/// The part of the thread deletion's statement that cancels the thread's open
+/// approvals: `$1` the thread, `$2` when, `$3` the resolution.
+pub(super) fn cancel_thread_statement(p: &str) -> String {
+    format!(
+        "UPDATE {p}_approvals
+         SET status = 'cancelled', resolved_at = $2::bigint, resolution = $3::json, updated_at = now()
+         WHERE thread_id = $1 AND status IN ('pending', 'escalated')"
+    )
 }
 
 /// The approval a row holds: its record with its tenant and resolution.
@@ -260,25 +261,6 @@ impl PostgresStore {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Cancels the open approvals of `thread_id`, which is being deleted.
-    pub(super) async fn cancel_thread_approvals(
-        &self,
-        connection: &mut PgConnection,
-        thread_id: &ThreadId,
-    ) -> Result<(), StorageError> {
-        let now = now_millis();
-        let resolution = ApprovalResolution::cancelled(THREAD_DELETED, now);
-        self.stats.statement();
-        sqlx::query(sql(&self.sql.approvals.cancel_thread))
-            .bind(thread_id.as_str())
-            .bind(bigint("resolved_at", now)?)
-            .bind(JsonText(&resolution))
-            .execute(connection)
-            .await
-            .map_err(db_error)?;
         Ok(())
     }
 

@@ -89,11 +89,12 @@ use tokio::sync::OnceCell;
 
 use super::{
     ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
-    RunQuery, StoreIoCounts, StoredMessage, ThreadRunStore, ThreadSnapshot, ThreadSummary,
-    WaitingRuns, WebhookStore, now_millis, stamped_new_thread, thread_not_found, updated_metadata,
+    RunQuery, StoreIoCounts, StoredMessage, THREAD_DELETED, ThreadRunStore, ThreadSnapshot,
+    ThreadSummary, WaitingRuns, WebhookStore, now_millis, stamped_new_thread, thread_not_found,
+    updated_metadata,
 };
 use crate::JsonValue;
-use crate::contract::{Approval, Message, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, ApprovalResolution, Message, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{AgentId, ApprovalId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
@@ -419,9 +420,12 @@ impl ThreadRunStore for PostgresStore {
                 if found.is_none() {
                     return Err(thread_not_found(id));
                 }
-                self.cancel_thread_approvals(&mut tx, id).await?;
+                let now = now_millis();
+                let cancelled = ApprovalResolution::cancelled(THREAD_DELETED, now);
                 sqlx::query(sql(&self.sql.delete_thread))
                     .bind(id.as_str())
+                    .bind(bigint("resolved_at", now)?)
+                    .bind(JsonText(&cancelled))
                     .execute(self.send_in(&mut tx))
                     .await
                     .map_err(db_error)?;

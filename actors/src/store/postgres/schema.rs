@@ -120,12 +120,16 @@ impl Statements {
                 "UPDATE {p}_threads SET data = $2, updated_at = now() WHERE id = $1"
             ),
             lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR UPDATE"),
+            // The thread's open approvals are cancelled (`$2` when, `$3` the
+            // resolution) and kept: module `approvals`.
             delete_thread: format!(
                 "WITH messages AS (DELETE FROM {p}_messages WHERE thread_id = $1),
                       runs AS (DELETE FROM {p}_runs WHERE thread_id = $1),
                       state AS (DELETE FROM {p}_state WHERE thread_id = $1),
-                      webhooks AS (DELETE FROM {p}_webhooks WHERE thread_id = $1)
-                 DELETE FROM {p}_threads WHERE id = $1"
+                      webhooks AS (DELETE FROM {p}_webhooks WHERE thread_id = $1),
+                      approvals AS ({cancel_approvals})
+                 DELETE FROM {p}_threads WHERE id = $1",
+                cancel_approvals = approvals::cancel_thread_statement(p),
             ),
             list_threads: format!("SELECT id FROM {p}_threads ORDER BY seq OFFSET $1 LIMIT $2"),
             list_summaries: format!(
@@ -406,7 +410,7 @@ mod tests {
             .await;
         result.unwrap();
         assert_eq!(
-            created, 7,
+            created, 8,
             "the tables are in the schema the search_path names"
         );
         drop(fresh);
@@ -446,6 +450,7 @@ mod tests {
         assert_eq!(
             tables(&store).await,
             [
+                "awaken_approvals",
                 "awaken_identity",
                 "awaken_messages",
                 "awaken_profiles",
@@ -453,6 +458,7 @@ mod tests {
                 "awaken_state",
                 "awaken_threads",
                 "awaken_webhooks",
+                "myapp_approvals",
                 "myapp_identity",
                 "myapp_messages",
                 "myapp_profiles",
@@ -557,11 +563,11 @@ mod tests {
             .await
             .expect("a store in another schema creates its tables meanwhile")
             .unwrap();
-        assert_eq!(tables(&other).await.len(), 7);
+        assert_eq!(tables(&other).await.len(), 8);
 
         blocker.rollback().await.unwrap();
         creating.await.unwrap().unwrap();
-        assert_eq!(tables(&stuck).await.len(), 7);
+        assert_eq!(tables(&stuck).await.len(), 8);
     }
 
     #[tokio::test]
@@ -576,7 +582,7 @@ mod tests {
         for racer in racers {
             racer.await.unwrap().unwrap();
         }
-        assert_eq!(tables(&store).await.len(), 7);
+        assert_eq!(tables(&store).await.len(), 8);
         let identities: (i64,) = sqlx::query_as("SELECT count(*) FROM awaken_identity")
             .fetch_one(store.pool())
             .await
