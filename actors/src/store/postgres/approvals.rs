@@ -72,14 +72,16 @@ impl ApprovalStatements {
     /// The statements with the table prefix `p` filled in.
     pub(super) fn new(p: &str) -> Self {
         // The filters every page applies, from `$3`: tenant, agent, tool,
-        // thread, requested from, requested before; `$9`/`$10` the cursor.
+        // thread, requested from, requested before; `$9`/`$10` the cursor,
+        // its time also as a plain bound, which an index seeks to (a row
+        // comparison after the status column is only a filter).
         let filters = "($3::text IS NULL OR tenant = $3)
                    AND ($4::text IS NULL OR agent_id = $4)
                    AND ($5::text IS NULL OR tool_name = $5)
                    AND ($6::text IS NULL OR thread_id = $6)
                    AND ($7::bigint IS NULL OR requested_at >= $7)
                    AND ($8::bigint IS NULL OR requested_at < $8)
-                   AND ($9::bigint IS NULL OR (requested_at, id) > ($9, $10::text))";
+                   AND ($9::bigint IS NULL OR (requested_at >= $9 AND (requested_at, id) > ($9, $10::text)))";
         Self {
             schema: vec![
                 format!(
