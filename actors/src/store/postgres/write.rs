@@ -429,7 +429,20 @@ impl PostgresStore {
         let mut columns = Columns::default();
         columns.push(1, checkpoint, now_millis())?;
         self.stats.statement();
-        let seen: Seen = sqlx::query_as(sql(&self.sql.one_checkpoint))
+        let seen = self
+            .one_checkpoint(checkpoint, &columns)
+            .fetch_one(connection)
+            .await?;
+        Ok(outcome(checkpoint, &seen))
+    }
+
+    /// The scalar checkpoint statement for the one checkpoint in `columns`.
+    fn one_checkpoint<'q>(
+        &'q self,
+        checkpoint: &'q Checkpoint,
+        columns: &'q Columns<'_>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, Seen, sqlx::postgres::PgArguments> {
+        sqlx::query_as(sql(&self.sql.one_checkpoint))
             .bind(checkpoint.thread_id.as_str())
             .bind(&columns.threads[0])
             .bind(columns.fences[0])
@@ -441,9 +454,6 @@ impl PostgresStore {
             .bind(columns.created_at[0])
             .bind(&columns.runs[0])
             .bind(&columns.states[0])
-            .fetch_one(connection)
-            .await?;
-        Ok(outcome(checkpoint, &seen))
     }
 
     /// Writes the one checkpoint in `columns` with the scalar statement.
@@ -452,22 +462,7 @@ impl PostgresStore {
         checkpoint: &Checkpoint,
         columns: &Columns<'_>,
     ) -> Result<Seen, sqlx::Error> {
-        statement!(
-            self,
-            sqlx::query_as(sql(&self.sql.one_checkpoint))
-                .bind(checkpoint.thread_id.as_str())
-                .bind(&columns.threads[0])
-                .bind(columns.fences[0])
-                .bind(columns.expected[0])
-                .bind(&columns.messages)
-                .bind(&columns.internal)
-                .bind(columns.run_ids[0])
-                .bind(columns.statuses[0])
-                .bind(columns.created_at[0])
-                .bind(&columns.runs[0])
-                .bind(&columns.states[0]),
-            fetch_one
-        )
+        statement!(self, self.one_checkpoint(checkpoint, columns), fetch_one)
     }
 
     /// Raises the thread's fence to `token` and reads its snapshot, in one
