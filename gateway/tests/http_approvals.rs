@@ -231,6 +231,7 @@ async fn bad_approval_requests_are_refused_and_change_nothing() {
         "after=12.",
         "unknown=1",
         "older_than=soon",
+        "tool=a%00b",
     ] {
         let (status, body) = json(server.get(&format!("/v1/approvals?{query}")).await).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");

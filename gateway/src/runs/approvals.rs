@@ -122,6 +122,17 @@ impl RunService {
         caller: &Caller,
         query: ApprovalListQuery,
     ) -> Result<ApprovalPage, ApiError> {
+        // A tool name is free text, but never holds a control character (a NUL
+        // would reach the database as a parameter it refuses).
+        if query
+            .tool
+            .as_deref()
+            .is_some_and(|tool| tool.chars().any(char::is_control))
+        {
+            return Err(ApiError::BadRequest(
+                "`tool` must not contain control characters".to_owned(),
+            ));
+        }
         let query = query.into_query(caller, now_ms());
         Ok(self.control.store().list_approvals(&query).await?)
     }

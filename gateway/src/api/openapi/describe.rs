@@ -104,7 +104,9 @@ fn approval_query_schema(name: &str) -> JsonValue {
             "type": "string", "pattern": "^[0-9]{1,20}\\.[^\\u0000-\\u001f\\u007f-\\u009f]{1,256}$",
             "description": "The `next_cursor` of the previous page",
         }),
-        "tool" => json!({"type": "string", "description": "A tool name"}),
+        "tool" => {
+            json!({"type": "string", "pattern": awaken_actors::ID_PATTERN, "description": "A tool name"})
+        }
         "agent_id" | "thread_id" => reference("Id"),
         other => query_schema(other, Family::Native),
     }
