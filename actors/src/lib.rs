@@ -5,6 +5,7 @@
 //! gateway crates implement and ships in-process implementations of them.
 
 pub mod actions;
+pub mod approval_feed;
 pub mod backoff;
 pub mod cancellation;
 pub mod clock;

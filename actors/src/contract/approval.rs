@@ -218,6 +218,69 @@ impl Approval {
         self.cause = resolution.cause.clone();
         true
     }
+
+    /// The approval as it was when requested: what a request announced after its
+    /// resolution (the feed catching up) carries.
+    pub fn as_requested(&self) -> Approval {
+        Approval {
+            status: ApprovalStatus::Pending,
+            resolved_at: None,
+            decision_id: None,
+            answer: None,
+            cause: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// Which change of an approval a feed record announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalEvent {
+    /// It was asked for.
+    Requested,
+    /// It was resolved (decided, cancelled, expired).
+    Resolved,
+}
+
+impl ApprovalEvent {
+    /// Both, in the order an approval goes through them.
+    pub const ALL: [ApprovalEvent; 2] = [ApprovalEvent::Requested, ApprovalEvent::Resolved];
+
+    /// The event as subjects and SSE event names spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Resolved => "resolved",
+        }
+    }
+}
+
+/// An approval as one stored change left it: what the feed announces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalChange {
+    /// Which change.
+    pub event: ApprovalEvent,
+    /// The approval right after it.
+    pub approval: Approval,
+}
+
+impl ApprovalChange {
+    /// `approval`, just requested.
+    pub fn requested(approval: Approval) -> Self {
+        Self {
+            event: ApprovalEvent::Requested,
+            approval,
+        }
+    }
+
+    /// `approval`, just resolved.
+    pub fn resolved(approval: Approval) -> Self {
+        Self {
+            event: ApprovalEvent::Resolved,
+            approval,
+        }
+    }
 }
 
 /// What a checkpoint changes of its run's approvals.

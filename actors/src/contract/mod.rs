@@ -34,7 +34,10 @@ pub mod usage;
 pub use agent_spec::{
     AgentSpec, PluginConfigKey, RemoteAuth, RemoteEndpoint, SpecError, ToolExecutionMode,
 };
-pub use approval::{Approval, ApprovalAnswer, ApprovalResolution, ApprovalStatus, ApprovalWrite};
+pub use approval::{
+    Approval, ApprovalAnswer, ApprovalChange, ApprovalEvent, ApprovalResolution, ApprovalStatus,
+    ApprovalWrite,
+};
 pub use delegation::{DelegateRunResult, DelegateRunStatus};
 pub use dispatch::{MailboxInterrupt, RunDispatch, RunDispatchResult, RunDispatchStatus};
 pub use event::{AgentEvent, StreamEvent};

@@ -12,6 +12,7 @@ use super::live::{LiveRegistries, ValidatedRegistries};
 use super::registry::RegistrySet;
 use super::resolve::{AgentResolver, ResolvedAgent, resolve};
 use super::run_watch::{RunWatch, WatchingHub};
+use crate::approval_feed::{ApprovalFeed, FeedConfig, FeedSink, FeedingStore, LocalFeedLog};
 use crate::contract::{AgentEvent, RunRecord, TerminationReason, Thread, ToolCallResume};
 use crate::delegation::{ChildRuns, ChildRunsSlot};
 use crate::error::{ResolveError, RuntimeError};
@@ -36,6 +37,7 @@ pub(crate) struct RuntimeServices {
     pub(crate) hub: Option<Arc<dyn EventHub>>,
     pub(crate) fence: Option<Arc<dyn FenceSource>>,
     pub(crate) memory: Option<Arc<NodeMemory>>,
+    pub(crate) approval_sink: Option<Arc<dyn FeedSink>>,
     pub(crate) config: ThreadConfig,
 }
 
@@ -69,6 +71,7 @@ pub struct AgentRuntime {
     pub(super) region: Arc<OnceCell<ThreadRegion>>,
     /// Runs ended by `end_unstarted` (a metric).
     pub(super) failed_starts: Arc<AtomicU64>,
+    approvals: Arc<ApprovalFeed>,
 }
 
 impl std::fmt::Debug for AgentRuntime {
@@ -100,14 +103,23 @@ impl AgentRuntime {
         let store = services
             .store
             .unwrap_or_else(|| Arc::new(InMemoryStore::new()));
+        // Each try is timed; the tries of one request share the wait.
+        let store = PatientStore::wrap(
+            TimedStore::wrap(store, metrics.store()),
+            config.store_request_wait,
+            metrics.store(),
+        );
+        let sink = services
+            .approval_sink
+            .unwrap_or_else(|| Arc::new(LocalFeedLog::default()));
+        let approvals = Arc::new(ApprovalFeed::new(
+            sink,
+            Arc::clone(&store),
+            FeedConfig::default(),
+        ));
         let deps = ThreadDeps {
             resolver: Arc::clone(&live) as Arc<dyn AgentResolver>,
-            // Each try is timed; the tries of one request share the wait.
-            store: PatientStore::wrap(
-                TimedStore::wrap(store, metrics.store()),
-                config.store_request_wait,
-                metrics.store(),
-            ),
+            store: Arc::new(FeedingStore::new(store, Arc::clone(&approvals))),
             profile: services.profile,
             hub: Arc::clone(&watches) as Arc<dyn EventHub>,
             fence: services.fence.unwrap_or_else(|| Arc::new(SingleNodeFence)),
@@ -123,7 +135,14 @@ impl AgentRuntime {
             watches,
             region: Arc::new(OnceCell::new()),
             failed_starts: Arc::new(AtomicU64::new(0)),
+            approvals,
         }
+    }
+
+    /// The feed of the approval changes this runtime's store makes: what the
+    /// inbox's stream follows.
+    pub fn approval_feed(&self) -> &Arc<ApprovalFeed> {
+        &self.approvals
     }
 
     /// The metrics of the runs on this runtime, for the node to expose.

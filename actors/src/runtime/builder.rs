@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::agent_runtime::{AgentRuntime, RuntimeServices};
 use super::registry::RegistrySet;
+use crate::approval_feed::FeedSink;
 use crate::contract::{AgentSpec, ModelSpec};
 use crate::delegation::{DiscoveryError, RemoteBackend, RemoteError};
 use crate::error::BuildError;
@@ -215,6 +216,13 @@ impl AgentRuntimeBuilder {
     /// Sends every run's events to `hub` as well (SSE replay, cluster fan-out).
     pub fn with_event_hub(mut self, hub: Arc<dyn EventHub>) -> Self {
         self.services.hub = Some(hub);
+        self
+    }
+
+    /// Keeps the approval feed in `sink` (a cluster's JetStream stream) rather
+    /// than in the node's memory.
+    pub fn with_approval_sink(mut self, sink: Arc<dyn FeedSink>) -> Self {
+        self.services.approval_sink = Some(sink);
         self
     }
 

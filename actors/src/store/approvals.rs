@@ -15,7 +15,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::clamp_limit;
-use crate::contract::{Approval, ApprovalResolution, ApprovalStatus, ApprovalWrite};
+use crate::contract::{
+    Approval, ApprovalChange, ApprovalEvent, ApprovalResolution, ApprovalStatus, ApprovalWrite,
+};
 use crate::hashing::FastHashMap;
 use crate::ids::{AgentId, ApprovalId, ThreadId};
 
@@ -150,34 +152,115 @@ pub struct ApprovalPage {
     pub next_cursor: Option<ApprovalCursor>,
 }
 
+/// The feed records a stored approval still owes: one bit per [`ApprovalEvent`].
+/// Set by the write that makes the change, cleared once the feed published it
+/// (`ThreadRunStore::approvals_published`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owed(u8);
+
+impl Owed {
+    /// The bit of `event`, as PostgreSQL's `feed` column holds it too.
+    pub(crate) const fn bit(event: ApprovalEvent) -> u8 {
+        match event {
+            ApprovalEvent::Requested => 1,
+            ApprovalEvent::Resolved => 2,
+        }
+    }
+
+    fn with(self, event: ApprovalEvent) -> Self {
+        Self(self.0 | Self::bit(event))
+    }
+
+    fn without(self, event: ApprovalEvent) -> Self {
+        Self(self.0 & !Self::bit(event))
+    }
+
+    fn owes(self, event: ApprovalEvent) -> bool {
+        self.0 & Self::bit(event) != 0
+    }
+
+    fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// The changes `approval` owes the feed, in the order it went through them.
+pub(crate) fn owed_changes(approval: &Approval, owed: u8) -> Vec<ApprovalChange> {
+    ApprovalEvent::ALL
+        .into_iter()
+        .filter(|event| owed & Owed::bit(*event) != 0)
+        .map(|event| match event {
+            ApprovalEvent::Requested => ApprovalChange::requested(approval.as_requested()),
+            ApprovalEvent::Resolved => ApprovalChange::resolved(approval.clone()),
+        })
+        .collect()
+}
+
+/// When `approval` last changed, unix millis: its resolution, or its request.
+pub(crate) fn changed_at(approval: &Approval) -> u64 {
+    approval.resolved_at.unwrap_or(approval.requested_at)
+}
+
+/// One approval of an [`ApprovalTable`] and what it owes the feed.
+#[derive(Debug, Clone)]
+struct Entry {
+    approval: Approval,
+    owed: Owed,
+}
+
 /// Every approval of a store, by id and in listing order: what the in-memory store
-/// holds and what the file store rebuilds from its files.
+/// holds and what the file store rebuilds from its files. What the feed is owed
+/// is kept here only, never in files: the stores that use the table serve one
+/// node, whose feed does not outlive its process.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ApprovalTable {
-    by_id: FastHashMap<ApprovalId, Approval>,
+    by_id: FastHashMap<ApprovalId, Entry>,
     order: BTreeSet<ApprovalCursor>,
+    /// The approvals that owe the feed a record, in listing order.
+    owing: BTreeSet<ApprovalCursor>,
 }
 
 impl ApprovalTable {
     /// The approval `id`.
     pub(crate) fn get(&self, id: &ApprovalId) -> Option<&Approval> {
-        self.by_id.get(id)
+        self.by_id.get(id).map(|entry| &entry.approval)
     }
 
-    /// Adds `approval` as it was stored (files read back on open).
+    /// Adds `approval` as it was stored (files read back on open, a head just
+    /// written), keeping what an approval of its id owed the feed.
     pub(crate) fn insert(&mut self, approval: Approval) {
         self.order.insert(ApprovalCursor::after(&approval));
-        self.by_id.insert(approval.approval_id.clone(), approval);
+        let owed = self
+            .by_id
+            .get(&approval.approval_id)
+            .map_or_else(Owed::default, |entry| entry.owed);
+        self.by_id
+            .insert(approval.approval_id.clone(), Entry { approval, owed });
+    }
+
+    /// Records that the feed is owed `changes` (made by a store that keeps the
+    /// approvals elsewhere and this table beside them).
+    pub(crate) fn owe_all(&mut self, changes: &[ApprovalChange]) {
+        for change in changes {
+            self.owe(&change.approval.approval_id, change.event);
+        }
+    }
+
+    fn owe(&mut self, id: &ApprovalId, event: ApprovalEvent) {
+        if let Some(entry) = self.by_id.get_mut(id) {
+            entry.owed = entry.owed.with(event);
+            self.owing.insert(ApprovalCursor::after(&entry.approval));
+        }
     }
 
     /// Applies a checkpoint's writes for a thread of `tenant`: a request is stored
     /// unless its id is there, a resolution applies to an open approval only.
-    /// Returns the approvals as they now are, for a store that writes them out.
+    /// Returns the changes made, each owed to the feed.
     pub(crate) fn apply(
         &mut self,
         writes: &[ApprovalWrite],
         tenant: Option<&str>,
-    ) -> Vec<Approval> {
+    ) -> Vec<ApprovalChange> {
         let mut changed = Vec::new();
         for write in writes {
             match write {
@@ -187,17 +270,20 @@ impl ApprovalTable {
                     }
                     let mut approval = (**approval).clone();
                     approval.tenant = tenant.map(str::to_owned);
-                    changed.push(approval.clone());
+                    let id = approval.approval_id.clone();
+                    changed.push(ApprovalChange::requested(approval.clone()));
                     self.insert(approval);
+                    self.owe(&id, ApprovalEvent::Requested);
                 }
                 ApprovalWrite::Resolved {
                     approval_id,
                     resolution,
                 } => {
-                    if let Some(approval) = self.by_id.get_mut(approval_id)
-                        && approval.resolve(resolution)
+                    if let Some(entry) = self.by_id.get_mut(approval_id)
+                        && entry.approval.resolve(resolution)
                     {
-                        changed.push(approval.clone());
+                        changed.push(ApprovalChange::resolved(entry.approval.clone()));
+                        self.owe(approval_id, ApprovalEvent::Resolved);
                     }
                 }
             }
@@ -205,23 +291,65 @@ impl ApprovalTable {
         changed
     }
 
-    /// Cancels every open approval of `thread_id` at `now_ms`; those it cancelled.
-    pub(crate) fn cancel_thread(&mut self, thread_id: &ThreadId, now_ms: u64) -> Vec<Approval> {
+    /// Cancels every open approval of `thread_id` at `now_ms`; the changes made.
+    pub(crate) fn cancel_thread(
+        &mut self,
+        thread_id: &ThreadId,
+        now_ms: u64,
+    ) -> Vec<ApprovalChange> {
         let resolution = ApprovalResolution::cancelled(THREAD_DELETED, now_ms);
-        self.by_id
+        let cancelled: Vec<ApprovalChange> = self
+            .by_id
             .values_mut()
-            .filter(|approval| approval.thread_id == *thread_id)
-            .filter_map(|approval| approval.resolve(&resolution).then(|| approval.clone()))
-            .collect()
+            .filter(|entry| entry.approval.thread_id == *thread_id)
+            .filter_map(|entry| {
+                entry
+                    .approval
+                    .resolve(&resolution)
+                    .then(|| ApprovalChange::resolved(entry.approval.clone()))
+            })
+            .collect();
+        for change in &cancelled {
+            self.owe(&change.approval.approval_id, ApprovalEvent::Resolved);
+        }
+        cancelled
     }
 
     /// The approvals of `thread_id`.
     pub(crate) fn of_thread(&self, thread_id: &ThreadId) -> Vec<Approval> {
         self.by_id
             .values()
-            .filter(|approval| approval.thread_id == *thread_id)
-            .cloned()
+            .filter(|entry| entry.approval.thread_id == *thread_id)
+            .map(|entry| entry.approval.clone())
             .collect()
+    }
+
+    /// Up to `limit` changes the feed is owed that were made at or before
+    /// `changed_by` (unix millis), oldest request first.
+    pub(crate) fn unpublished(&self, changed_by: u64, limit: usize) -> Vec<ApprovalChange> {
+        self.owing
+            .iter()
+            .filter_map(|key| self.by_id.get(&key.approval_id))
+            .filter(|entry| changed_at(&entry.approval) <= changed_by)
+            .flat_map(|entry| owed_changes(&entry.approval, entry.owed.0))
+            .take(limit)
+            .collect()
+    }
+
+    /// Records that the feed published `published`.
+    pub(crate) fn published(&mut self, published: &[(ApprovalId, ApprovalEvent)]) {
+        for (id, event) in published {
+            let Some(entry) = self.by_id.get_mut(id) else {
+                continue;
+            };
+            if !entry.owed.owes(*event) {
+                continue;
+            }
+            entry.owed = entry.owed.without(*event);
+            if entry.owed.is_empty() {
+                self.owing.remove(&ApprovalCursor::after(&entry.approval));
+            }
+        }
     }
 
     /// One page as `query` asks for it.
@@ -235,6 +363,7 @@ impl ApprovalTable {
             .order
             .range((start, std::ops::Bound::Unbounded))
             .filter_map(|key| self.by_id.get(&key.approval_id))
+            .map(|entry| &entry.approval)
             .filter(|approval| query.matches(approval))
             .take(limit + 1)
             .cloned()

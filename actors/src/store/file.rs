@@ -40,7 +40,9 @@
 //! commit point, which is the removal of the head) and stray temporary files.
 //! Deleting a thread writes its cancelled approvals to `approvals/` before that
 //! commit point; a file there for an approval a head still holds is a deletion
-//! that did not commit, and is removed.
+//! that did not commit, and is removed. What the approval feed is still owed is
+//! kept in memory only: one process owns the directory, and its feed (the node's
+//! own) does not outlive it.
 //!
 //! # Concurrency
 //!
@@ -57,6 +59,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -72,11 +75,13 @@ use super::memory_webhooks::WebhookTable;
 use super::{
     ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
     RunQuery, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint,
-    check_fence, checkpointed_thread, implicit_thread, now_millis, page_of, page_runs,
+    check_fence, checkpointed_thread, duration_ms, implicit_thread, now_millis, page_of, page_runs,
     run_owned_elsewhere, stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
-use crate::contract::{Approval, Message, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{
+    Approval, ApprovalChange, ApprovalEvent, Message, RunRecord, Thread, ThreadMetadata,
+};
 use crate::error::StorageError;
 use crate::ids::{ApprovalId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
@@ -376,7 +381,7 @@ impl Inner {
         write_json(&run_path, run)
     }
 
-    fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    fn checkpoint(&self, checkpoint: Checkpoint) -> Result<Vec<ApprovalChange>, StorageError> {
         let id = &checkpoint.thread_id;
         self.run_path(&checkpoint.run.run_id)?;
         let (mut head, is_new) =
@@ -387,12 +392,13 @@ impl Inner {
         head.message_count += checkpoint.new_messages.len() as u64;
         head.fence = checkpoint.fencing;
         head.state = Some(checkpoint.state);
+        let mut changed = Vec::new();
         if !checkpoint.approvals.is_empty() {
             let mut approvals = ApprovalTable::default();
             for approval in std::mem::take(&mut head.approvals) {
                 approvals.insert(approval);
             }
-            approvals.apply(&checkpoint.approvals, head.thread.metadata.tenant());
+            changed = approvals.apply(&checkpoint.approvals, head.thread.metadata.tenant());
             head.approvals = approvals.of_thread(id);
         }
         let run = checkpoint.run;
@@ -403,15 +409,16 @@ impl Inner {
             for approval in &head.approvals {
                 index.approvals.insert(approval.clone());
             }
+            index.approvals.owe_all(&changed);
         }
-        Ok(())
+        Ok(changed)
     }
 
     fn delete_thread(
         &self,
         id: &ThreadId,
         webhooks: &mut WebhookTable,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         let head_path = self.head_path(id)?;
         let Some(head) = self.read_head(id)? else {
             return Err(thread_not_found(id));
@@ -424,7 +431,7 @@ impl Inner {
         for approval in &head.approvals {
             cancelled.insert(approval.clone());
         }
-        cancelled.cancel_thread(id, now_millis());
+        let changed = cancelled.cancel_thread(id, now_millis());
         let approvals = cancelled.of_thread(id);
         for approval in &approvals {
             write_json(&self.approval_path(&approval.approval_id)?, approval)?;
@@ -443,6 +450,7 @@ impl Inner {
             for approval in approvals {
                 index.approvals.insert(approval);
             }
+            index.approvals.owe_all(&changed);
         }
         // Leftovers are invisible (nothing refers to them) and are swept on open.
         let leftovers = std::iter::once(self.log_path(id))
@@ -452,7 +460,7 @@ impl Inner {
                 tracing::warn!(thread_id = %id, error = %err, "cannot remove a deleted thread's file");
             }
         }
-        Ok(())
+        Ok(changed)
     }
 
     fn snapshot(&self, id: &ThreadId) -> Result<Option<ThreadSnapshot>, StorageError> {
@@ -687,7 +695,7 @@ impl ThreadRunStore for FileStore {
         .await
     }
 
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+    async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError> {
         let owned = id.clone();
         // The thread's lock, then the webhooks' (webhook calls take theirs alone).
         let thread = self.lock_thread(id).await;
@@ -812,7 +820,10 @@ impl ThreadRunStore for FileStore {
         self.read(move |inner| inner.list_runs(&query)).await
     }
 
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         self.inner.head_path(&checkpoint.thread_id)?;
         self.write(&checkpoint.thread_id.clone(), move |inner| {
             inner.checkpoint(checkpoint)
@@ -838,6 +849,23 @@ impl ThreadRunStore for FileStore {
 
     async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
         Ok(self.inner.index().approvals.page(query))
+    }
+
+    async fn unpublished_approvals(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
+        let before = now_millis().saturating_sub(duration_ms(older_than));
+        Ok(self.inner.index().approvals.unpublished(before, limit))
+    }
+
+    async fn approvals_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError> {
+        self.inner.index().approvals.published(published);
+        Ok(())
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {
@@ -922,7 +950,8 @@ mod tests {
                         user_messages("m", 1),
                         run(&id, "r", 1),
                     ))
-                    .await,
+                    .await
+                    .map(drop),
             );
             invalid(store.fence(&id, FencingToken(1)).await);
             invalid(store.put(bad, "key", JsonValue::Null).await);
@@ -1243,7 +1272,7 @@ mod tests {
                             run(&id, "r", 1),
                         );
                         match store.checkpoint(cp).await {
-                            Ok(()) => return,
+                            Ok(_) => return,
                             Err(StorageError::VersionConflict { .. }) => continue,
                             Err(err) => panic!("{err}"),
                         }

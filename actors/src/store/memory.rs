@@ -12,6 +12,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -20,11 +21,14 @@ use super::memory_webhooks::WebhookTable;
 use super::{
     ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, MessagePage, MessageQuery, RunPage,
     RunQuery, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore, check_checkpoint,
-    check_fence, checkpointed_thread, implicit_thread, now_millis, page_of, page_runs,
+    check_fence, checkpointed_thread, duration_ms, implicit_thread, now_millis, page_of, page_runs,
     run_order_key, run_owned_elsewhere, stamped_new_thread, thread_not_found, updated_metadata,
 };
 use crate::JsonValue;
-use crate::contract::{Approval, Message, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{
+    Approval, ApprovalChange, ApprovalEvent, ApprovalWrite, Message, RunRecord, Thread,
+    ThreadMetadata,
+};
 use crate::error::StorageError;
 use crate::hashing::FastHashMap;
 use crate::ids::{ApprovalId, RunId, ThreadId};
@@ -195,6 +199,14 @@ impl InMemoryStore {
         lock(&self.webhooks)
     }
 
+    /// Applies a checkpoint's approval writes for the thread `data` holds.
+    fn apply_approvals(&self, writes: &[ApprovalWrite], data: &ThreadData) -> Vec<ApprovalChange> {
+        if writes.is_empty() {
+            return Vec::new();
+        }
+        lock(&self.approvals).apply(writes, data.thread.metadata.tenant())
+    }
+
     fn slot(&self, id: &ThreadId) -> Option<Arc<Slot>> {
         read(&self.catalog).threads.get(id).cloned()
     }
@@ -282,7 +294,7 @@ impl ThreadRunStore for InMemoryStore {
         Ok(())
     }
 
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+    async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError> {
         let slot = {
             let mut catalog = write(&self.catalog);
             let slot = catalog
@@ -298,9 +310,9 @@ impl ThreadRunStore for InMemoryStore {
         for run_id in data.runs.keys() {
             owners.remove(run_id);
         }
-        lock(&self.approvals).cancel_thread(id, now_millis());
+        let cancelled = lock(&self.approvals).cancel_thread(id, now_millis());
         self.webhook_table().delete_thread(id);
-        Ok(())
+        Ok(cancelled)
     }
 
     async fn list_threads(
@@ -416,7 +428,10 @@ impl ThreadRunStore for InMemoryStore {
         Ok(page_runs(runs, query))
     }
 
-    async fn checkpoint(&self, mut checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn checkpoint(
+        &self,
+        mut checkpoint: Checkpoint,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         let approvals = std::mem::take(&mut checkpoint.approvals);
         loop {
             if let Some(slot) = self.slot(&checkpoint.thread_id) {
@@ -427,10 +442,7 @@ impl ThreadRunStore for InMemoryStore {
                 check_checkpoint(&checkpoint, data.fence, data.messages.len() as u64)?;
                 self.claim_run(&checkpoint.run.run_id, &checkpoint.thread_id)?;
                 data.apply(checkpoint);
-                if !approvals.is_empty() {
-                    lock(&self.approvals).apply(&approvals, data.thread.metadata.tenant());
-                }
-                return Ok(());
+                return Ok(self.apply_approvals(&approvals, &data));
             }
             let mut catalog = write(&self.catalog);
             if catalog.threads.contains_key(&checkpoint.thread_id) {
@@ -440,11 +452,9 @@ impl ThreadRunStore for InMemoryStore {
             self.claim_run(&checkpoint.run.run_id, &checkpoint.thread_id)?;
             let mut data = ThreadData::new(checkpointed_thread(&checkpoint, now_millis()));
             data.apply(checkpoint);
-            if !approvals.is_empty() {
-                lock(&self.approvals).apply(&approvals, data.thread.metadata.tenant());
-            }
+            let changed = self.apply_approvals(&approvals, &data);
             Self::insert_slot(&mut catalog, data);
-            return Ok(());
+            return Ok(changed);
         }
     }
 
@@ -476,6 +486,23 @@ impl ThreadRunStore for InMemoryStore {
 
     async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
         Ok(lock(&self.approvals).page(query))
+    }
+
+    async fn unpublished_approvals(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
+        let before = now_millis().saturating_sub(duration_ms(older_than));
+        Ok(lock(&self.approvals).unpublished(before, limit))
+    }
+
+    async fn approvals_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError> {
+        lock(&self.approvals).published(published);
+        Ok(())
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {

@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{
-    Approval, ApprovalWrite, Message, RunRecord, RunStatus, Thread, ThreadMetadata,
+    Approval, ApprovalChange, ApprovalEvent, ApprovalWrite, Message, RunRecord, RunStatus, Thread,
+    ThreadMetadata,
 };
 use crate::error::StorageError;
 use crate::ids::{AgentId, ApprovalId, RunId, ThreadId, WebhookId};
@@ -251,8 +252,10 @@ pub trait ThreadRunStore: Send + Sync + 'static {
     ) -> Result<(), StorageError>;
 
     /// Deletes the thread with its messages, runs, state, fence and its runs'
-    /// webhooks; `NotFound` for an unknown thread.
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError>;
+    /// webhooks; `NotFound` for an unknown thread. Its open approvals are
+    /// cancelled (`thread_deleted`) and kept: the changes are returned, and owed
+    /// to the feed like a checkpoint's.
+    async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError>;
 
     /// Thread ids in creation order, skipping `offset` and returning at most `limit`.
     async fn list_threads(
@@ -306,7 +309,11 @@ pub trait ThreadRunStore: Send + Sync + 'static {
     /// Refuses a wrong `expected_message_count`: [`StorageError::VersionConflict`]. A run
     /// whose `thread_id` is not the checkpoint's is [`StorageError::InvalidInput`]; a run id
     /// that belongs to another thread is [`StorageError::AlreadyExists`].
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError>;
+    ///
+    /// Returns the approval changes it made ([`Checkpoint::approvals`] that
+    /// applied), each also owed to the feed until [`Self::approvals_published`].
+    async fn checkpoint(&self, checkpoint: Checkpoint)
+    -> Result<Vec<ApprovalChange>, StorageError>;
 
     /// Raises the thread's fence without writing (a new owner calls this when it takes
     /// over, so the old owner's writes are refused from then on). Lower tokens are refused
@@ -332,6 +339,22 @@ pub trait ThreadRunStore: Send + Sync + 'static {
 
     /// One page of approvals, oldest request first, as `query` filters them.
     async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError>;
+
+    /// Up to `limit` approval changes the feed is owed that are at least
+    /// `older_than` old (a feed that announced them itself is given that long to
+    /// publish them), oldest request first: what a feed catches up with after a
+    /// crash or an outage between a change and its publication.
+    async fn unpublished_approvals(
+        &self,
+        older_than: std::time::Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError>;
+
+    /// Records that the feed published these changes, so they are not owed any more.
+    async fn approvals_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError>;
 
     /// The webhooks on this store's runs.
     fn webhooks(&self) -> &dyn WebhookStore;
@@ -403,6 +426,11 @@ pub(crate) fn now_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `duration` in whole milliseconds, saturating.
+pub(crate) fn duration_ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A thread as a store saves it on creation: timestamps filled in when missing.

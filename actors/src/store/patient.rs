@@ -23,7 +23,7 @@ use super::{
     WebhookStore,
 };
 use crate::backoff::Backoff;
-use crate::contract::{Approval, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, ApprovalChange, ApprovalEvent, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{ApprovalId, RunId, ThreadId};
 use crate::telemetry::StoreMetrics;
@@ -148,15 +148,16 @@ impl ThreadRunStore for PatientStore {
         )
     }
 
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+    async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError> {
         let tries = AtomicU32::new(0);
         let deleted = patient!(self, async {
             tries.fetch_add(1, Ordering::Relaxed);
             self.inner.delete_thread(id).await
         });
         match deleted {
-            // An unanswered try deleted it: gone, as asked.
-            Err(StorageError::NotFound(_)) if tries.into_inner() > 1 => Ok(()),
+            // An unanswered try deleted it: gone, as asked (what it cancelled
+            // is owed to the feed, which catches up with it).
+            Err(StorageError::NotFound(_)) if tries.into_inner() > 1 => Ok(Vec::new()),
             other => other,
         }
     }
@@ -223,7 +224,10 @@ impl ThreadRunStore for PatientStore {
         patient!(self, self.inner.list_runs(query))
     }
 
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         self.inner.checkpoint(checkpoint).await
     }
 
@@ -245,6 +249,21 @@ impl ThreadRunStore for PatientStore {
 
     async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
         patient!(self, self.inner.list_approvals(query))
+    }
+
+    async fn unpublished_approvals(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
+        patient!(self, self.inner.unpublished_approvals(older_than, limit))
+    }
+
+    async fn approvals_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError> {
+        patient!(self, self.inner.approvals_published(published))
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {
@@ -298,7 +317,7 @@ mod tests {
         ) -> Result<(), StorageError> {
             self.inner.update_thread_metadata(id, metadata).await
         }
-        async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+        async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError> {
             let deleted = self.inner.delete_thread(id).await;
             if self.answered_once.swap(true, Ordering::SeqCst) {
                 deleted
@@ -348,7 +367,10 @@ mod tests {
         async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
             self.inner.list_runs(query).await
         }
-        async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+        async fn checkpoint(
+            &self,
+            checkpoint: Checkpoint,
+        ) -> Result<Vec<ApprovalChange>, StorageError> {
             self.inner.checkpoint(checkpoint).await
         }
         async fn fence(&self, id: &ThreadId, token: FencingToken) -> Result<(), StorageError> {
@@ -362,6 +384,19 @@ mod tests {
             query: &ApprovalQuery,
         ) -> Result<ApprovalPage, StorageError> {
             self.inner.list_approvals(query).await
+        }
+        async fn unpublished_approvals(
+            &self,
+            older_than: Duration,
+            limit: usize,
+        ) -> Result<Vec<ApprovalChange>, StorageError> {
+            self.inner.unpublished_approvals(older_than, limit).await
+        }
+        async fn approvals_published(
+            &self,
+            published: &[(ApprovalId, ApprovalEvent)],
+        ) -> Result<(), StorageError> {
+            self.inner.approvals_published(published).await
         }
         fn webhooks(&self) -> &dyn WebhookStore {
             self.inner.webhooks()

@@ -4,7 +4,7 @@
 //! latency tells an operator nothing and its hot path stays untouched.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
@@ -13,7 +13,7 @@ use super::{
     RunQuery, StoreIoCounts, ThreadRunStore, ThreadSnapshot, ThreadSummary, WaitingRuns,
     WebhookStore,
 };
-use crate::contract::{Approval, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{Approval, ApprovalChange, ApprovalEvent, RunRecord, Thread, ThreadMetadata};
 use crate::error::StorageError;
 use crate::ids::{ApprovalId, RunId, ThreadId};
 use crate::telemetry::{StoreMetrics, StoreOperation};
@@ -74,7 +74,7 @@ impl ThreadRunStore for TimedStore {
         )
     }
 
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+    async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError> {
         timed!(self, DeleteThread, self.inner.delete_thread(id))
     }
 
@@ -129,7 +129,10 @@ impl ThreadRunStore for TimedStore {
         timed!(self, ListRuns, self.inner.list_runs(query))
     }
 
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         timed!(self, Checkpoint, self.inner.checkpoint(checkpoint))
     }
 
@@ -151,6 +154,29 @@ impl ThreadRunStore for TimedStore {
 
     async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
         timed!(self, ListApprovals, self.inner.list_approvals(query))
+    }
+
+    async fn unpublished_approvals(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
+        timed!(
+            self,
+            UnpublishedApprovals,
+            self.inner.unpublished_approvals(older_than, limit)
+        )
+    }
+
+    async fn approvals_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError> {
+        timed!(
+            self,
+            ApprovalsPublished,
+            self.inner.approvals_published(published)
+        )
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {

@@ -33,13 +33,15 @@ pub(crate) enum StoreOperation {
     ListRuns,
     LoadApproval,
     ListApprovals,
+    UnpublishedApprovals,
+    ApprovalsPublished,
     Checkpoint,
     Fence,
     FenceAndLoad,
 }
 
 impl StoreOperation {
-    const ALL: [Self; 16] = [
+    const ALL: [Self; 18] = [
         Self::CreateThread,
         Self::LoadThread,
         Self::UpdateThread,
@@ -53,6 +55,8 @@ impl StoreOperation {
         Self::ListRuns,
         Self::LoadApproval,
         Self::ListApprovals,
+        Self::UnpublishedApprovals,
+        Self::ApprovalsPublished,
         Self::Checkpoint,
         Self::Fence,
         Self::FenceAndLoad,
@@ -73,6 +77,8 @@ impl StoreOperation {
             Self::ListRuns => "list_runs",
             Self::LoadApproval => "load_approval",
             Self::ListApprovals => "list_approvals",
+            Self::UnpublishedApprovals => "unpublished_approvals",
+            Self::ApprovalsPublished => "approvals_published",
             Self::Checkpoint => "checkpoint",
             Self::Fence => "fence",
             Self::FenceAndLoad => "fence_and_load",

@@ -4,7 +4,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use awaken_actors::contract::{Approval, RunRecord, Thread, ThreadMetadata};
+use std::time::Duration;
+
+use awaken_actors::contract::{
+    Approval, ApprovalChange, ApprovalEvent, RunRecord, Thread, ThreadMetadata,
+};
 use awaken_actors::store::{
     ApprovalPage, ApprovalQuery, Checkpoint, FencingToken, InMemoryStore, MessagePage,
     MessageQuery, RunPage, RunQuery, ThreadRunStore, ThreadSnapshot, ThreadSummary, WebhookStore,
@@ -111,7 +115,7 @@ impl ThreadRunStore for HookedStore {
     ) -> Result<(), StorageError> {
         self.inner.update_thread_metadata(id, metadata).await
     }
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+    async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError> {
         self.inner.delete_thread(id).await
     }
     async fn list_threads(
@@ -154,7 +158,10 @@ impl ThreadRunStore for HookedStore {
     async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StorageError> {
         self.inner.list_runs(query).await
     }
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         self.checkpoints.fetch_add(1, Ordering::SeqCst);
         self.asked.notify_waiters();
         let mut gate = self.gate.subscribe();
@@ -185,6 +192,19 @@ impl ThreadRunStore for HookedStore {
     }
     async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
         self.inner.list_approvals(query).await
+    }
+    async fn unpublished_approvals(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
+        self.inner.unpublished_approvals(older_than, limit).await
+    }
+    async fn approvals_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError> {
+        self.inner.approvals_published(published).await
     }
     fn webhooks(&self) -> &dyn WebhookStore {
         self.inner.webhooks()

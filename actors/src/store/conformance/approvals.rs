@@ -1,12 +1,16 @@
 //! Approvals: written with their checkpoint or not at all, resolved once, listed
-//! by filters and a stable cursor, cancelled and kept when their thread goes.
+//! by filters and a stable cursor, cancelled and kept when their thread goes,
+//! owed to the feed until it published them.
 
 use super::*;
+use std::time::Duration;
+
 use crate::contract::{
-    Approval, ApprovalAnswer, ApprovalResolution, ApprovalStatus, ApprovalWrite,
-    ResumeDecisionAction, TENANT_KEY,
+    Approval, ApprovalAnswer, ApprovalChange, ApprovalEvent, ApprovalResolution, ApprovalStatus,
+    ApprovalWrite, ResumeDecisionAction, TENANT_KEY,
 };
 use crate::ids::{ApprovalId, DecisionId, ToolCallId};
+use crate::store::now_millis;
 use crate::store::{ApprovalQuery, THREAD_DELETED};
 
 /// A pending approval of `run` on `thread` for `tool`, asked for at `requested_at`.
@@ -455,4 +459,157 @@ pub async fn deleting_a_thread_cancels_its_approvals<S: ThreadRunStore + ?Sized>
         .await
         .unwrap();
     assert_eq!(ids(&listed.items), ["a-open", "a-decided"]);
+}
+
+fn changes(changes: &[ApprovalChange]) -> Vec<(&str, ApprovalEvent, ApprovalStatus)> {
+    changes
+        .iter()
+        .map(|change| {
+            (
+                change.approval.approval_id.as_str(),
+                change.event,
+                change.approval.status,
+            )
+        })
+        .collect()
+}
+
+/// Every change a write makes is returned by it and owed to the feed, as the
+/// approval was right after it, until it is marked published; a change made
+/// within `older_than` is not owed yet.
+pub async fn the_feed_is_owed_every_change_until_published<S: ThreadRunStore + ?Sized>(store: &S) {
+    use ApprovalEvent::{Requested, Resolved};
+    use ApprovalStatus::{Approved, Cancelled, Pending};
+    let id = tid("t-feed");
+    let first = approval("a-1", &id, "r1", "delete_file", 1_000);
+    let second = approval("a-2", &id, "r1", "delete_file", 1_001);
+    let asked = store
+        .checkpoint(asking(&id, Some("acme"), "r1", &[first.clone(), second]))
+        .await
+        .unwrap();
+    assert_eq!(
+        changes(&asked),
+        [("a-1", Requested, Pending), ("a-2", Requested, Pending)]
+    );
+    assert!(
+        asked
+            .iter()
+            .all(|change| change.approval.tenant.as_deref() == Some("acme"))
+    );
+    let resolve = |approval_id: &Approval, resolution| ApprovalWrite::Resolved {
+        approval_id: approval_id.approval_id.clone(),
+        resolution,
+    };
+    let decided = store
+        .checkpoint(writing(
+            &id,
+            1,
+            "r1",
+            vec![resolve(&first, approved("d-1", 2_000))],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(changes(&decided), [("a-1", Resolved, Approved)]);
+    assert_eq!(decided[0].approval.tenant.as_deref(), Some("acme"));
+    let late = store
+        .checkpoint(writing(
+            &id,
+            1,
+            "r1",
+            vec![resolve(
+                &first,
+                ApprovalResolution::cancelled("run_cancelled", 3_000),
+            )],
+        ))
+        .await
+        .unwrap();
+    assert!(late.is_empty(), "a resolution that did not apply: {late:?}");
+
+    let owed = store
+        .unpublished_approvals(Duration::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        changes(&owed),
+        [
+            ("a-1", Requested, Pending),
+            ("a-1", Resolved, Approved),
+            ("a-2", Requested, Pending)
+        ],
+        "each change as it was made, oldest request first"
+    );
+    assert_eq!(owed[0].approval, {
+        let mut requested = first.clone();
+        requested.tenant = Some("acme".to_owned());
+        requested
+    });
+    assert_eq!(
+        store
+            .unpublished_approvals(Duration::ZERO, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    store
+        .approvals_published(&[
+            (first.approval_id.clone(), Requested),
+            (ApprovalId::new("a-2").unwrap(), Requested),
+            (ApprovalId::new("a-unknown").unwrap(), Resolved),
+        ])
+        .await
+        .unwrap();
+    let owed = store
+        .unpublished_approvals(Duration::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(changes(&owed), [("a-1", Resolved, Approved)]);
+
+    let recent = approval("a-recent", &id, "r1", "delete_file", now_millis());
+    store
+        .checkpoint(writing(
+            &id,
+            1,
+            "r1",
+            vec![ApprovalWrite::Requested(Box::new(recent))],
+        ))
+        .await
+        .unwrap();
+    let owed = store
+        .unpublished_approvals(Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        changes(&owed),
+        [("a-1", Resolved, Approved)],
+        "a change younger than `older_than` is the announcer's still"
+    );
+
+    let cancelled = store.delete_thread(&id).await.unwrap();
+    let mut cancelled = changes(&cancelled);
+    cancelled.sort_by_key(|(id, _, _)| *id);
+    assert_eq!(
+        cancelled,
+        [
+            ("a-2", Resolved, Cancelled),
+            ("a-recent", Resolved, Cancelled)
+        ]
+    );
+    store
+        .approvals_published(&[(first.approval_id.clone(), Resolved)])
+        .await
+        .unwrap();
+    let owed = store
+        .unpublished_approvals(Duration::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        changes(&owed),
+        [
+            ("a-2", Resolved, Cancelled),
+            ("a-recent", Requested, Pending),
+            ("a-recent", Resolved, Cancelled)
+        ]
+    );
 }

@@ -89,7 +89,8 @@ macro_rules! thread_run_store_conformance {
             approvals_are_written_with_their_checkpoint,
             an_approval_keeps_its_first_resolution,
             approvals_list_filters_and_pages,
-            deleting_a_thread_cancels_its_approvals
+            deleting_a_thread_cancels_its_approvals,
+            the_feed_is_owed_every_change_until_published
         );
 
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -297,8 +297,8 @@ pub async fn concurrent_checkpoints_one_wins<S: ThreadRunStore>(store: Arc<S>) {
         let (a, b) = (writer("a"), writer("b"));
         let (a, b) = (a.await.unwrap(), b.await.unwrap());
         let (winner, loser_err) = match (&a, &b) {
-            (Ok(()), Err(err)) => ("a", err.clone()),
-            (Err(err), Ok(())) => ("b", err.clone()),
+            (Ok(_), Err(err)) => ("a", err.clone()),
+            (Err(err), Ok(_)) => ("b", err.clone()),
             _ => panic!("round {round}: exactly one writer must win, got {a:?} and {b:?}"),
         };
         assert_eq!(

@@ -403,7 +403,7 @@ pub async fn unknown_ids<S: ThreadRunStore + ?Sized>(store: &S) {
             .update_thread_metadata(&id, ThreadMetadata::default())
             .await,
     );
-    not_found(store.delete_thread(&id).await);
+    not_found(store.delete_thread(&id).await.map(drop));
     not_found(store.create_run(&run(&id, "r-orphan", 1)).await);
     assert_eq!(
         store.load_thread(&id).await.unwrap(),

@@ -20,21 +20,29 @@
 //!   planned with the page's own filters and size each time, never with a
 //!   generic plan made for unknown ones (decision 0090).
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use sqlx::PgConnection;
 use sqlx::types::Json;
 
 use super::write::Outcome;
 use super::{JsonText, PostgresStore, bigint, count, db_error, sql};
-use crate::contract::{Approval, ApprovalResolution, ApprovalWrite, TENANT_KEY};
+use crate::contract::{
+    Approval, ApprovalChange, ApprovalEvent, ApprovalResolution, ApprovalWrite, TENANT_KEY,
+};
 use crate::error::StorageError;
 use crate::ids::{ApprovalId, ThreadId};
-use crate::store::{ApprovalCursor, ApprovalPage, ApprovalQuery, Checkpoint};
+use crate::store::approvals::{Owed, owed_changes};
+use crate::store::{
+    ApprovalCursor, ApprovalPage, ApprovalQuery, Checkpoint, duration_ms, now_millis,
+};
 
 /// The columns an approval is read back from: its record, tenant, resolution.
-const COLUMNS: &str = "data, tenant, resolution";
+pub(super) const COLUMNS: &str = "data, tenant, resolution";
 
 /// An approval as the columns of [`COLUMNS`].
-type ApprovalRow = (
+pub(super) type ApprovalRow = (
     Json<Approval>,
     Option<String>,
     Option<Json<ApprovalResolution>>,
@@ -50,6 +58,8 @@ pub(super) struct ApprovalStatements {
     load: String,
     page_by_status: String,
     page_any: String,
+    unpublished: String,
+    published: String,
 }
 
 impl ApprovalStatements {
@@ -82,6 +92,8 @@ impl ApprovalStatements {
                    AND ($7::bigint IS NULL OR requested_at >= $7)
                    AND ($8::bigint IS NULL OR requested_at < $8)
                    AND ($9::bigint IS NULL OR (requested_at >= $9 AND (requested_at, id) > ($9, $10::text)))";
+        let requested = Owed::bit(ApprovalEvent::Requested);
+        let resolved = Owed::bit(ApprovalEvent::Resolved);
         Self {
             schema: vec![
                 format!(
@@ -97,7 +109,19 @@ impl ApprovalStatements {
                         resolved_at BIGINT,
                         data JSON NOT NULL,
                         resolution JSON,
+                        feed SMALLINT NOT NULL DEFAULT 0,
                         updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ),
+                // Tables of the build before the feed have no `feed` column;
+                // this runs with the index below, which they lack too.
+                format!(
+                    "ALTER TABLE {p}_approvals
+                     ADD COLUMN IF NOT EXISTS feed SMALLINT NOT NULL DEFAULT 0"
+                ),
+                // What the feed is owed: few rows, found without reading the rest.
+                format!(
+                    "CREATE INDEX IF NOT EXISTS {p}_approvals_unpublished
+                     ON {p}_approvals (requested_at, id) WHERE feed <> 0"
                 ),
                 format!(
                     "CREATE INDEX IF NOT EXISTS {p}_approvals_by_status
@@ -123,16 +147,19 @@ impl ApprovalStatements {
             ],
             request: format!(
                 "INSERT INTO {p}_approvals
-                     (id, thread_id, tenant, agent_id, tool_name, status, requested_at, expires_at, data)
+                     (id, thread_id, tenant, agent_id, tool_name, status, requested_at, expires_at, data, feed)
                  SELECT $1::text, $2::text,
                         (SELECT t.data->'metadata'->'custom'->>$3::text FROM {p}_threads t WHERE t.id = $2),
-                        $4::text, $5::text, 'pending', $6::bigint, $7::bigint, $8::json
-                 ON CONFLICT (id) DO NOTHING"
+                        $4::text, $5::text, 'pending', $6::bigint, $7::bigint, $8::json, {requested}
+                 ON CONFLICT (id) DO NOTHING
+                 RETURNING tenant"
             ),
             resolve: format!(
                 "UPDATE {p}_approvals
-                 SET status = $2, resolved_at = $3, resolution = $4, updated_at = now()
-                 WHERE id = $1 AND status IN ('pending', 'escalated')"
+                 SET status = $2, resolved_at = $3, resolution = $4, updated_at = now(),
+                     feed = feed | {resolved}
+                 WHERE id = $1 AND status IN ('pending', 'escalated')
+                 RETURNING {COLUMNS}"
             ),
             load: format!("SELECT {COLUMNS} FROM {p}_approvals WHERE id = $1"),
             page_by_status: format!(
@@ -145,6 +172,17 @@ impl ApprovalStatements {
                  WHERE $2::text IS NULL AND {filters}
                  ORDER BY requested_at, id LIMIT $1"
             ),
+            unpublished: format!(
+                "SELECT {COLUMNS}, feed FROM {p}_approvals
+                 WHERE feed <> 0 AND coalesce(resolved_at, requested_at) <= $1
+                 ORDER BY requested_at, id LIMIT $2"
+            ),
+            // Bits of one id merged by the caller: an update joins each row once.
+            published: format!(
+                "UPDATE {p}_approvals a SET feed = a.feed & ~m.bits
+                 FROM (SELECT unnest($1::text[]) AS id, unnest($2::smallint[]) AS bits) m
+                 WHERE a.id = m.id"
+            ),
         }
     }
 }
@@ -154,9 +192,19 @@ impl ApprovalStatements {
 pub(super) fn cancel_thread_statement(p: &str) -> String {
     format!(
         "UPDATE {p}_approvals
-         SET status = 'cancelled', resolved_at = $2::bigint, resolution = $3::json, updated_at = now()
-         WHERE thread_id = $1 AND status IN ('pending', 'escalated')"
+         SET status = 'cancelled', resolved_at = $2::bigint, resolution = $3::json, updated_at = now(),
+             feed = feed | {resolved}
+         WHERE thread_id = $1 AND status IN ('pending', 'escalated')
+         RETURNING {COLUMNS}",
+        resolved = Owed::bit(ApprovalEvent::Resolved),
     )
+}
+
+/// The resolutions rows returned by a resolving statement describe.
+pub(super) fn resolved_changes(rows: Vec<ApprovalRow>) -> Vec<ApprovalChange> {
+    rows.into_iter()
+        .map(|row| ApprovalChange::resolved(approval_of(row)))
+        .collect()
 }
 
 /// The approval a row holds: its record with its tenant and resolution.
@@ -173,7 +221,7 @@ impl PostgresStore {
     pub(super) async fn checkpoint_with_approvals(
         &self,
         checkpoint: Checkpoint,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         self.ready().await?;
         // Its thread appearing or vanishing under the statement: once more.
         for _ in 0..3 {
@@ -197,18 +245,21 @@ impl PostgresStore {
                     continue;
                 }
             }
-            if let Err(error) = self
+            let changes = match self
                 .write_approvals(&mut tx, &checkpoint.thread_id, &checkpoint.approvals)
                 .await
             {
-                let _ = tx.rollback().await;
-                return Err(error);
-            }
+                Ok(changes) => changes,
+                Err(error) => {
+                    let _ = tx.rollback().await;
+                    return Err(error);
+                }
+            };
             self.stats.statement();
-            return tx
-                .commit()
+            tx.commit()
                 .await
-                .map_err(|error| super::write::BatchFailed::from(error).error);
+                .map_err(|error| super::write::BatchFailed::from(error).error)?;
+            return Ok(changes);
         }
         Err(StorageError::Unavailable(format!(
             "postgres: thread `{}` kept changing under its checkpoint",
@@ -216,53 +267,117 @@ impl PostgresStore {
         )))
     }
 
-    /// Applies `writes` of a checkpoint of `thread_id` on `connection`.
+    /// Applies `writes` of a checkpoint of `thread_id` on `connection`; the
+    /// changes they made.
     async fn write_approvals(
         &self,
         connection: &mut PgConnection,
         thread_id: &ThreadId,
         writes: &[ApprovalWrite],
-    ) -> Result<(), StorageError> {
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         let statements = &self.sql.approvals;
+        let mut changes = Vec::new();
         for write in writes {
             self.stats.statement();
             match write {
                 ApprovalWrite::Requested(approval) => {
                     let mut record = (**approval).clone();
                     record.tenant = None;
-                    sqlx::query(sql(&statements.request))
-                        .bind(approval.approval_id.as_str())
-                        .bind(thread_id.as_str())
-                        .bind(TENANT_KEY)
-                        .bind(approval.agent_id.as_str())
-                        .bind(&approval.tool_name)
-                        .bind(bigint("requested_at", approval.requested_at)?)
-                        .bind(
-                            approval
-                                .expires_at
-                                .map(|at| bigint("expires_at", at))
-                                .transpose()?,
-                        )
-                        .bind(JsonText(&record))
-                        .execute(&mut *connection)
-                        .await
-                        .map_err(db_error)?;
+                    let inserted: Option<(Option<String>,)> =
+                        sqlx::query_as(sql(&statements.request))
+                            .bind(approval.approval_id.as_str())
+                            .bind(thread_id.as_str())
+                            .bind(TENANT_KEY)
+                            .bind(approval.agent_id.as_str())
+                            .bind(&approval.tool_name)
+                            .bind(bigint("requested_at", approval.requested_at)?)
+                            .bind(
+                                approval
+                                    .expires_at
+                                    .map(|at| bigint("expires_at", at))
+                                    .transpose()?,
+                            )
+                            .bind(JsonText(&record))
+                            .fetch_optional(&mut *connection)
+                            .await
+                            .map_err(db_error)?;
+                    if let Some((tenant,)) = inserted {
+                        record.tenant = tenant;
+                        changes.push(ApprovalChange::requested(record));
+                    }
                 }
                 ApprovalWrite::Resolved {
                     approval_id,
                     resolution,
                 } => {
-                    sqlx::query(sql(&statements.resolve))
+                    let resolved: Option<ApprovalRow> = sqlx::query_as(sql(&statements.resolve))
                         .bind(approval_id.as_str())
                         .bind(resolution.status.as_str())
                         .bind(bigint("resolved_at", resolution.resolved_at)?)
                         .bind(JsonText(resolution))
-                        .execute(&mut *connection)
+                        .fetch_optional(&mut *connection)
                         .await
                         .map_err(db_error)?;
+                    changes.extend(resolved_changes(resolved.into_iter().collect()));
                 }
             }
         }
+        Ok(changes)
+    }
+
+    /// Up to `limit` changes the feed is owed, made more than `older_than` ago.
+    pub(super) async fn read_unpublished(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
+        self.ready().await?;
+        let before = now_millis().saturating_sub(duration_ms(older_than));
+        let rows: Vec<(
+            Json<Approval>,
+            Option<String>,
+            Option<Json<ApprovalResolution>>,
+            i16,
+        )> = statement!(
+            self,
+            sqlx::query_as(sql(&self.sql.approvals.unpublished))
+                .bind(bigint("changed_by", before)?)
+                .bind(count(limit)),
+            fetch_all
+        )
+        .map_err(db_error)?;
+        let mut changes = Vec::new();
+        for (data, tenant, resolution, feed) in rows {
+            let approval = approval_of((data, tenant, resolution));
+            let owed = u8::try_from(feed).unwrap_or_default();
+            changes.extend(owed_changes(&approval, owed));
+        }
+        changes.truncate(limit);
+        Ok(changes)
+    }
+
+    /// Clears the feed's bits of `published`.
+    pub(super) async fn mark_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError> {
+        if published.is_empty() {
+            return Ok(());
+        }
+        self.ready().await?;
+        let mut bits: BTreeMap<&str, i16> = BTreeMap::new();
+        for (id, event) in published {
+            *bits.entry(id.as_str()).or_default() |= i16::from(Owed::bit(*event));
+        }
+        let (ids, bits): (Vec<&str>, Vec<i16>) = bits.into_iter().unzip();
+        statement!(
+            self,
+            sqlx::query(sql(&self.sql.approvals.published))
+                .bind(&ids)
+                .bind(&bits),
+            execute
+        )
+        .map_err(db_error)?;
         Ok(())
     }
 

@@ -352,7 +352,7 @@ mod tests {
                 user_messages("n", 1),
                 run(&held, "r-t-held", 1),
             );
-            async move { store.checkpoint(next).await }
+            async move { store.checkpoint(next).await.map(drop) }
         });
         until("the held thread's batch", || {
             store.commits.lock().in_flight.contains(&held)
@@ -417,7 +417,7 @@ mod tests {
         blocked.await.unwrap().unwrap();
         let mut answered = Vec::new();
         for answer in answers {
-            answered.push(answer.await.unwrap());
+            answered.push(answer.await.unwrap().map(drop));
         }
         answered
     }

@@ -94,7 +94,10 @@ use super::{
     updated_metadata,
 };
 use crate::JsonValue;
-use crate::contract::{Approval, ApprovalResolution, Message, RunRecord, Thread, ThreadMetadata};
+use crate::contract::{
+    Approval, ApprovalChange, ApprovalEvent, ApprovalResolution, Message, RunRecord, Thread,
+    ThreadMetadata,
+};
 use crate::error::StorageError;
 use crate::ids::{AgentId, ApprovalId, RunId, ThreadId};
 use crate::state::{PersistedState, ProfileStore};
@@ -406,7 +409,7 @@ impl ThreadRunStore for PostgresStore {
         })
     }
 
-    async fn delete_thread(&self, id: &ThreadId) -> Result<(), StorageError> {
+    async fn delete_thread(&self, id: &ThreadId) -> Result<Vec<ApprovalChange>, StorageError> {
         let mut tx = self.begin().await?;
         in_transaction!(self, tx, {
             async {
@@ -422,14 +425,15 @@ impl ThreadRunStore for PostgresStore {
                 }
                 let now = now_millis();
                 let cancelled = ApprovalResolution::cancelled(THREAD_DELETED, now);
-                sqlx::query(sql(&self.sql.delete_thread))
-                    .bind(id.as_str())
-                    .bind(bigint("resolved_at", now)?)
-                    .bind(JsonText(&cancelled))
-                    .execute(self.send_in(&mut tx))
-                    .await
-                    .map_err(db_error)?;
-                Ok(())
+                let rows: Vec<approvals::ApprovalRow> =
+                    sqlx::query_as(sql(&self.sql.delete_thread))
+                        .bind(id.as_str())
+                        .bind(bigint("resolved_at", now)?)
+                        .bind(JsonText(&cancelled))
+                        .fetch_all(self.send_in(&mut tx))
+                        .await
+                        .map_err(db_error)?;
+                Ok(approvals::resolved_changes(rows))
             }
             .await
         })
@@ -603,10 +607,14 @@ impl ThreadRunStore for PostgresStore {
         in_transaction!(self, tx, self.list_runs_in(&mut tx, query).await)
     }
 
-    async fn checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StorageError> {
+    async fn checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
         self.stats.checkpoint();
         if checkpoint.approvals.is_empty() {
-            self.commits.submit(self, checkpoint).await
+            self.commits.submit(self, checkpoint).await?;
+            Ok(Vec::new())
         } else {
             self.checkpoint_with_approvals(checkpoint).await
         }
@@ -630,6 +638,21 @@ impl ThreadRunStore for PostgresStore {
 
     async fn list_approvals(&self, query: &ApprovalQuery) -> Result<ApprovalPage, StorageError> {
         self.page_approvals(query).await
+    }
+
+    async fn unpublished_approvals(
+        &self,
+        older_than: std::time::Duration,
+        limit: usize,
+    ) -> Result<Vec<ApprovalChange>, StorageError> {
+        self.read_unpublished(older_than, limit).await
+    }
+
+    async fn approvals_published(
+        &self,
+        published: &[(ApprovalId, ApprovalEvent)],
+    ) -> Result<(), StorageError> {
+        self.mark_published(published).await
     }
 
     fn webhooks(&self) -> &dyn WebhookStore {

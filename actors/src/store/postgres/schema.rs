@@ -121,15 +121,17 @@ impl Statements {
             ),
             lock_thread: format!("SELECT 1 FROM {p}_threads WHERE id = $1 FOR UPDATE"),
             // The thread's open approvals are cancelled (`$2` when, `$3` the
-            // resolution) and kept: module `approvals`.
+            // resolution) and kept, and returned for the feed: module `approvals`.
             delete_thread: format!(
                 "WITH messages AS (DELETE FROM {p}_messages WHERE thread_id = $1),
                       runs AS (DELETE FROM {p}_runs WHERE thread_id = $1),
                       state AS (DELETE FROM {p}_state WHERE thread_id = $1),
                       webhooks AS (DELETE FROM {p}_webhooks WHERE thread_id = $1),
-                      approvals AS ({cancel_approvals})
-                 DELETE FROM {p}_threads WHERE id = $1",
+                      approvals AS ({cancel_approvals}),
+                      threads AS (DELETE FROM {p}_threads WHERE id = $1)
+                 SELECT {approval_columns} FROM approvals",
                 cancel_approvals = approvals::cancel_thread_statement(p),
+                approval_columns = approvals::COLUMNS,
             ),
             list_threads: format!("SELECT id FROM {p}_threads ORDER BY seq OFFSET $1 LIMIT $2"),
             list_summaries: format!(
@@ -244,6 +246,10 @@ fn first_schema(search_path: &str) -> Option<String> {
 
 /// The table or index a schema statement creates (`CREATE … IF NOT EXISTS name`).
 fn created_relation(statement: &str) -> Option<&str> {
+    // `ALTER TABLE … ADD COLUMN IF NOT EXISTS` creates no relation.
+    if !statement.trim_start().starts_with("CREATE") {
+        return None;
+    }
     let (_, rest) = statement.split_once("IF NOT EXISTS")?;
     rest.split_whitespace().next()
 }

@@ -75,8 +75,8 @@ impl PostgresStore {
 
     /// A store as [`Self::for_tests`] gives, on tables an earlier version
     /// created: `jsonb` records, and messages, runs and state referencing
-    /// their thread `ON DELETE CASCADE` (decision 0080). The store must work
-    /// on them as on its own.
+    /// their thread `ON DELETE CASCADE` (decision 0080), approvals without the
+    /// feed's column. The store must work on them as on its own.
     pub async fn for_tests_on_earlier_tables() -> (PostgresStore, TestSchema) {
         let (store, guard) = Self::for_tests().await;
         let p = Self::DEFAULT_PREFIX;
@@ -115,6 +115,22 @@ impl PostgresStore {
                     thread_id TEXT COLLATE \"C\" PRIMARY KEY
                         REFERENCES {p}_threads (id) ON DELETE CASCADE,
                     data JSONB NOT NULL,
+                    updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            ),
+            // As the first build with approvals made it: no `feed` column.
+            format!(
+                "CREATE TABLE {p}_approvals (
+                    id TEXT COLLATE \"C\" PRIMARY KEY,
+                    thread_id TEXT COLLATE \"C\" NOT NULL,
+                    tenant TEXT COLLATE \"C\",
+                    agent_id TEXT COLLATE \"C\" NOT NULL,
+                    tool_name TEXT COLLATE \"C\" NOT NULL,
+                    status TEXT NOT NULL,
+                    requested_at BIGINT NOT NULL,
+                    expires_at BIGINT,
+                    resolved_at BIGINT,
+                    data JSON NOT NULL,
+                    resolution JSON,
                     updated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
             ),
         ];

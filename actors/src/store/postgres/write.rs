@@ -692,7 +692,7 @@ mod tests {
             .unwrap();
         let deleting = tokio::spawn({
             let (store, id) = (store.clone(), id.clone());
-            async move { store.delete_thread(&id).await }
+            async move { store.delete_thread(&id).await.map(drop) }
         });
         let snapshot = fenced_read_behind(&store, schema.name(), &id, blocker, deleting).await;
         assert!(

@@ -151,7 +151,8 @@ impl Driver<'_> {
             let expected = checkpoint.expected_message_count;
             let appended = checkpoint.new_messages.len() as u64;
             match self.deps.store.checkpoint(checkpoint).await {
-                Ok(()) => {
+                // The approval changes it made are the feed's (`FeedingStore`).
+                Ok(_) => {
                     self.checkpoint_landed(appended);
                     if let Some(outage) = outage {
                         outage.recovered(self);
