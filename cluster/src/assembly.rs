@@ -62,6 +62,8 @@ impl Assembly {
         runtime: AgentRuntime,
         parts: Parts,
     ) -> Result<Self, ClusterError> {
+        // Publishing, and catching up with what an earlier process left owed.
+        runtime.approval_feed().start();
         let worker = Arc::new(
             MailboxWorker::start(
                 runtime.clone(),

@@ -1,7 +1,7 @@
 //! Golden round-trip tests of the wire contract (`docs/cluster.md`).
 //!
 //! Every payload the cluster puts on NATS (thread calls and their frames, run events,
-//! member records, shard leases, the mailbox ledger's batches and snapshots, decisions, rejections, the run
+//! member records, shard leases, the mailbox ledger's batches and snapshots, decisions, rejections, approval records, the run
 //! inbox) is pinned by a sample in `cluster/golden/<name>.json`: the sample's
 //! MessagePack encoding, transcoded to JSON, must equal the file, and the file,
 //! transcoded back to MessagePack, must decode to the sample. A changed field name,
@@ -621,4 +621,64 @@ fn run_request() -> RunRequest {
         .with_agent_id(AgentId::new("assistant").unwrap())
         .with_run_id(run())
         .with_origin(RunOrigin::User)
+}
+
+#[test]
+fn approval_records_keep_their_wire_form() {
+    use awaken_actors::contract::{
+        Approval, ApprovalAnswer, ApprovalChange, ApprovalResolution, ApprovalStatus,
+    };
+    use awaken_actors::ids::ApprovalId;
+    let requested = Approval {
+        approval_id: ApprovalId::new("approval-1").unwrap(),
+        tenant: Some("acme".into()),
+        agent_id: AgentId::new("assistant").unwrap(),
+        thread_id: thread(),
+        run_id: run(),
+        call_id: ToolCallId::new("call-1").unwrap(),
+        tool_name: "delete_file".into(),
+        arguments: json!({"path": "/tmp/report.txt"}),
+        ticket_id: "permission:call-1".into(),
+        action: "tool_permission".into(),
+        message: "Allow delete_file?".into(),
+        parameters: json!({"tool": "delete_file"}),
+        response_schema: Some(json!({"type": "object"})),
+        requested_at: AT_MS,
+        expires_at: Some(AT_MS + 600_000),
+        status: ApprovalStatus::Pending,
+        resolved_at: None,
+        decision_id: None,
+        answer: None,
+        cause: None,
+    };
+    pin_json(
+        "approval_record.requested",
+        &ApprovalChange::requested(requested.clone()),
+    );
+    let mut approved = requested.clone();
+    approved.resolve(&ApprovalResolution {
+        status: ApprovalStatus::Approved,
+        resolved_at: AT_MS + 1_000,
+        decision_id: Some(DecisionId::new("decision-1").unwrap()),
+        answer: Some(ApprovalAnswer {
+            action: ResumeDecisionAction::Resume,
+            result: json!({"approved": true}),
+            reason: Some("looks fine".into()),
+        }),
+        cause: None,
+    });
+    pin_json(
+        "approval_record.resolved",
+        &ApprovalChange::resolved(approved),
+    );
+    let mut cancelled = requested;
+    cancelled.tenant = None;
+    cancelled.resolve(&ApprovalResolution::cancelled(
+        "run_cancelled",
+        AT_MS + 2_000,
+    ));
+    pin_json(
+        "approval_record.cancelled",
+        &ApprovalChange::resolved(cancelled),
+    );
 }

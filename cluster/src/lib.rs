@@ -3,6 +3,7 @@
 //! Everything here works on nats-server 2.9.10 and newer without 2.10+ features (see
 //! `docs/cluster.md` for every subject, stream, bucket and payload).
 
+pub mod approvals;
 mod assembly;
 pub mod codec;
 pub mod config_store;

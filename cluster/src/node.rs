@@ -37,6 +37,7 @@ use awaken_actors::thread::RunRequest;
 use awaken_actors::{RunId, ThreadId};
 use prometheus_client::registry::Registry;
 
+use crate::approvals::{ApprovalFeedConfig, JetStreamFeed};
 use crate::assembly::{Assembly, Parts};
 use crate::config_store::{ConfigStore, DEFAULT_CONFIG_BUCKET, NatsConfigStore};
 use crate::control::{RunControl, probe_store};
@@ -68,6 +69,8 @@ pub struct NodeConfig {
     pub mailbox: MailboxConfig,
     /// Decision bus settings (`replicas` is taken from this config).
     pub decisions: DecisionBusConfig,
+    /// The approval feed's stream (`replicas` is taken from this config).
+    pub approvals: ApprovalFeedConfig,
     /// Heartbeat TTL: keep it equal to the shard lease TTL, or a dead node's
     /// shards wait for its membership to expire before the others take them.
     pub membership: MembershipConfig,
@@ -112,6 +115,7 @@ impl NodeConfig {
                 ack_wait: lease_ttl,
                 ..DecisionBusConfig::default()
             },
+            approvals: ApprovalFeedConfig::default(),
             events: EventsConfig::default(),
             routing: RouterConfig::default(),
             http_url: None,
@@ -187,6 +191,16 @@ impl ClusterNode {
             builder.memory(),
         ));
         let buffers = Arc::clone(hub.buffers());
+        let approvals = JetStreamFeed::open(
+            js.clone(),
+            &ApprovalFeedConfig {
+                replicas: config.replicas,
+                ..config.approvals.clone()
+            },
+        )
+        .await
+        .map_err(|e| e.during("opening the approval feed"))?;
+        builder = builder.with_approval_sink(Arc::new(approvals));
         let runtime = Assembly::runtime(builder, Arc::clone(&hub) as _, Some(&fence))?;
         config.mailbox = config.mailbox.clone().within(runtime.memory());
 

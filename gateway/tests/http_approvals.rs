@@ -302,3 +302,144 @@ async fn a_tenant_sees_and_decides_only_its_own_approvals() {
         "another tenant changed nothing"
     );
 }
+
+/// The frames of an approval stream, as `(id, data)`.
+struct Frames {
+    frames: std::pin::Pin<Box<dyn futures::Stream<Item = (String, Value)> + Send>>,
+}
+
+impl Frames {
+    async fn open(server: &TestServer, key: Option<&str>, last_event_id: Option<&str>) -> Self {
+        use eventsource_stream::Eventsource;
+        use futures::StreamExt;
+        let mut request = server.client.get(server.url("/v1/approvals/stream"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        let frames = response.bytes_stream().eventsource().filter_map(|frame| {
+            let frame = frame.unwrap();
+            futures::future::ready(
+                (!frame.data.is_empty())
+                    .then(|| (frame.id, serde_json::from_str(&frame.data).unwrap())),
+            )
+        });
+        Self {
+            frames: Box::pin(frames),
+        }
+    }
+
+    async fn next(&mut self) -> (String, Value) {
+        use futures::StreamExt;
+        self.frames.next().await.expect("the stream goes on")
+    }
+}
+
+#[tokio::test]
+async fn the_stream_carries_requests_and_resolutions_and_resumes_after_its_last_id() {
+    let server = TestServer::local(ServerConfig::default()).await;
+    let mut stream = Frames::open(&server, None, None).await;
+    let (thread_id, run_id) = waiting_run(&server, None, "notes.txt").await;
+
+    let (requested_id, requested) = stream.next().await;
+    assert_eq!(requested["event"], "requested", "{requested}");
+    let approval = &requested["approval"];
+    assert_eq!(approval["thread_id"], thread_id.as_str());
+    assert_eq!(approval["run_id"], run_id.as_str());
+    assert_eq!(approval["status"], "pending");
+    assert!(
+        !requested_id.is_empty(),
+        "a frame has an id to resume after"
+    );
+    let (_, listed) = json(server.get("/v1/approvals").await).await;
+    assert_eq!(&items(&listed)[0], approval, "the record is the approval");
+
+    let id = approval["approval_id"].as_str().unwrap();
+    let (status, answer) = json(
+        server
+            .post(&format!("/v1/approvals/{id}/decision"), approve())
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (resolved_id, resolved) = stream.next().await;
+    assert_eq!(resolved["event"], "resolved");
+    assert_eq!(resolved["approval"], answer["approval"]);
+
+    // A client that saw the request resumes with the resolution.
+    let mut resumed = Frames::open(&server, None, Some(&requested_id)).await;
+    assert_eq!(resumed.next().await, (resolved_id, resolved));
+    // A position this node never gave: a gap, then new records.
+    let mut lost = Frames::open(&server, None, Some("0-1")).await;
+    assert_eq!(lost.next().await, (String::new(), json!({"event": "gap"})));
+}
+
+#[tokio::test]
+async fn a_tenant_streams_only_its_own_approvals_and_bad_requests_are_refused() {
+    let api_keys = BTreeMap::from([
+        ("key-a".to_owned(), "tenant-a".to_owned()),
+        ("key-b".to_owned(), "tenant-b".to_owned()),
+    ]);
+    let server = TestServer::local(ServerConfig {
+        api_keys: api_keys.into(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut of_a = Frames::open(&server, Some("key-a"), None).await;
+    waiting_run(&server, Some("key-b"), "b.txt").await;
+    waiting_run(&server, Some("key-a"), "a.txt").await;
+    // The feed is in order: tenant-b's record, stored first, would come first.
+    let (_, first) = of_a.next().await;
+    assert_eq!(
+        first["approval"]["tenant"], "tenant-a",
+        "tenant-b's record never reaches tenant-a: {first}"
+    );
+
+    let refused = |request: reqwest::RequestBuilder| request.bearer_auth("key-a").send();
+    let stream_at = |query: &str| {
+        server
+            .client
+            .get(server.url(&format!("/v1/approvals/stream{query}")))
+    };
+    let stream = || stream_at("");
+    for (request, status, says) in [
+        (
+            stream().header("Last-Event-ID", "x".repeat(129)),
+            StatusCode::BAD_REQUEST,
+            "Last-Event-ID",
+        ),
+        (
+            stream().header("Last-Event-ID", "a b"),
+            StatusCode::BAD_REQUEST,
+            "Last-Event-ID",
+        ),
+        (
+            stream_at("?status=pending"),
+            StatusCode::BAD_REQUEST,
+            "status",
+        ),
+        (
+            stream_at("?event=expired_soon"),
+            StatusCode::BAD_REQUEST,
+            "event",
+        ),
+        (
+            stream_at("?tool=a%00b"),
+            StatusCode::BAD_REQUEST,
+            "control characters",
+        ),
+    ] {
+        expect_error(refused(request).await.unwrap(), status, says).await;
+    }
+    expect_error(stream().send().await.unwrap(), StatusCode::UNAUTHORIZED, "").await;
+}

@@ -25,6 +25,9 @@ const CONFIG: &str = concat!(
 /// Cases per operation and phase: enough to reach every route's refusals and
 /// a created thread's routes, in about a minute per node.
 const EXAMPLES: &str = "12";
+/// How long the approval stream stays open for the fuzzer, which reads each
+/// answer to its end.
+const STREAM_MS: u64 = 100;
 /// A fixed seed, so a failure found in CI is found again by the same command.
 const SEED: &str = "20261201";
 
@@ -76,7 +79,11 @@ async fn fuzz(server: &TestServer, headers: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fuzzer_finds_nothing_on_a_node_without_keys() {
-    let server = TestServer::local(ServerConfig::default()).await;
+    let server = TestServer::local(ServerConfig {
+        approval_stream_max_ms: STREAM_MS,
+        ..ServerConfig::default()
+    })
+    .await;
     fuzz(&server, &[]).await;
 }
 
@@ -88,6 +95,7 @@ async fn the_fuzzer_finds_nothing_on_a_node_with_keys() {
     let keys = BTreeMap::from([("fuzz-key".to_owned(), "fuzz-tenant".to_owned())]);
     let server = TestServer::local(ServerConfig {
         api_keys: keys.into(),
+        approval_stream_max_ms: STREAM_MS,
         ..ServerConfig::default()
     })
     .await;

@@ -69,10 +69,10 @@ impl LocalFeedLog {
     }
 
     fn entry(&self, seq: u64, change: ApprovalChange) -> FeedItem {
-        FeedItem::Entry(FeedEntry {
+        FeedItem::Entry(Box::new(FeedEntry {
             position: self.position(seq),
             change,
-        })
+        }))
     }
 
     /// The seq `position` names in this log, if it is one of this log's.

@@ -44,7 +44,7 @@ pub struct FeedEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FeedItem {
     /// The next record.
-    Entry(FeedEntry),
+    Entry(Box<FeedEntry>),
     /// The feed no longer holds (or never gave) what followed the position the
     /// follower resumed from: records were missed, and the follower lists the
     /// approvals again (`GET /v1/approvals`) to catch up. New records follow.

@@ -6,6 +6,7 @@
 //! Handlers take it as `State<RunService>` (see [`axum::extract::FromRef`]), so
 //! a protocol needs nothing else of the server's state to serve runs.
 
+pub(crate) mod approval_stream;
 pub(crate) mod approvals;
 mod checks;
 mod decide;

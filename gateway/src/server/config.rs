@@ -75,6 +75,10 @@ pub struct ServerConfig {
     /// away (a NATS reconnect, a database failover) before it gets 503 with
     /// `Retry-After`.
     pub backend_wait_secs: u64,
+    /// Milliseconds an approval stream (`GET /v1/approvals/stream`) stays open
+    /// before the server ends it; the client resumes with `Last-Event-ID`, on
+    /// whichever node its balancer picks (at least 1).
+    pub approval_stream_max_ms: u64,
 }
 
 /// The longest `server.backend_wait_secs`: past five minutes a client is
@@ -107,6 +111,7 @@ impl Default for ServerConfig {
             a2a_push: A2aPushConfig::default(),
             a2a_tenants: BTreeMap::new(),
             backend_wait_secs: 10,
+            approval_stream_max_ms: 15 * 60 * 1000,
         }
     }
 }
@@ -115,6 +120,11 @@ impl ServerConfig {
     /// How long a request waits for a backend that is away.
     pub fn backend_wait(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.backend_wait_secs)
+    }
+
+    /// How long an approval stream stays open.
+    pub fn approval_stream_max(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.approval_stream_max_ms.max(1))
     }
 
     /// Reads `api_keys_file` into `api_keys` and the card token's file.

@@ -64,6 +64,34 @@ pub(crate) fn push_json_frame(
     Ok(())
 }
 
+/// Appends one frame whose `id`, when given, is a text position (the approval
+/// feed's), then `value` as compact JSON on one `data:` line. The id holds no
+/// line break (callers pass visible ASCII); a value that cannot be encoded
+/// leaves `chunk` as it was.
+pub(crate) fn push_named_json_frame(
+    chunk: &mut Vec<u8>,
+    id: Option<&str>,
+    value: &impl Serialize,
+) -> sonic_rs::Result<()> {
+    debug_assert!(
+        id.is_none_or(|id| !id.contains(['\n', '\r'])),
+        "one id line"
+    );
+    let start = chunk.len();
+    if let Some(id) = id {
+        chunk.extend_from_slice(b"id: ");
+        chunk.extend_from_slice(id.as_bytes());
+        chunk.push(b'\n');
+    }
+    chunk.extend_from_slice(b"data: ");
+    if let Err(error) = sonic_rs::to_writer(&mut *chunk, value) {
+        chunk.truncate(start);
+        return Err(error);
+    }
+    chunk.extend_from_slice(b"\n\n");
+    Ok(())
+}
+
 /// Appends the frame of a run event: what [`push_json_frame`] writes for it, with
 /// `seq` as the frame's id, but without serde's `flatten`, which feeds the
 /// event's fields one by one through a map serializer (about a fifth of the

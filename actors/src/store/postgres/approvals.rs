@@ -48,6 +48,14 @@ pub(super) type ApprovalRow = (
     Option<Json<ApprovalResolution>>,
 );
 
+/// An approval as [`COLUMNS`] and the feed's bits.
+type OwedRow = (
+    Json<Approval>,
+    Option<String>,
+    Option<Json<ApprovalResolution>>,
+    i16,
+);
+
 /// The approval statements for tables `{p}_…`.
 #[derive(Debug)]
 pub(super) struct ApprovalStatements {
@@ -333,12 +341,7 @@ impl PostgresStore {
     ) -> Result<Vec<ApprovalChange>, StorageError> {
         self.ready().await?;
         let before = now_millis().saturating_sub(duration_ms(older_than));
-        let rows: Vec<(
-            Json<Approval>,
-            Option<String>,
-            Option<Json<ApprovalResolution>>,
-            i16,
-        )> = statement!(
+        let rows: Vec<OwedRow> = statement!(
             self,
             sqlx::query_as(sql(&self.sql.approvals.unpublished))
                 .bind(bigint("changed_by", before)?)

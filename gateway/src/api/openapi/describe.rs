@@ -70,6 +70,13 @@ fn parameters(operation: &Operation) -> Vec<JsonValue> {
             "description": "The A2A protocol version the request is written in: this server speaks 1.x, and reads a request without the header as 0.3, which it refuses",
         }));
     }
+    if operation.path == "/v1/approvals/stream" {
+        parameters.push(json!({
+            "name": "Last-Event-ID", "in": "header", "required": false,
+            "schema": {"type": "string", "pattern": "^[!-~]{0,128}$"},
+            "description": "Resume after this frame (its `id`); empty: only new records",
+        }));
+    }
     if operation.path == "/v1/runs/{run_id}/events" {
         parameters.push(json!({
             "name": "Last-Event-ID", "in": "header", "required": false,
@@ -108,6 +115,9 @@ fn approval_query_schema(name: &str) -> JsonValue {
             json!({"type": "string", "pattern": awaken_actors::ID_PATTERN, "description": "A tool name"})
         }
         "agent_id" | "thread_id" => reference("Id"),
+        "event" => {
+            json!({"type": "string", "enum": awaken_actors::contract::ApprovalEvent::ALL.map(|e| e.as_str())})
+        }
         other => query_schema(other, Family::Native),
     }
 }
@@ -157,12 +167,34 @@ fn responses(operation: &Operation, security: Security) -> JsonValue {
         Success::Empty(status) => {
             responses.insert(status.to_string(), json!({"description": "Done"}));
         }
+        Success::Events if operation.path == "/v1/approvals/stream" => {
+            // One event per record: `data` an `ApprovalRecord` (or the gap
+            // marker) as JSON, `id` its position (none on a gap).
+            responses.insert(
+                "200".into(),
+                json!({"description": "Server-sent events, one per approval record", "content": {"text/event-stream": {"schema": {
+                    "type": "object",
+                    "properties": {
+                        "data": {
+                            "type": "string", "contentMediaType": "application/json",
+                            "contentSchema": {"anyOf": [reference("ApprovalRecord"), {"type": "object", "properties": {"event": {"const": "gap"}}, "required": ["event"]}]},
+                        },
+                        "event": {"const": "message"},
+                        "id": {"type": "string", "pattern": "^[!-~]{1,128}$"},
+                    },
+                    "required": ["data"],
+                }}}}),
+            );
+        }
         Success::Events => {
             responses.insert(
                 "200".into(),
                 json!({"description": "Server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
             );
-            if operation.method == "get" && operation.path.ends_with("/stream") {
+            if operation.method == "get"
+                && operation.path.ends_with("/stream")
+                && !operation.path.starts_with("/v1/approvals")
+            {
                 responses.insert(
                     "204".into(),
                     json!({"description": "No run of the thread is running"}),

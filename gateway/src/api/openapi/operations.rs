@@ -15,6 +15,7 @@ const APPROVAL_PAGE: &[&str] = &[
     "after",
     "limit",
 ];
+const APPROVAL_STREAM: &[&str] = &["event", "agent_id", "tool", "thread_id"];
 const A2A_LIST: &[&str] = &[
     "contextId",
     "status",
@@ -62,6 +63,7 @@ pub(super) const OPERATIONS: &[Operation] = &[
     op("post", "/v1/runs/{run_id}/cancel", Native, "runs", "Cancel a run", NoBody, Out(202, "Object"), NONE),
     op("post", "/v1/runs/{run_id}/decision", Native, "runs", "Decide a suspended tool call of a waiting run", In("Decision"), Out(200, "DecisionAnswer"), NONE),
     op("get", "/v1/approvals", Native, "approvals", "List approvals, oldest request first, cursor-paged (the caller's tenant's with API keys)", NoBody, Out(200, "ApprovalPage"), APPROVAL_PAGE),
+    op("get", "/v1/approvals/stream", Native, "approvals", "Stream approval records as they are stored (`data`: `{event, approval}`; `{\"event\":\"gap\"}` when records were missed); resume with Last-Event-ID", NoBody, Events, APPROVAL_STREAM),
     op("get", "/v1/approvals/{approval_id}", Native, "approvals", "Get an approval", NoBody, Out(200, "Approval"), NONE),
     op("post", "/v1/approvals/{approval_id}/decision", Native, "approvals", "Decide an approval (the same answer again is a duplicate; another answer to a resolved approval is 409)", In("ApprovalDecision"), Out(200, "ApprovalDecisionAnswer"), NONE),
     op("post", "/v1/ai-sdk/chat", Native, "ai-sdk", "AI SDK v6 chat: start a run or answer approvals", In("AiSdkChat"), Events, NONE),

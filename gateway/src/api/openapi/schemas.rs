@@ -201,6 +201,16 @@ fn answers() -> Vec<(&'static str, JsonValue)> {
             ),
         ),
         (
+            "ApprovalRecord",
+            object(
+                &["event", "approval"],
+                json!({
+                    "event": {"enum": awaken_actors::contract::ApprovalEvent::ALL.map(|e| e.as_str())},
+                    "approval": reference("Approval"),
+                }),
+            ),
+        ),
+        (
             "ApprovalDecisionAnswer",
             object(
                 &["status", "duplicate", "approval"],
