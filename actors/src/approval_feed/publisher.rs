@@ -192,6 +192,9 @@ impl Publisher {
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                // Announced changes first: they are the fast path, the sweep
+                // only catches up.
+                biased;
                 announced = changes.recv() => {
                     let Some(mut batch) = announced else {
                         return;
@@ -265,5 +268,89 @@ impl Publisher {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use async_trait::async_trait;
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::approval_feed::{FeedItem, LocalFeedLog};
+    use crate::contract::ApprovalWrite;
+    use crate::ids::ThreadId;
+    use crate::store::InMemoryStore;
+    use crate::store::conformance::{approval, checkpoint, run, user_messages};
+
+    /// The local log, refusing everything while `down` is set.
+    #[derive(Default)]
+    struct Flaky {
+        log: LocalFeedLog,
+        down: AtomicBool,
+    }
+
+    #[async_trait]
+    impl FeedSink for Flaky {
+        async fn publish(&self, changes: &[ApprovalChange]) -> Vec<Result<(), FeedError>> {
+            if self.down.load(Ordering::SeqCst) {
+                return changes
+                    .iter()
+                    .map(|_| Err(FeedError::Unavailable("down".into())))
+                    .collect();
+            }
+            self.log.publish(changes).await
+        }
+
+        async fn follow(&self, after: Option<&str>) -> Result<FeedStream, FeedError> {
+            self.log.follow(after).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_the_sink_refused_is_published_by_the_catch_up_and_marked() {
+        let store = Arc::new(InMemoryStore::new());
+        let sink = Arc::new(Flaky::default());
+        sink.down.store(true, Ordering::SeqCst);
+        let feed = ApprovalFeed::new(
+            Arc::clone(&sink) as Arc<dyn FeedSink>,
+            Arc::clone(&store) as Arc<dyn ThreadRunStore>,
+            FeedConfig {
+                catch_up_after: Duration::ZERO,
+                sweep_every: Duration::from_millis(20),
+                ..FeedConfig::default()
+            },
+        );
+        let mut followed = feed.follow(None).await.unwrap();
+        let thread = ThreadId::new("t-flaky").unwrap();
+        let mut first = checkpoint(&thread, 1, 0, user_messages("q", 1), run(&thread, "r1", 1));
+        first.approvals = vec![ApprovalWrite::Requested(Box::new(approval(
+            "a-1", &thread, "r1", "tool", 1,
+        )))];
+        let changes = store.checkpoint(first).await.unwrap();
+        feed.announce(changes);
+        // The announcement (taken before any sweep) failed; the sink comes
+        // back; the sweep publishes it.
+        while feed.counts().failed == 0 {
+            tokio::task::yield_now().await;
+        }
+        sink.down.store(false, Ordering::SeqCst);
+        let Some(FeedItem::Entry(entry)) = followed.next().await else {
+            panic!("the record arrives");
+        };
+        assert_eq!(entry.change.approval.approval_id.as_str(), "a-1");
+        while !store
+            .unpublished_approvals(Duration::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            tokio::task::yield_now().await;
+        }
+        let counts = feed.counts();
+        assert_eq!(counts.published, 1, "{counts:?}");
+        assert_eq!(counts.caught_up, 1, "{counts:?}");
     }
 }
