@@ -37,6 +37,7 @@ pub async fn join_cluster(
     config.mailbox.lease_renewal_interval = Duration::from_millis(cluster.claim_lease_ms / 5);
     config.events = events;
     config.run_input = cluster.run_input;
+    config.approvals.encoding = cluster.approval_feed_encoding;
     config.backend_wait = backend_wait;
     // A request routed to a thread's owner waits as long for the owner as it
     // waits for the mailbox: a shard without an owner after a NATS outage is

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use awaken_cluster::RunInputPlacement;
+use awaken_cluster::approvals::FeedEncoding;
 use serde::{Deserialize, Serialize};
 
 use super::file::ConfigError;
@@ -30,6 +31,8 @@ pub struct ClusterConfig {
     /// ledger while every member reads it there), `inbox` (the KV inbox) or
     /// `ledger` (always with the dispatch).
     pub run_input: RunInputPlacement,
+    /// How the approval feed's records are encoded on NATS: `json` or `msgpack`.
+    pub approval_feed_encoding: FeedEncoding,
     /// NATS user (with `nats_password`); or put both in the URL
     /// (`nats://user:password@host:4222`).
     pub nats_user: Option<String>,
@@ -68,6 +71,7 @@ impl Default for ClusterConfig {
             replicas: 1,
             drain_timeout_secs: 10,
             run_input: RunInputPlacement::Auto,
+            approval_feed_encoding: FeedEncoding::Json,
             nats_user: None,
             nats_password: None,
             nats_password_file: None,
