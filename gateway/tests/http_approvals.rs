@@ -376,6 +376,12 @@ async fn the_stream_carries_requests_and_resolutions_and_resumes_after_its_last_
     assert_eq!(resolved["event"], "resolved");
     assert_eq!(resolved["approval"], answer["approval"]);
 
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("awaken_approval_feed_records_total{outcome=\"published\"} 2"),
+        "both records published: {metrics}"
+    );
+
     // A client that saw the request resumes with the resolution.
     let mut resumed = Frames::open(&server, None, Some(&requested_id)).await;
     assert_eq!(resumed.next().await, (resolved_id, resolved));

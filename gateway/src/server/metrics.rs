@@ -57,6 +57,12 @@ struct DispatchLabels {
     status: &'static str,
 }
 
+/// The label of the approval feed's counter: what became of a record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FeedLabels {
+    outcome: &'static str,
+}
+
 /// The dispatch statuses the mailbox gauge reports: the live ones and the dead
 /// letters (acked, cancelled and superseded ones are history).
 const GAUGED_DISPATCHES: [(RunDispatchStatus, &str); 3] = [
@@ -81,6 +87,7 @@ pub struct Metrics {
     waiting: WaitingGauges,
     spans_dropped: Counter,
     memory: MemoryGauges,
+    approval_feed: Family<FeedLabels, Counter>,
 }
 
 /// What the accept loop and the body read count as they go.
@@ -236,6 +243,12 @@ impl Metrics {
             "Runs this node ended as failed because their dispatch was dead-lettered before they started",
             failed_starts.clone(),
         );
+        let approval_feed = Family::<FeedLabels, Counter>::default();
+        registry.register(
+            "approval_feed_records",
+            "Approval feed records by outcome: published; failed (the sink refused or was away: the catch-up publishes them); overflowed (the queue was full: likewise); caught_up (published by the catch-up sweep)",
+            approval_feed.clone(),
+        );
         let store = StoreCounters::default();
         store.register(registry);
         let spans_dropped = Counter::default();
@@ -268,6 +281,7 @@ impl Metrics {
             waiting,
             spans_dropped,
             memory,
+            approval_feed,
         }
     }
 
@@ -325,6 +339,18 @@ impl Metrics {
             .inner()
             .store(runtime.failed_starts(), Ordering::Relaxed);
         self.memory.refresh(runtime.memory());
+        let feed = runtime.approval_feed().counts();
+        for (outcome, count) in [
+            ("published", feed.published),
+            ("failed", feed.failed),
+            ("overflowed", feed.overflowed),
+            ("caught_up", feed.caught_up),
+        ] {
+            self.approval_feed
+                .get_or_create(&FeedLabels { outcome })
+                .inner()
+                .store(count, Ordering::Relaxed);
+        }
         // Bounded: a database that does not answer must not hold the scrape past
         // Prometheus' own timeout; the gauge keeps its last value meanwhile.
         match tokio::time::timeout(STORE_READ_LIMIT, control.store().waiting_runs()).await {
