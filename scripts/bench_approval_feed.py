@@ -11,8 +11,10 @@ suspends, before its checkpoint) for a request, `resolved_at` (set as the decisi
 is applied, before its checkpoint) for a resolution. Both are unix milliseconds,
 so each latency is good to about a millisecond.
 
-The physical reference, in the same run: `--approvals` raw JetStream publishes to
-a stream of their own, from publish to the same subscriber.
+The physical reference, in the same run and under the same load: `--approvals`
+raw JetStream publishes (one every 5 ms) to a stream of their own, from publish
+to the same subscriber. The subscriber is a process of its own, so the load
+generator's threads never delay its timestamps.
 
 Prints one JSON report: p50/p99/max in milliseconds for requested, resolved and
 the raw publishes, and how many records arrived.
@@ -51,6 +53,22 @@ def summary(samples):
     }
 
 
+def store_means(text):
+    """The node's mean store latency per operation, in ms, from /metrics."""
+    sums, counts = {}, {}
+    for line in text.splitlines():
+        for suffix, into in (("_sum", sums), ("_count", counts)):
+            prefix = f"awaken_store_operation_duration_seconds{suffix}{{"
+            if line.startswith(prefix):
+                operation = line.split('operation="', 1)[1].split('"', 1)[0]
+                into[operation] = float(line.rsplit(" ", 1)[1])
+    return {
+        operation: round(1000 * sums[operation] / counts[operation], 2)
+        for operation in ("checkpoint", "approvals_published", "load_approval")
+        if counts.get(operation)
+    }
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,23 +79,49 @@ def now_ms():
     return time.time() * 1000
 
 
-async def raw_reference(nc, count):
-    """Publish → receipt of `count` raw JetStream publishes, in ms."""
-    js = nc.jetstream()
-    await js.add_stream(name="BENCH_RAW", subjects=["bench.raw.>"])
-    arrived = []
+async def subscriber(url, expected, raw_count):
+    """The receiving end, in a process of its own so the load generator's
+    threads never delay a timestamp: prints the latencies as JSON once
+    `expected` records and `raw_count` raw messages arrived."""
+    nc = await nats.connect(url)
+    latencies = {"requested": [], "resolved": [], "raw": []}
     done = asyncio.Event()
 
-    async def on_message(msg):
-        arrived.append(now_ms() - float(msg.data))
-        if len(arrived) >= count:
+    def check():
+        if len(latencies["raw"]) >= raw_count and (
+            len(latencies["requested"]) + len(latencies["resolved"]) >= expected
+        ):
             done.set()
 
-    await nc.subscribe("bench.raw.>", cb=on_message)
+    async def on_record(msg):
+        arrived = now_ms()
+        record = json.loads(msg.data)
+        approval = record["approval"]
+        made = approval["requested_at"] if record["event"] == "requested" else approval["resolved_at"]
+        latencies[record["event"]].append(arrived - made)
+        check()
+
+    async def on_raw(msg):
+        latencies["raw"].append(now_ms() - float(msg.data))
+        check()
+
+    await nc.subscribe("awaken.approvals.>", cb=on_record)
+    await nc.subscribe("bench.raw.>", cb=on_raw)
+    await nc.flush()
+    print("ready", flush=True)
+    await asyncio.wait_for(done.wait(), 600)
+    print(json.dumps(latencies), flush=True)
+    await nc.close()
+
+
+async def raw_load(nc, count, every):
+    """`count` raw JetStream publishes, one every `every` seconds, beside the
+    approvals: the physical reference under the same load."""
+    js = nc.jetstream()
+    await js.add_stream(name="BENCH_RAW", subjects=["bench.raw.>"])
     for n in range(count):
         await js.publish(f"bench.raw.{n % 16}", str(now_ms()).encode())
-    await asyncio.wait_for(done.wait(), 60)
-    return arrived
+        await asyncio.sleep(every)
 
 
 async def main():
@@ -114,21 +158,12 @@ async def main():
         line = await asyncio.to_thread(node.stdout.readline)
         base = f"http://{json.loads(line)['address']}"
 
-        latencies = {"requested": [], "resolved": []}
-        expected = 2 * args.approvals
-        all_in = asyncio.Event()
-
-        async def on_record(msg):
-            arrived = now_ms()
-            record = json.loads(msg.data)
-            approval = record["approval"]
-            made = approval["requested_at"] if record["event"] == "requested" else approval["resolved_at"]
-            latencies[record["event"]].append(arrived - made)
-            if sum(len(v) for v in latencies.values()) >= expected:
-                all_in.set()
-
-        await nc.subscribe("awaken.approvals.>", cb=on_record)
-        await nc.flush()
+        receiver = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--subscribe",
+             f"nats://127.0.0.1:{port}", str(2 * args.approvals), str(args.approvals)],
+            stdout=subprocess.PIPE, text=True,
+        )
+        assert (await asyncio.to_thread(receiver.stdout.readline)).strip() == "ready"
 
         def one(_):
             run_id, _call = start_waiting(base)
@@ -147,10 +182,13 @@ async def main():
                 await asyncio.to_thread(one, n)
 
         started = time.perf_counter()
+        raw = asyncio.create_task(raw_load(nc, args.approvals, 0.005))
         await asyncio.gather(*(bounded(n) for n in range(args.approvals)))
         elapsed = time.perf_counter() - started
-        await asyncio.wait_for(all_in.wait(), 60)
-        raw = await raw_reference(nc, args.approvals)
+        await raw
+        latencies = json.loads(await asyncio.to_thread(receiver.stdout.readline))
+        receiver.wait()
+        store_ms = store_means(get(f"{base}/metrics"))
         await nc.close()
         print(
             json.dumps(
@@ -160,7 +198,8 @@ async def main():
                     "seconds": round(elapsed, 1),
                     "requested": summary(latencies["requested"]),
                     "resolved": summary(latencies["resolved"]),
-                    "raw_jetstream": summary(raw),
+                    "raw_jetstream": summary(latencies["raw"]),
+                    "store_mean_ms": store_ms,
                 }
             )
         )
@@ -174,4 +213,7 @@ async def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-asyncio.run(main())
+if len(sys.argv) > 1 and sys.argv[1] == "--subscribe":
+    asyncio.run(subscriber(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+else:
+    asyncio.run(main())

@@ -188,6 +188,11 @@ struct Publisher {
 
 impl Publisher {
     async fn run(self, mut changes: mpsc::Receiver<Vec<ApprovalChange>>) {
+        // Marks are written beside publication, never before the next record
+        // goes out: a mark is a database write, a record a NATS publish.
+        let (marks, to_mark) = mpsc::channel(self.config.queue.max(1));
+        let marker = tokio::spawn(Self::marker(Arc::clone(&self.store), to_mark));
+        let _marker = tokio_util::task::AbortOnDropHandle::new(marker);
         let mut sweep = tokio::time::interval(self.config.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -205,16 +210,19 @@ impl Publisher {
                             Err(_) => break,
                         }
                     }
-                    self.publish(&batch).await;
+                    let kept = self.publish(&batch).await;
+                    // A full queue of marks leaves these owed: the sweep
+                    // publishes them again, kept once by the sink.
+                    let _ = marks.try_send(kept);
                 }
                 _ = sweep.tick() => self.catch_up().await,
             }
         }
     }
 
-    /// Has the sink keep `changes` and marks the kept ones in the store; the
-    /// others stay owed, for the sweep.
-    async fn publish(&self, changes: &[ApprovalChange]) -> usize {
+    /// Has the sink keep `changes`: the kept ones, to be marked as published in
+    /// the store (the others stay owed, for the sweep).
+    async fn publish(&self, changes: &[ApprovalChange]) -> Vec<(ApprovalId, ApprovalEvent)> {
         let outcomes = self.sink.publish(changes).await;
         let mut kept: Vec<(ApprovalId, ApprovalEvent)> = Vec::with_capacity(changes.len());
         for (change, outcome) in changes.iter().zip(outcomes) {
@@ -234,12 +242,32 @@ impl Publisher {
         self.counters
             .published
             .fetch_add(kept.len() as u64, Ordering::Relaxed);
-        if let Err(error) = self.store.approvals_published(&kept).await {
+        kept
+    }
+
+    /// Marks `kept` as published in the store.
+    async fn mark(store: &dyn ThreadRunStore, kept: &[(ApprovalId, ApprovalEvent)]) {
+        if kept.is_empty() {
+            return;
+        }
+        if let Err(error) = store.approvals_published(kept).await {
             // Published and still marked as owed: the sweep publishes them
             // again, which the sink keeps once (or followers tell apart).
             tracing::warn!(%error, "approval feed: published records not marked in the store");
         }
-        kept.len()
+    }
+
+    /// Writes the marks sent to it, those waiting together in one write.
+    async fn marker(
+        store: Arc<dyn ThreadRunStore>,
+        mut marks: mpsc::Receiver<Vec<(ApprovalId, ApprovalEvent)>>,
+    ) {
+        while let Some(mut kept) = marks.recv().await {
+            while let Ok(more) = marks.try_recv() {
+                kept.extend(more);
+            }
+            Self::mark(store.as_ref(), &kept).await;
+        }
     }
 
     /// Publishes what the store says is owed and older than `catch_up_after`.
@@ -259,7 +287,11 @@ impl Publisher {
             if owed.is_empty() {
                 return;
             }
+            // Marked before the store is asked again, which would give them
+            // back otherwise.
             let kept = self.publish(&owed).await;
+            Self::mark(self.store.as_ref(), &kept).await;
+            let kept = kept.len();
             self.counters
                 .caught_up
                 .fetch_add(kept as u64, Ordering::Relaxed);
