@@ -253,6 +253,10 @@ impl FeedSink for JetStreamFeed {
         outcomes
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     async fn follow(&self, after: Option<&str>) -> Result<FeedStream, FeedError> {
         let start = self.start_after(after).await?;
         let gap = after.is_some() && start.is_none();

@@ -76,4 +76,11 @@ pub trait FeedSink: Send + Sync + 'static {
     /// ones), then new ones as they are kept. An `after` this sink cannot resume
     /// from starts with [`FeedItem::Gap`].
     async fn follow(&self, after: Option<&str>) -> Result<FeedStream, FeedError>;
+
+    /// Whether other nodes publish to this sink too: then what one of them left
+    /// owed (it died between a change and its record) is caught up by the
+    /// others, which sweep the store every period.
+    fn shared(&self) -> bool {
+        false
+    }
 }

@@ -194,6 +194,8 @@ impl Publisher {
         let marker = tokio::spawn(Self::marker(Arc::clone(&self.store), to_mark));
         let _marker = tokio_util::task::AbortOnDropHandle::new(marker);
         let mut sweep = tokio::time::interval(self.config.sweep_every);
+        // What had been refused or dropped when the store was last asked.
+        let mut missed_at_sweep = None;
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -215,7 +217,18 @@ impl Publisher {
                     // publishes them again, kept once by the sink.
                     let _ = marks.try_send(kept);
                 }
-                _ = sweep.tick() => self.catch_up().await,
+                _ = sweep.tick() => {
+                    // The store is asked at start (what an earlier process
+                    // left owed), after anything was missed, and always when
+                    // other nodes share the sink (what one that died left);
+                    // a node alone sends its store nothing otherwise.
+                    let missed = self.counters.failed.load(Ordering::Relaxed)
+                        + self.counters.overflowed.load(Ordering::Relaxed);
+                    if self.sink.shared() || missed_at_sweep != Some(missed) {
+                        missed_at_sweep = Some(missed);
+                        self.catch_up().await;
+                    }
+                }
             }
         }
     }
