@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::RunService;
+use super::approvals::check_tool_filter;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 use crate::server::sse::LAST_EVENT_ID;
@@ -119,15 +120,7 @@ impl RunService {
         headers: &HeaderMap,
         open_for: Duration,
     ) -> Result<impl Stream<Item = Bytes> + Send + Unpin + 'static, ApiError> {
-        if query
-            .tool
-            .as_deref()
-            .is_some_and(|tool| tool.chars().any(char::is_control))
-        {
-            return Err(ApiError::BadRequest(
-                "`tool` must not contain control characters".to_owned(),
-            ));
-        }
+        check_tool_filter(query.tool.as_deref())?;
         let after = resume_position(headers)?;
         let follow = self
             .control

@@ -115,6 +115,17 @@ impl ApprovalDecisionBody {
     }
 }
 
+/// A `tool` filter: free text, but never a control character (a NUL would reach
+/// the database as a parameter it refuses).
+pub(super) fn check_tool_filter(tool: Option<&str>) -> Result<(), ApiError> {
+    if tool.is_some_and(|tool| tool.chars().any(char::is_control)) {
+        return Err(ApiError::BadRequest(
+            "`tool` must not contain control characters".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 impl RunService {
     /// A page of the approvals the caller may see.
     pub(crate) async fn approvals(
@@ -122,17 +133,7 @@ impl RunService {
         caller: &Caller,
         query: ApprovalListQuery,
     ) -> Result<ApprovalPage, ApiError> {
-        // A tool name is free text, but never holds a control character (a NUL
-        // would reach the database as a parameter it refuses).
-        if query
-            .tool
-            .as_deref()
-            .is_some_and(|tool| tool.chars().any(char::is_control))
-        {
-            return Err(ApiError::BadRequest(
-                "`tool` must not contain control characters".to_owned(),
-            ));
-        }
+        check_tool_filter(query.tool.as_deref())?;
         let query = query.into_query(caller, now_ms());
         Ok(self.control.store().list_approvals(&query).await?)
     }
