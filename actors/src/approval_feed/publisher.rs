@@ -61,6 +61,9 @@ struct Counters {
     failed: AtomicU64,
     overflowed: AtomicU64,
     caught_up: AtomicU64,
+    /// Published records whose marks were not written (the store refused, the
+    /// marks' queue was full): owed still, so a node alone sweeps again.
+    unmarked: AtomicU64,
 }
 
 /// The node's approval feed: announced changes go to the sink, in order.
@@ -191,7 +194,11 @@ impl Publisher {
         // Marks are written beside publication, never before the next record
         // goes out: a mark is a database write, a record a NATS publish.
         let (marks, to_mark) = mpsc::channel(self.config.queue.max(1));
-        let marker = tokio::spawn(Self::marker(Arc::clone(&self.store), to_mark));
+        let marker = tokio::spawn(Self::marker(
+            Arc::clone(&self.store),
+            Arc::clone(&self.counters),
+            to_mark,
+        ));
         let _marker = tokio_util::task::AbortOnDropHandle::new(marker);
         let mut sweep = tokio::time::interval(self.config.sweep_every);
         // What had been refused or dropped when the store was last asked.
@@ -215,7 +222,10 @@ impl Publisher {
                     let kept = self.publish(&batch).await;
                     // A full queue of marks leaves these owed: the sweep
                     // publishes them again, kept once by the sink.
-                    let _ = marks.try_send(kept);
+                    if let Err(full) = marks.try_send(kept) {
+                        let count = full.into_inner().len() as u64;
+                        self.counters.unmarked.fetch_add(count, Ordering::Relaxed);
+                    }
                 }
                 _ = sweep.tick() => {
                     // The store is asked at start (what an earlier process
@@ -223,7 +233,8 @@ impl Publisher {
                     // other nodes share the sink (what one that died left);
                     // a node alone sends its store nothing otherwise.
                     let missed = self.counters.failed.load(Ordering::Relaxed)
-                        + self.counters.overflowed.load(Ordering::Relaxed);
+                        + self.counters.overflowed.load(Ordering::Relaxed)
+                        + self.counters.unmarked.load(Ordering::Relaxed);
                     if self.sink.shared() || missed_at_sweep != Some(missed) {
                         missed_at_sweep = Some(missed);
                         self.catch_up().await;
@@ -259,11 +270,18 @@ impl Publisher {
     }
 
     /// Marks `kept` as published in the store.
-    async fn mark(store: &dyn ThreadRunStore, kept: &[(ApprovalId, ApprovalEvent)]) {
+    async fn mark(
+        store: &dyn ThreadRunStore,
+        counters: &Counters,
+        kept: &[(ApprovalId, ApprovalEvent)],
+    ) {
         if kept.is_empty() {
             return;
         }
         if let Err(error) = store.approvals_published(kept).await {
+            counters
+                .unmarked
+                .fetch_add(kept.len() as u64, Ordering::Relaxed);
             // Published and still marked as owed: the sweep publishes them
             // again, which the sink keeps once (or followers tell apart).
             tracing::warn!(%error, "approval feed: published records not marked in the store");
@@ -273,13 +291,14 @@ impl Publisher {
     /// Writes the marks sent to it, those waiting together in one write.
     async fn marker(
         store: Arc<dyn ThreadRunStore>,
+        counters: Arc<Counters>,
         mut marks: mpsc::Receiver<Vec<(ApprovalId, ApprovalEvent)>>,
     ) {
         while let Some(mut kept) = marks.recv().await {
             while let Ok(more) = marks.try_recv() {
                 kept.extend(more);
             }
-            Self::mark(store.as_ref(), &kept).await;
+            Self::mark(store.as_ref(), &counters, &kept).await;
         }
     }
 
@@ -303,7 +322,7 @@ impl Publisher {
             // Marked before the store is asked again, which would give them
             // back otherwise.
             let kept = self.publish(&owed).await;
-            Self::mark(self.store.as_ref(), &kept).await;
+            Self::mark(self.store.as_ref(), &self.counters, &kept).await;
             let kept = kept.len();
             self.counters
                 .caught_up
