@@ -316,35 +316,17 @@ impl FeedSink for JetStreamFeed {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use awaken_actors::contract::{Approval, ApprovalEvent, ApprovalStatus};
-    use awaken_actors::ids::{AgentId, ApprovalId, RunId, ThreadId, ToolCallId};
-    use serde_json::json;
+    use awaken_actors::contract::ApprovalEvent;
+    use awaken_actors::ids::{AgentId, ThreadId};
+    use awaken_actors::store::conformance::approval;
 
     use super::*;
 
     fn change(agent: &str) -> ApprovalChange {
-        ApprovalChange::requested(Approval {
-            approval_id: ApprovalId::new("a1").unwrap(),
-            tenant: Some("acme".into()),
-            agent_id: AgentId::new(agent).unwrap(),
-            thread_id: ThreadId::new("t").unwrap(),
-            run_id: RunId::new("r").unwrap(),
-            call_id: ToolCallId::new("c").unwrap(),
-            tool_name: "delete_file".into(),
-            arguments: json!({"path": "/tmp/x"}),
-            ticket_id: "permission:c".into(),
-            action: "tool_permission".into(),
-            message: "Allow?".into(),
-            parameters: serde_json::Value::Null,
-            response_schema: None,
-            requested_at: 10,
-            expires_at: None,
-            status: ApprovalStatus::Pending,
-            resolved_at: None,
-            decision_id: None,
-            answer: None,
-            cause: None,
-        })
+        let mut approval = approval("a1", &ThreadId::new("t").unwrap(), "r", "delete_file", 10);
+        approval.tenant = Some("acme".into());
+        approval.agent_id = AgentId::new(agent).unwrap();
+        ApprovalChange::requested(approval)
     }
 
     #[test]

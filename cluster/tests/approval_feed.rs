@@ -9,40 +9,22 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use awaken_actors::approval_feed::{FeedItem, FeedSink, FeedStream};
-use awaken_actors::contract::{Approval, ApprovalChange, ApprovalResolution, ApprovalStatus};
-use awaken_actors::ids::{AgentId, ApprovalId, RunId, ThreadId, ToolCallId};
+use awaken_actors::contract::{ApprovalChange, ApprovalResolution};
+use awaken_actors::ids::{AgentId, ThreadId};
+use awaken_actors::store::conformance::approval;
 use awaken_cluster::approvals::{
     APPROVALS_STREAM, ApprovalFeedConfig, FeedEncoding, JetStreamFeed, TENANT_HEADER, parse_record,
 };
 use awaken_cluster::testing::NatsServer;
 use futures::StreamExt;
-use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn requested(id: &str) -> ApprovalChange {
-    ApprovalChange::requested(Approval {
-        approval_id: ApprovalId::new(id).unwrap(),
-        tenant: Some("acme".into()),
-        agent_id: AgentId::new("support.bot").unwrap(),
-        thread_id: ThreadId::new("t-1").unwrap(),
-        run_id: RunId::new("r-1").unwrap(),
-        call_id: ToolCallId::new("c-1").unwrap(),
-        tool_name: "delete_file".into(),
-        arguments: json!({"path": "/tmp/x"}),
-        ticket_id: "permission:c-1".into(),
-        action: "tool_permission".into(),
-        message: "Allow?".into(),
-        parameters: serde_json::Value::Null,
-        response_schema: None,
-        requested_at: 1,
-        expires_at: None,
-        status: ApprovalStatus::Pending,
-        resolved_at: None,
-        decision_id: None,
-        answer: None,
-        cause: None,
-    })
+    let mut approval = approval(id, &ThreadId::new("t-1").unwrap(), "r-1", "delete_file", 1);
+    approval.tenant = Some("acme".into());
+    approval.agent_id = AgentId::new("support.bot").unwrap();
+    ApprovalChange::requested(approval)
 }
 
 async fn next(stream: &mut FeedStream) -> FeedItem {
